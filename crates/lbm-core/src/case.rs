@@ -1,0 +1,307 @@
+//! Case files: a run described in physical units (m, s, kg/m^3, m^2/s), parsed
+//! from TOML and resolved into a [`LatticeConfig`] plus a step count.
+//!
+//! Every key is checked before any work: unknown keys are refused by serde,
+//! values out of range get an error naming the key and the accepted range. This
+//! module does not run anything.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::geometry::{Body, Shape};
+use crate::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect};
+use crate::lattice::Collision;
+use crate::launch::Edge;
+use crate::stepper::LatticeConfig;
+use crate::units::UnitSystem;
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    pub domain: Domain,
+    pub fluid: Fluid,
+    pub flow: Flow,
+    pub boundaries: Boundaries,
+    /// One entry per refined level, coarsest first.
+    #[serde(default)]
+    pub refinement: Vec<RefinementLevel>,
+    #[serde(default)]
+    pub bodies: Vec<Shape>,
+    pub run: Run,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Domain {
+    /// Width and height, m.
+    pub size: [f64; 2],
+    /// Length that `resolution` cells of the base grid span, m.
+    pub reference_length: f64,
+    /// Base cells per reference length.
+    pub resolution: f64,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fluid {
+    /// Kinematic viscosity, m^2/s.
+    pub viscosity: f64,
+    /// kg/m^3.
+    #[serde(default = "unit_density")]
+    pub density: f64,
+}
+
+fn unit_density() -> f64 {
+    1.0
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flow {
+    /// Velocity scale of the case, m/s.
+    pub reference_velocity: f64,
+    /// The reference velocity in lattice units; sets the time step.
+    #[serde(default = "default_lattice_velocity")]
+    pub lattice_velocity: f64,
+    #[serde(default)]
+    pub collision: Collision,
+    /// Uniform body acceleration, m/s^2.
+    #[serde(default)]
+    pub acceleration: [f64; 2],
+}
+
+fn default_lattice_velocity() -> f64 {
+    0.05
+}
+
+/// One side of the domain.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Side {
+    Periodic,
+    Wall,
+    /// A wall sliding with this velocity, m/s.
+    MovingWall([f64; 2]),
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Boundaries {
+    pub x_min: Side,
+    pub x_max: Side,
+    pub y_min: Side,
+    pub y_max: Side,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefinementLevel {
+    /// Rectangles `[x0, y0, x1, y1]` in m, snapped to the parent level's cells.
+    pub patches: Vec<[f64; 4]>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Run {
+    /// Base intervals to advance.
+    pub steps: u64,
+    /// Storage tile per level, `[tx, ty]`; missing levels use the whole allocation.
+    #[serde(default)]
+    pub tiles: Vec<[u32; 2]>,
+}
+
+/// A case resolved to lattice units.
+#[derive(Clone, Debug, Serialize)]
+pub struct Resolved {
+    pub lattice: LatticeConfig,
+    pub units: UnitSystem,
+    pub steps: u64,
+    pub tiles: Vec<Option<[u32; 2]>>,
+}
+
+impl Case {
+    pub fn from_toml(text: &str) -> Result<Case> {
+        toml::from_str(text).map_err(|e| Error::parameter("case file", "", &e.to_string().replace('\n', " ")))
+    }
+
+    pub fn resolve(&self) -> Result<Resolved> {
+        let units = UnitSystem::new(
+            self.domain.reference_length,
+            self.domain.resolution,
+            self.flow.reference_velocity,
+            self.flow.lattice_velocity,
+            self.fluid.density,
+        )?;
+        if !(self.fluid.viscosity > 0.0 && self.fluid.viscosity.is_finite()) {
+            return Err(Error::parameter(
+                "fluid.viscosity",
+                self.fluid.viscosity,
+                "a finite number above 0, m^2/s",
+            ));
+        }
+        let [width, height] = self.domain.size;
+        let nx = units.length_to_lattice(width).round();
+        let ny = units.length_to_lattice(height).round();
+        if !(nx >= 1.0 && ny >= 1.0 && nx * ny <= 4e9) {
+            return Err(Error::parameter(
+                "domain.size",
+                format!("{width} x {height} m ({nx} x {ny} cells)"),
+                "at least one base cell each way and at most 4e9 cells",
+            ));
+        }
+        let mut levels = Vec::new();
+        for (k, level) in self.refinement.iter().enumerate() {
+            let parent_dx = units.dx * 0.5f64.powi(k as i32);
+            let rects = level
+                .patches
+                .iter()
+                .map(|p| {
+                    let snap = |v: f64| (v / parent_dx).round().max(0.0) as u32;
+                    Rect::new(snap(p[0]), snap(p[1]), snap(p[2]), snap(p[3]))
+                })
+                .collect();
+            levels.push(rects);
+        }
+        let hierarchy = HierarchySpec {
+            base: [nx as u32, ny as u32],
+            levels,
+        };
+        let validated = hierarchy.validate(&[])?;
+        let sides = [
+            self.boundaries.x_min,
+            self.boundaries.x_max,
+            self.boundaries.y_min,
+            self.boundaries.y_max,
+        ];
+        let edges = sides.map(|s| match s {
+            Side::Periodic => Edge::Periodic,
+            Side::Wall | Side::MovingWall(_) => Edge::Wall,
+        });
+        let wall_velocity = sides.map(|s| match s {
+            Side::MovingWall([u, v]) => [units.velocity_to_lattice(u), units.velocity_to_lattice(v)],
+            _ => [0.0, 0.0],
+        });
+        let mut bodies = Vec::new();
+        for (b, shape) in self.bodies.iter().enumerate() {
+            let Shape::Circle { center, radius } = shape;
+            let lattice_shape = Shape::Circle {
+                center: center.map(|c| units.length_to_lattice(c)),
+                radius: units.length_to_lattice(*radius),
+            };
+            bodies.push(Body {
+                level: body_level(&validated, &lattice_shape, b)?,
+                shape: lattice_shape,
+            });
+        }
+        let tiles = self.run.tiles.iter().map(|t| Some(*t)).collect();
+        Ok(Resolved {
+            lattice: LatticeConfig {
+                hierarchy,
+                collision: self.flow.collision,
+                tau: units.tau(self.fluid.viscosity),
+                force: self.flow.acceleration.map(|g| units.acceleration_to_lattice(g)),
+                edges,
+                wall_velocity,
+                bodies,
+            },
+            units,
+            steps: self.run.steps,
+            tiles,
+        })
+    }
+}
+
+/// The finest level with a patch that holds the body and a margin of
+/// `PARENT_MARGIN` cells of that level around it; a body that crosses the edge of
+/// a finer patch is refused because its links would span two levels.
+fn body_level(hierarchy: &crate::hierarchy::Hierarchy, shape: &Shape, body: usize) -> Result<usize> {
+    let Shape::Circle { center, radius } = shape;
+    let mut chosen = 0;
+    for (level, patches) in hierarchy.levels.iter().enumerate().skip(1) {
+        let scale = 2f64.powi(level as i32);
+        let lo = [(center[0] - radius) * scale, (center[1] - radius) * scale];
+        let hi = [(center[0] + radius) * scale, (center[1] + radius) * scale];
+        let margin = PARENT_MARGIN as f64;
+        for patch in patches {
+            let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
+            let inside =
+                lo[0] >= ax0 + margin && lo[1] >= ay0 + margin && hi[0] <= ax1 - margin && hi[1] <= ay1 - margin;
+            let apart = hi[0] <= ax0 || hi[1] <= ay0 || lo[0] >= ax1 || lo[1] >= ay1;
+            if inside {
+                chosen = level;
+            } else if !apart {
+                return Err(Error::Layout {
+                    patch: format!("level {level} patch {}", patch.index),
+                    reason: format!(
+                        "body {body} crosses its edge or lies within {PARENT_MARGIN} cells of it; \
+                         enlarge the patch or move the body"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAVITY: &str = r#"
+        name = "cavity"
+        [domain]
+        size = [1.0, 1.0]
+        reference_length = 1.0
+        resolution = 32
+        [fluid]
+        viscosity = 0.01
+        [flow]
+        reference_velocity = 1.0
+        lattice_velocity = 0.1
+        [boundaries]
+        x_min = "wall"
+        x_max = "wall"
+        y_min = "wall"
+        y_max = { moving_wall = [1.0, 0.0] }
+        [[refinement]]
+        patches = [[0.25, 0.25, 0.75, 0.75]]
+        [run]
+        steps = 10
+    "#;
+
+    #[test]
+    fn a_cavity_resolves_to_lattice_units() {
+        let resolved = Case::from_toml(CAVITY).unwrap().resolve().unwrap();
+        let l = &resolved.lattice;
+        assert_eq!(l.hierarchy.base, [32, 32]);
+        assert_eq!(l.hierarchy.levels, vec![vec![Rect::new(8, 8, 24, 24)]]);
+        assert!((l.wall_velocity[3][0] - 0.1).abs() < 1e-12);
+        // nu_lat = 0.01 * dt / dx^2 with dx = 1/32 and dt = 0.1 dx.
+        assert!((l.tau - (3.0 * 0.01 * 0.1 * 32.0 + 0.5)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let e = Case::from_toml(&CAVITY.replace("viscosity = 0.01", "viscosity = 0.01\ncolour = 3"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("colour"), "{e}");
+        let e = Case::from_toml(&CAVITY.replace("viscosity = 0.01", "viscosity = -1.0"))
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fluid.viscosity"), "{e}");
+    }
+
+    #[test]
+    fn a_body_goes_to_the_finest_level_that_holds_it() {
+        let with_body = format!("{CAVITY}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.5]\nradius = 0.05\n");
+        let resolved = Case::from_toml(&with_body).unwrap().resolve().unwrap();
+        assert_eq!(resolved.lattice.bodies[0].level, 1);
+        let crossing = with_body.replace("center = [0.5, 0.5]", "center = [0.25, 0.5]");
+        let e = Case::from_toml(&crossing).unwrap().resolve().unwrap_err().to_string();
+        assert!(e.contains("body 0 crosses"), "{e}");
+    }
+}

@@ -1,0 +1,722 @@
+//! `CpuDriver`: every [`Kernel`] executed in Rust over host memory.
+//!
+//! It is the default backend without a GPU and the numerical reference that GPU
+//! results are compared against, so each kernel here is written for clarity and
+//! determinism first: every cell's arithmetic is independent of the storage tile
+//! and of the thread that computes it, and reductions run in link order. Rows are
+//! spread over threads with rayon. Work "enqueued" here runs at once, so
+//! `synchronize` never fails; this driver does not simulate asynchronous errors
+//! (the mock driver does).
+
+use rayon::prelude::*;
+
+use crate::device::{BufferId, Driver, Kernel, Launch};
+use crate::error::{Error, Result};
+use crate::hierarchy::{GHOST, Layout, Rect};
+use crate::lattice::{self, C, CS2, Moments, OPP, Q, W};
+use crate::launch::{
+    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
+    RestrictToParent, StreamCollide, fine_covered, ring_cell, ring_cells,
+};
+
+/// Cell flag values shared with `kernels/common.cuh`.
+pub const FLAG_FLUID: u8 = 0;
+pub const FLAG_SOLID: u8 = 1;
+
+struct HostBuffer {
+    label: String,
+    /// u64 words so that any element type up to f64 can be viewed in place.
+    words: Vec<u64>,
+    bytes: usize,
+}
+
+impl HostBuffer {
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.bytes]
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.bytes]
+    }
+    fn f32s(&self) -> &[f32] {
+        &bytemuck::cast_slice(&self.words)[..self.bytes / 4]
+    }
+    fn f32s_mut(&mut self) -> &mut [f32] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.bytes / 4]
+    }
+}
+
+/// Host-memory backend; see the module documentation.
+#[derive(Default)]
+pub struct CpuDriver {
+    buffers: Vec<Option<HostBuffer>>,
+}
+
+impl CpuDriver {
+    pub fn new() -> Self {
+        CpuDriver::default()
+    }
+
+    fn get(&self, id: BufferId) -> Result<&HostBuffer> {
+        self.buffers
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Error::UnknownBuffer {
+                backend: "cpu".into(),
+                buffer: id.0,
+            })
+    }
+
+    fn get_mut(&mut self, id: BufferId) -> Result<&mut HostBuffer> {
+        self.buffers
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(Error::UnknownBuffer {
+                backend: "cpu".into(),
+                buffer: id.0,
+            })
+    }
+
+    /// Takes a buffer out for writing while others are read; [`Self::put`] returns it.
+    fn take(&mut self, id: BufferId) -> Result<HostBuffer> {
+        self.get(id)?;
+        Ok(self.buffers[id.0 as usize].take().expect("checked above"))
+    }
+
+    fn put(&mut self, id: BufferId, buffer: HostBuffer) {
+        self.buffers[id.0 as usize] = Some(buffer);
+    }
+
+    /// Runs `body` with `dst` writable and every other buffer readable.
+    fn with_dst<T>(&mut self, dst: BufferId, body: impl FnOnce(&Self, &mut HostBuffer) -> Result<T>) -> Result<T> {
+        let mut out = self.take(dst)?;
+        let result = body(self, &mut out);
+        self.put(dst, out);
+        result
+    }
+}
+
+fn check_len(kernel: Kernel, what: &str, have: usize, need: usize) -> Result<()> {
+    if have < need {
+        return Err(Error::LaunchArgs {
+            kernel: kernel.cuda_name().into(),
+            reason: format!("{what} holds {have} elements, the launch needs {need}"),
+        });
+    }
+    Ok(())
+}
+
+impl Driver for CpuDriver {
+    fn backend(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn alloc(&mut self, label: &str, bytes: usize) -> Result<BufferId> {
+        let id = BufferId(self.buffers.len() as u32);
+        self.buffers.push(Some(HostBuffer {
+            label: label.to_owned(),
+            words: vec![0; bytes.div_ceil(8)],
+            bytes,
+        }));
+        Ok(id)
+    }
+
+    fn free(&mut self, buffer: BufferId) -> Result<()> {
+        self.get(buffer)?;
+        self.buffers[buffer.0 as usize] = None;
+        Ok(())
+    }
+
+    fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> Result<()> {
+        let b = self.get_mut(buffer)?;
+        let end = byte_offset + data.len();
+        if end > b.bytes {
+            return Err(out_of_range("upload", &b.label, end, b.bytes));
+        }
+        b.bytes_mut()[byte_offset..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn download(&mut self, buffer: BufferId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        let b = self.get(buffer)?;
+        let end = byte_offset + out.len();
+        if end > b.bytes {
+            return Err(out_of_range("download", &b.label, end, b.bytes));
+        }
+        out.copy_from_slice(&b.bytes()[byte_offset..end]);
+        Ok(())
+    }
+
+    fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
+        let b = self.get_mut(buffer)?;
+        let end = byte_offset + bytes;
+        if end > b.bytes {
+            return Err(out_of_range("memset", &b.label, end, b.bytes));
+        }
+        b.bytes_mut()[byte_offset..end].fill(value);
+        Ok(())
+    }
+
+    fn copy_async(
+        &mut self,
+        src: BufferId,
+        src_offset: usize,
+        dst: BufferId,
+        dst_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        if src == dst {
+            let b = self.get_mut(src)?;
+            let end = src_offset.max(dst_offset) + bytes;
+            if end > b.bytes {
+                return Err(out_of_range("copy", &b.label, end, b.bytes));
+            }
+            b.bytes_mut().copy_within(src_offset..src_offset + bytes, dst_offset);
+            return Ok(());
+        }
+        self.with_dst(dst, |me, out| {
+            let s = me.get(src)?;
+            if src_offset + bytes > s.bytes {
+                return Err(out_of_range("copy source", &s.label, src_offset + bytes, s.bytes));
+            }
+            if dst_offset + bytes > out.bytes {
+                return Err(out_of_range(
+                    "copy destination",
+                    &out.label,
+                    dst_offset + bytes,
+                    out.bytes,
+                ));
+            }
+            out.bytes_mut()[dst_offset..dst_offset + bytes].copy_from_slice(&s.bytes()[src_offset..src_offset + bytes]);
+            Ok(())
+        })
+    }
+
+    fn launch(&mut self, launch: &Launch) -> Result<()> {
+        match launch.kernel {
+            Kernel::StreamCollide => {
+                let k = StreamCollide::decode(launch)?;
+                self.with_dst(k.dst, |me, dst| {
+                    let src = me.get(k.src)?.f32s();
+                    let flags = me.get(k.flags)?.bytes();
+                    let plane = k.layout.plane_cells();
+                    check_len(launch.kernel, "src", src.len(), Q * plane)?;
+                    check_len(launch.kernel, "dst", dst.f32s().len(), Q * plane)?;
+                    check_len(launch.kernel, "flags", flags.len(), plane)?;
+                    stream_collide(&k, src, dst.f32s_mut(), flags);
+                    Ok(())
+                })
+            }
+            Kernel::FillGhost => {
+                let k = FillGhost::decode(launch)?;
+                self.with_dst(k.fine_dst, |me, dst| {
+                    let t0 = me.get(k.coarse_t)?.f32s();
+                    let t1 = me.get(k.coarse_t1)?.f32s();
+                    check_len(
+                        launch.kernel,
+                        "coarse",
+                        t0.len().min(t1.len()),
+                        Q * k.coarse.plane_cells(),
+                    )?;
+                    check_len(launch.kernel, "fine", dst.f32s().len(), Q * k.fine.plane_cells())?;
+                    fill_ghost(&k, t0, t1, dst.f32s_mut());
+                    Ok(())
+                })
+            }
+            Kernel::RestrictToParent => {
+                let k = RestrictToParent::decode(launch)?;
+                self.with_dst(k.coarse_dst, |me, dst| {
+                    let fine = me.get(k.fine_src)?.f32s();
+                    check_len(launch.kernel, "fine", fine.len(), Q * k.fine.plane_cells())?;
+                    check_len(launch.kernel, "coarse", dst.f32s().len(), Q * k.coarse.plane_cells())?;
+                    restrict_to_parent(&k, fine, dst.f32s_mut());
+                    Ok(())
+                })
+            }
+            Kernel::AccumulateFineFlux => {
+                let k = AccumulateFineFlux::decode(launch)?;
+                self.with_dst(k.flux, |me, flux| {
+                    let fine = me.get(k.fine)?.f32s();
+                    let covered = fine_covered(&k.layout);
+                    check_len(launch.kernel, "fine", fine.len(), Q * k.layout.plane_cells())?;
+                    check_len(
+                        launch.kernel,
+                        "flux",
+                        flux.f32s().len(),
+                        ring_cells(covered.width(), covered.height()),
+                    )?;
+                    accumulate_fine_flux(&k, fine, flux.f32s_mut());
+                    Ok(())
+                })
+            }
+            Kernel::CorrectInterfaceMass => {
+                let k = CorrectInterfaceMass::decode(launch)?;
+                let mut flux = self.take(k.flux)?;
+                let result = self.with_dst(k.coarse_t1, |me, t1| {
+                    let t0 = me.get(k.coarse_t)?.f32s();
+                    let plane = k.coarse.plane_cells();
+                    check_len(launch.kernel, "coarse", t0.len().min(t1.f32s().len()), Q * plane)?;
+                    check_len(
+                        launch.kernel,
+                        "flux",
+                        flux.f32s().len(),
+                        ring_cells(k.covered.width(), k.covered.height()),
+                    )?;
+                    correct_interface_mass(&k, t0, t1.f32s_mut(), flux.f32s_mut());
+                    Ok(())
+                });
+                self.put(k.flux, flux);
+                result
+            }
+            Kernel::AccumulateExchange => {
+                let k = AccumulateExchange::decode(launch)?;
+                let mut window = if k.window_on {
+                    if k.window == k.interval {
+                        return Err(Error::LaunchArgs {
+                            kernel: launch.kernel.cuda_name().into(),
+                            reason: "an open window needs its own accumulator".into(),
+                        });
+                    }
+                    Some(self.take(k.window)?)
+                } else {
+                    None
+                };
+                let result = self.with_dst(k.interval, |me, interval| {
+                    let f = me.get(k.f)?.f32s();
+                    let links: &[u32] = bytemuck::cast_slice(me.get(k.links)?.bytes());
+                    check_len(launch.kernel, "f", f.len(), Q * k.plane_cells as usize)?;
+                    check_len(launch.kernel, "links", links.len(), LINK_WORDS * k.n_links as usize)?;
+                    let interval: &mut [f64] = bytemuck::cast_slice_mut(&mut interval.words);
+                    let window = window
+                        .as_mut()
+                        .map(|w| bytemuck::cast_slice_mut::<u64, f64>(&mut w.words));
+                    accumulate_exchange(&k, f, links, interval, window);
+                    Ok(())
+                });
+                if let Some(w) = window {
+                    self.put(k.window, w);
+                }
+                result
+            }
+        }
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn free_memory(&self) -> Result<u64> {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let kib = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        Ok(kib * 1024)
+    }
+}
+
+fn out_of_range(operation: &str, label: &str, end: usize, size: usize) -> Error {
+    Error::Device {
+        backend: "cpu".into(),
+        operation: operation.into(),
+        message: format!("byte range ends at {end}, past the {size} bytes of `{label}`"),
+    }
+}
+
+/// Mutable views of the nine population planes, restricted to one band of rows
+/// that is contiguous in every plane; `offset` is the band's first storage index.
+struct BandPlanes<'a> {
+    planes: Vec<&'a mut [f32]>,
+    offset: usize,
+}
+
+impl BandPlanes<'_> {
+    #[inline]
+    fn set(&mut self, index: usize, f: &[f32; Q]) {
+        for (plane, value) in self.planes.iter_mut().zip(f) {
+            plane[index - self.offset] = *value;
+        }
+    }
+}
+
+/// Splits the nine planes of `dst` into bands of rows that are contiguous in
+/// storage (one row when tiles span the whole width, one tile row otherwise) and
+/// runs `body(first_row, rows, band)` on each band in parallel.
+fn par_row_bands(dst: &mut [f32], layout: &Layout, body: impl Fn(u32, u32, &mut BandPlanes) + Sync) {
+    let plane = layout.plane_cells();
+    let band_rows = if layout.tiles_x() == 1 { 1 } else { layout.tile[1] };
+    let band_len = band_rows as usize * layout.tiles_x() as usize * layout.tile[0] as usize;
+    let n_bands = layout.ny.div_ceil(band_rows) as usize;
+    let mut bands: Vec<BandPlanes> = (0..n_bands)
+        .map(|b| BandPlanes {
+            planes: Vec::with_capacity(Q),
+            offset: b * band_len,
+        })
+        .collect();
+    for p in dst[..Q * plane].chunks_mut(plane) {
+        for (band, chunk) in bands.iter_mut().zip(p.chunks_mut(band_len)) {
+            band.planes.push(chunk);
+        }
+    }
+    bands.into_par_iter().enumerate().for_each(|(b, mut band)| {
+        let first = b as u32 * band_rows;
+        body(first, band_rows.min(layout.ny - first), &mut band);
+    });
+}
+
+#[inline]
+fn read_cell(f: &[f32], plane: usize, index: usize) -> [f32; Q] {
+    std::array::from_fn(|i| f[i * plane + index])
+}
+
+/// Pull streaming with boundaries, then collision, for every active cell.
+pub fn stream_collide(k: &StreamCollide, src: &[f32], dst: &mut [f32], flags: &[u8]) {
+    let layout = k.layout;
+    let plane = layout.plane_cells();
+    let a = k.active;
+    par_row_bands(dst, &layout, |first, rows, band| {
+        for y in first.max(a.y0)..(first + rows).min(a.y1) {
+            for x in a.x0..a.x1 {
+                let index = layout.index(x, y);
+                if flags[index] != FLAG_FLUID {
+                    band.set(index, &read_cell(src, plane, index));
+                    continue;
+                }
+                let mut f: [f32; Q] = std::array::from_fn(|i| pull(k, src, flags, x, y, i, index, plane));
+                lattice::collide(&mut f, k.omega_plus, k.omega_minus, k.force);
+                band.set(index, &f);
+            }
+        }
+    });
+}
+
+/// The population arriving at (x, y) in direction `i`.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn pull(k: &StreamCollide, src: &[f32], flags: &[u8], x: u32, y: u32, i: usize, index: usize, plane: usize) -> f32 {
+    let a = k.active;
+    let mut sx = x as i64 - C[i][0] as i64;
+    let mut sy = y as i64 - C[i][1] as i64;
+    let side_x = if sx < a.x0 as i64 {
+        Some(0)
+    } else if sx >= a.x1 as i64 {
+        Some(1)
+    } else {
+        None
+    };
+    let side_y = if sy < a.y0 as i64 {
+        Some(2)
+    } else if sy >= a.y1 as i64 {
+        Some(3)
+    } else {
+        None
+    };
+    let wall = [side_x, side_y]
+        .into_iter()
+        .flatten()
+        .find(|&s| k.edges[s] == Edge::Wall);
+    if let Some(side) = wall {
+        let [wx, wy] = k.wall_velocity[side];
+        let cu = C[i][0] as f32 * wx + C[i][1] as f32 * wy;
+        return src[OPP[i] * plane + index] + W[i] * cu / (0.5 * CS2);
+    }
+    if let Some(side) = side_x
+        && k.edges[side] == Edge::Periodic
+    {
+        sx += if side == 0 {
+            a.width() as i64
+        } else {
+            -(a.width() as i64)
+        };
+    }
+    if let Some(side) = side_y
+        && k.edges[side] == Edge::Periodic
+    {
+        sy += if side == 2 {
+            a.height() as i64
+        } else {
+            -(a.height() as i64)
+        };
+    }
+    let source = k.layout.index(sx as u32, sy as u32);
+    if flags[source] != FLAG_FLUID {
+        src[OPP[i] * plane + index]
+    } else {
+        src[i * plane + source]
+    }
+}
+
+/// Mixed-in-time moments of a parent cell, with the physical velocity (the
+/// post-collision momentum minus half the force).
+#[inline]
+fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: u32, y: u32) -> Moments {
+    let plane = k.coarse.plane_cells();
+    let index = k.coarse.index(x, y);
+    let f: [f32; Q] = std::array::from_fn(|i| {
+        let a = t0[i * plane + index];
+        let b = t1[i * plane + index];
+        a + k.alpha * (b - a)
+    });
+    lattice::moments(&f, [-k.coarse_force[0], -k.coarse_force[1]])
+}
+
+/// Coarse-to-fine coupling of one ghost-band cell: density, velocity and strain
+/// rate interpolated bilinearly from the parent (strain by central differences
+/// there), time-interpolated by `alpha`, and rebuilt as fine post-collision
+/// populations with the fine relaxation time. The strain is halved because the
+/// fine lattice unit of length and time are both half the parent's.
+pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
+    let ghost = GHOST;
+    let fine_plane = k.fine.plane_cells();
+    for cell in 0..FillGhost::band_cells(&k.fine) {
+        let (fx, fy) = band_cell(&k.fine, ghost, cell);
+        let px = k.offset[0] as f32 + (fx as f32 + 0.5) * 0.5 - 0.5;
+        let py = k.offset[1] as f32 + (fy as f32 + 0.5) * 0.5 - 0.5;
+        let (x0, y0) = (px.floor() as u32, py.floor() as u32);
+        let (wx, wy) = (px - x0 as f32, py - y0 as f32);
+        // Moments on the 4x4 parent stencil around the four interpolation points.
+        let m: [[Moments; 4]; 4] = std::array::from_fn(|j| {
+            std::array::from_fn(|i| parent_moments(k, t0, t1, x0 + i as u32 - 1, y0 + j as u32 - 1))
+        });
+        // Density and velocity: bicubic (4-point Lagrange in each direction),
+        // because bilinear interpolation damps every mode a little at each of
+        // the many fills and that adds up to visible extra dissipation.
+        let (lx, ly) = (lagrange4(wx), lagrange4(wy));
+        let mut acc = [0.0f32; 6];
+        for (j, weight_y) in ly.iter().enumerate() {
+            for (i, weight_x) in lx.iter().enumerate() {
+                let w = weight_x * weight_y;
+                let c = m[j][i];
+                for (slot, value) in acc[..3].iter_mut().zip([c.delta_rho, c.ux, c.uy]) {
+                    *slot += w * value;
+                }
+            }
+        }
+        // Strain: central differences at the four inner points, bilinear between
+        // them; it only enters through the small non-equilibrium part.
+        for (dj, weight_y) in [(0usize, 1.0 - wy), (1, wy)] {
+            for (di, weight_x) in [(0usize, 1.0 - wx), (1, wx)] {
+                let (i, j) = (di + 1, dj + 1);
+                let dux_dx = 0.5 * (m[j][i + 1].ux - m[j][i - 1].ux);
+                let duy_dy = 0.5 * (m[j + 1][i].uy - m[j - 1][i].uy);
+                let dux_dy = 0.5 * (m[j + 1][i].ux - m[j - 1][i].ux);
+                let duy_dx = 0.5 * (m[j][i + 1].uy - m[j][i - 1].uy);
+                let w = weight_x * weight_y;
+                for (slot, value) in acc[3..].iter_mut().zip([dux_dx, duy_dy, 0.5 * (dux_dy + duy_dx)]) {
+                    *slot += w * value;
+                }
+            }
+        }
+        let [delta_rho, ux, uy, sxx, syy, sxy] = acc;
+        let rho = 1.0 + delta_rho;
+        let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
+        let post = rebuild_post_collision(
+            delta_rho,
+            [ux + 0.5 * fine_force[0] / rho, uy + 0.5 * fine_force[1] / rho],
+            k.tau_fine,
+            [0.5 * sxx, 0.5 * syy, 0.5 * sxy],
+        );
+        let index = k.fine.index(fx, fy);
+        for (i, value) in post.iter().enumerate() {
+            fine[i * fine_plane + index] = *value;
+        }
+    }
+}
+
+/// Weights of the 4-point Lagrange interpolation at `t` in [0, 1] between the
+/// second and third of four equally spaced points.
+#[inline]
+pub fn lagrange4(t: f32) -> [f32; 4] {
+    [
+        -t * (t - 1.0) * (t - 2.0) / 6.0,
+        (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
+        -(t + 1.0) * t * (t - 2.0) / 2.0,
+        (t + 1.0) * t * (t - 1.0) / 6.0,
+    ]
+}
+
+/// Allocation coordinates of ghost-band cell `cell`: bottom rows, top rows, then
+/// the left and right columns between them (the order kernels/refine.cu uses).
+pub fn band_cell(layout: &Layout, ghost: u32, cell: usize) -> (u32, u32) {
+    let cell = cell as u32;
+    let strip = ghost * layout.nx;
+    if cell < strip {
+        (cell % layout.nx, cell / layout.nx)
+    } else if cell < 2 * strip {
+        let c = cell - strip;
+        (c % layout.nx, layout.ny - ghost + c / layout.nx)
+    } else {
+        let c = cell - 2 * strip;
+        let row = ghost + c / (2 * ghost);
+        let col = c % (2 * ghost);
+        let x = if col < ghost { col } else { layout.nx - 2 * ghost + col };
+        (x, row)
+    }
+}
+
+/// Post-collision populations for given moments: equilibrium plus the even
+/// non-equilibrium part after one relaxation, `(1 - 1/τ) f^neq`.
+#[inline]
+fn rebuild_post_collision(delta_rho: f32, u: [f32; 2], tau: f32, strain: [f32; 3]) -> [f32; Q] {
+    let m = Moments {
+        delta_rho,
+        ux: u[0],
+        uy: u[1],
+    };
+    let feq = lattice::equilibrium(m);
+    let fneq = lattice::non_equilibrium(m.rho(), tau, strain);
+    let keep = 1.0 - 1.0 / tau;
+    std::array::from_fn(|i| feq[i] + keep * fneq[i])
+}
+
+/// Fine-to-coarse coupling of every covered parent cell: the mass- and
+/// momentum-weighted average of its 2x2 fine cells, with the strain rate of that
+/// block doubled into parent lattice units and rebuilt with the parent's τ.
+pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]) {
+    let fine_plane = k.fine.plane_cells();
+    let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
+    let cov = k.covered;
+    par_row_bands(coarse, &k.coarse, |first, rows, band| {
+        for cy in first.max(cov.y0)..(first + rows).min(cov.y1) {
+            for cx in cov.x0..cov.x1 {
+                let fx0 = k.fine_active_origin + 2 * (cx - cov.x0);
+                let fy0 = k.fine_active_origin + 2 * (cy - cov.y0);
+                let m: [[Moments; 2]; 2] = std::array::from_fn(|dy| {
+                    std::array::from_fn(|dx| {
+                        let index = k.fine.index(fx0 + dx as u32, fy0 + dy as u32);
+                        lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]])
+                    })
+                });
+                let cells = m.iter().flatten();
+                let delta_rho = 0.25 * cells.clone().map(|c| c.delta_rho).sum::<f32>();
+                let jx = 0.25 * cells.clone().map(|c| c.rho() * c.ux).sum::<f32>();
+                let jy = 0.25 * cells.map(|c| c.rho() * c.uy).sum::<f32>();
+                let rho = 1.0 + delta_rho;
+                // Differences across the 2x2 block are centred on the parent cell;
+                // one fine spacing is half a parent spacing, hence no 1/2 here.
+                let dux_dx = (m[0][1].ux + m[1][1].ux) - (m[0][0].ux + m[1][0].ux);
+                let duy_dx = (m[0][1].uy + m[1][1].uy) - (m[0][0].uy + m[1][0].uy);
+                let dux_dy = (m[1][0].ux + m[1][1].ux) - (m[0][0].ux + m[0][1].ux);
+                let duy_dy = (m[1][0].uy + m[1][1].uy) - (m[0][0].uy + m[0][1].uy);
+                let post = rebuild_post_collision(
+                    delta_rho,
+                    [
+                        (jx + 0.5 * k.coarse_force[0]) / rho,
+                        (jy + 0.5 * k.coarse_force[1]) / rho,
+                    ],
+                    k.tau_coarse,
+                    [dux_dx, duy_dy, 0.5 * (dux_dy + duy_dx)],
+                );
+                band.set(k.coarse.index(cx, cy), &post);
+            }
+        }
+    });
+}
+
+/// Mass-flux bookkeeping of one fine hop at the coarse-fine interface.
+///
+/// For every ghost cell `g` of a ring cell and every direction `j` with
+/// `g + c_j` active, the fine hop moves `f_j(g)` in and `f_opp(j)(g + c_j)` out;
+/// a quarter (the fine cell's area in parent cells) of the difference is added
+/// to the ring cell's slot. In and out directions pair up with equal weights, so
+/// the shifted populations give the difference without cancellation error.
+pub fn accumulate_fine_flux(k: &AccumulateFineFlux, fine: &[f32], flux: &mut [f32]) {
+    let layout = k.layout;
+    let plane = layout.plane_cells();
+    let covered = fine_covered(&layout);
+    let active = Rect::new(GHOST, GHOST, layout.nx - GHOST, layout.ny - GHOST);
+    for (slot, value) in flux
+        .iter_mut()
+        .enumerate()
+        .take(ring_cells(covered.width(), covered.height()))
+    {
+        let (cx, cy) = ring_cell(&covered, slot);
+        let mut net = 0.0f32;
+        for (a, b) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let (gx, gy) = (2 * cx + a, 2 * cy + b);
+            let g = layout.index(gx, gy);
+            for j in 1..Q {
+                let (nx, ny) = (gx as i64 + C[j][0] as i64, gy as i64 + C[j][1] as i64);
+                if nx < 0 || ny < 0 || !active.contains(nx as u32, ny as u32) {
+                    continue;
+                }
+                let n = layout.index(nx as u32, ny as u32);
+                net += fine[j * plane + g] - fine[OPP[j] * plane + n];
+            }
+        }
+        *value += 0.25 * net;
+    }
+}
+
+/// Reflux at the coarse-fine interface. Over the parent's hop, the mass the
+/// parent moved between the ring and the covered cells (read from `t0`, the
+/// post-collision state the hop pulled from) plus the fine flux of the two fine
+/// hops is what the coupling created or lost. Its sum over the ring is taken out
+/// of the ring cells of `t1` in equal shares, each spread over the populations in
+/// proportion to the weights, which leaves momentum unchanged. Only the sum is
+/// used: per cell, coarse and fine links attribute corner fluxes to different ring
+/// cells, so a cell-by-cell correction would move mass along the ring even in a
+/// uniform flow that the coupling already carries exactly. The flux slots are
+/// reset for the next hop.
+pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f32], flux: &mut [f32]) {
+    let layout = k.coarse;
+    let plane = layout.plane_cells();
+    let cov = k.covered;
+    let n_ring = ring_cells(cov.width(), cov.height());
+    let mut excess = 0.0f64;
+    for (slot, fine_flux) in flux.iter_mut().enumerate().take(n_ring) {
+        let (x, y) = ring_cell(&cov, slot);
+        let index = layout.index(x, y);
+        let mut coarse_net = 0.0f32;
+        for j in 1..Q {
+            let (nx, ny) = (x as i64 + C[j][0] as i64, y as i64 + C[j][1] as i64);
+            if nx < 0 || ny < 0 || !cov.contains(nx as u32, ny as u32) {
+                continue;
+            }
+            let n = layout.index(nx as u32, ny as u32);
+            coarse_net += t0[OPP[j] * plane + n] - t0[j * plane + index];
+        }
+        excess += (coarse_net + *fine_flux) as f64;
+        *fine_flux = 0.0;
+    }
+    let share = (excess / n_ring as f64) as f32;
+    for slot in 0..n_ring {
+        let (x, y) = ring_cell(&cov, slot);
+        let index = layout.index(x, y);
+        for (i, w) in W.iter().enumerate() {
+            t1[i * plane + index] -= share * w;
+        }
+    }
+}
+
+/// Momentum exchange on half-way bounce-back links: each link gives the body
+/// `2 c_i f_i*`; torque is taken about the body centre with the lever arm stored
+/// in the link table. Sums run in link order so the result is reproducible.
+pub fn accumulate_exchange(
+    k: &AccumulateExchange,
+    f: &[f32],
+    links: &[u32],
+    interval: &mut [f64],
+    mut window: Option<&mut [f64]>,
+) {
+    let plane = k.plane_cells as usize;
+    for link in links.chunks_exact(LINK_WORDS).take(k.n_links as usize) {
+        let cell = link[0] as usize;
+        let dir = (link[1] & 15) as usize;
+        let body = (link[1] >> 4) as usize;
+        let (rx, ry) = (f32::from_bits(link[2]) as f64, f32::from_bits(link[3]) as f64);
+        let population = (f[dir * plane + cell] + W[dir]) as f64;
+        let fx = 2.0 * C[dir][0] as f64 * population;
+        let fy = 2.0 * C[dir][1] as f64 * population;
+        let contribution = [fx, fy, rx * fy - ry * fx];
+        let base = body * EXCHANGE_WORDS;
+        for (slot, value) in interval[base..base + 3].iter_mut().zip(contribution) {
+            *slot += value;
+        }
+        if let Some(w) = window.as_deref_mut() {
+            for (slot, value) in w[base..base + 3].iter_mut().zip(contribution) {
+                *slot += value;
+            }
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Ledgers the stepper publishes: the raw momentum exchange of the last interval,
+//! the exchange window since it was opened, and the memory ledger.
+//!
+//! Times are counted in base intervals. Force integrals are the sum over the
+//! body level's hops of the per-hop momentum exchange times the hop's length
+//! (`2^-level` base intervals), in lattice force units of the body's level, so
+//! `force[k] / (time_end - time_start)` is the mean force over the span.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// Momentum exchange on one body over a span of base intervals.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExchangeRecord {
+    pub body: usize,
+    pub level: usize,
+    pub time_start: u64,
+    pub time_end: u64,
+    /// Hops of the body's level that contributed.
+    pub sample_count: u64,
+    /// Time integral of (Fx, Fy).
+    pub force: [f64; 2],
+    /// Time integral of the torque about the body centre.
+    pub torque: f64,
+}
+
+impl ExchangeRecord {
+    /// The mean force over the span, in lattice units of the body's level.
+    pub fn mean_force(&self) -> [f64; 2] {
+        let span = (self.time_end - self.time_start) as f64;
+        [self.force[0] / span, self.force[1] / span]
+    }
+}
+
+/// Device bytes by buffer name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MemoryLedger {
+    pub entries: BTreeMap<String, u64>,
+}
+
+impl MemoryLedger {
+    pub fn add(&mut self, name: impl Into<String>, bytes: u64) {
+        *self.entries.entry(name.into()).or_default() += bytes;
+    }
+    pub fn total(&self) -> u64 {
+        self.entries.values().sum()
+    }
+}

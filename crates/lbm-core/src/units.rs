@@ -1,0 +1,114 @@
+//! Physical units (m, s, kg/m^3, m^2/s) to lattice units and back.
+//!
+//! The base level's cell size follows from a resolution (cells per reference
+//! length) and its time step from a chosen lattice velocity (the reference
+//! velocity in lattice units). Finer levels halve both (acoustic scaling), which
+//! doubles the lattice viscosity per level; see [`crate::LatticeConfig::tau_at`].
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// Conversion factors of the base level.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct UnitSystem {
+    /// Base cell size, m.
+    pub dx: f64,
+    /// Base time step, s.
+    pub dt: f64,
+    /// Reference density, kg/m^3.
+    pub density: f64,
+}
+
+impl UnitSystem {
+    /// `cells_per_length` base cells span `reference_length`; `reference_velocity`
+    /// (m/s) becomes `lattice_velocity` in lattice units.
+    pub fn new(
+        reference_length: f64,
+        cells_per_length: f64,
+        reference_velocity: f64,
+        lattice_velocity: f64,
+        density: f64,
+    ) -> Result<Self> {
+        positive("reference_length", reference_length)?;
+        positive("resolution", cells_per_length)?;
+        positive("reference_velocity", reference_velocity)?;
+        positive("density", density)?;
+        if !(lattice_velocity > 0.0 && lattice_velocity < 0.5) {
+            return Err(Error::parameter(
+                "lattice_velocity",
+                lattice_velocity,
+                "between 0 and 0.5 exclusive (Mach number below about 0.87; 0.05 to 0.1 is usual)",
+            ));
+        }
+        let dx = reference_length / cells_per_length;
+        Ok(UnitSystem {
+            dx,
+            dt: lattice_velocity * dx / reference_velocity,
+            density,
+        })
+    }
+
+    /// Lattice kinematic viscosity on the base level.
+    pub fn viscosity_to_lattice(&self, nu: f64) -> f64 {
+        nu * self.dt / (self.dx * self.dx)
+    }
+
+    /// τ of the base level for kinematic viscosity `nu` (m^2/s).
+    pub fn tau(&self, nu: f64) -> f64 {
+        3.0 * self.viscosity_to_lattice(nu) + 0.5
+    }
+
+    /// A velocity in lattice units (the same on every level).
+    pub fn velocity_to_lattice(&self, u: f64) -> f64 {
+        u * self.dt / self.dx
+    }
+
+    /// A body acceleration (m/s^2) as a base-level lattice force density at rest density.
+    pub fn acceleration_to_lattice(&self, g: f64) -> f64 {
+        g * self.dt * self.dt / self.dx
+    }
+
+    /// A lattice force on `level` (2D: per unit depth) in N/m.
+    pub fn force_to_physical(&self, level: usize, force: f64) -> f64 {
+        let scale = 0.5f64.powi(level as i32);
+        let (dx, dt) = (self.dx * scale, self.dt * scale);
+        force * self.density * dx * dx * dx / (dt * dt) / dx
+    }
+
+    /// A length in base lattice units.
+    pub fn length_to_lattice(&self, length: f64) -> f64 {
+        length / self.dx
+    }
+}
+
+fn positive(key: &str, value: f64) -> Result<()> {
+    if value > 0.0 && value.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::parameter(key, value, "a finite number above 0"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dfg_like_scaling_round_trips() {
+        let units = UnitSystem::new(0.1, 20.0, 1.0, 0.05, 1.0).unwrap();
+        assert!((units.dx - 0.005).abs() < 1e-15);
+        assert!((units.velocity_to_lattice(1.0) - 0.05).abs() < 1e-15);
+        // nu = 1e-3 m^2/s: nu_lat = 1e-3 * dt / dx^2 with dt = 2.5e-4.
+        assert!((units.viscosity_to_lattice(1e-3) - 0.01).abs() < 1e-12);
+        assert!((units.tau(1e-3) - 0.53).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bad_units_name_the_key() {
+        let e = UnitSystem::new(0.1, 20.0, 1.0, 0.7, 1.0).unwrap_err().to_string();
+        assert!(e.contains("lattice_velocity") && e.contains("0.5"), "{e}");
+        let e = UnitSystem::new(0.1, -3.0, 1.0, 0.05, 1.0).unwrap_err().to_string();
+        assert!(e.contains("resolution"), "{e}");
+    }
+}

@@ -1,0 +1,511 @@
+//! GPU tests: every kernel on `CudaDriver` against the `CpuDriver` reference on
+//! random inputs, and a whole refined run with a body on both backends.
+//!
+//! They need an NVIDIA GPU and are `#[ignore]`d so that plain `cargo test` passes
+//! everywhere; run them on the device machine with `--include-ignored` (as
+//! `gpu-pack/run.sh` does). Outputs are poisoned (NaN, or random garbage for
+//! kernels that accumulate) before each launch, so a cell the GPU forgets to
+//! write shows up as a mismatch; nothing is ever tested on zeros. Results are
+//! compared with a tolerance (1e-5 relative and absolute for f32, 1e-9 for the
+//! f64 exchange sums, whose atomic order differs); how many values agree bit for
+//! bit is printed as well, since the kernels are meant to round exactly like the
+//! CPU. What these tests do not do: time anything (that is `cargo xtask bench`).
+
+use bytemuck::Pod;
+use lbm_core::cpu::{FLAG_FLUID, FLAG_SOLID};
+use lbm_core::geometry::{Body, Shape};
+use lbm_core::hierarchy::{HierarchySpec, Layout, Rect};
+use lbm_core::lattice::{self, Collision, Moments, Q};
+use lbm_core::launch::{
+    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
+    RestrictToParent, StreamCollide, fine_covered, ring_cells,
+};
+use lbm_core::plan::Action;
+use lbm_core::{BufferId, CpuDriver, Driver, ExecConfig, Kernel, LatticeConfig, Launch, Stepper};
+use lbm_cuda::CudaDriver;
+
+/// splitmix64: small, seeded, good enough for test data.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn range(&mut self, lo: f64, hi: f64) -> f32 {
+        (lo + (hi - lo) * self.unit()) as f32
+    }
+    fn below(&mut self, n: u32) -> u32 {
+        (self.next() % n as u64) as u32
+    }
+}
+
+/// Shifted populations of a plausible flow: per cell the equilibrium of random
+/// moments plus random non-equilibrium noise; the padding of partial tiles too.
+fn random_populations(rng: &mut Rng, plane: usize) -> Vec<f32> {
+    let mut f = vec![0.0f32; Q * plane];
+    for cell in 0..plane {
+        let feq = lattice::equilibrium(Moments {
+            delta_rho: rng.range(-0.05, 0.05),
+            ux: rng.range(-0.08, 0.08),
+            uy: rng.range(-0.08, 0.08),
+        });
+        for (i, v) in feq.iter().enumerate() {
+            f[i * plane + cell] = v + rng.range(-2e-3, 2e-3);
+        }
+    }
+    f
+}
+
+fn garbage(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.range(-1e-2, 1e-2)).collect()
+}
+
+/// The same buffers on both backends, allocated in the same order so that their
+/// ids agree and one `Launch` serves both.
+struct Twin {
+    cpu: CpuDriver,
+    gpu: CudaDriver,
+}
+
+impl Twin {
+    fn new() -> Twin {
+        let gpu = CudaDriver::new(0).expect("these tests need a CUDA device");
+        eprintln!("device: {}", gpu.device_name());
+        Twin {
+            cpu: CpuDriver::new(),
+            gpu,
+        }
+    }
+
+    fn buffer<T: Pod>(&mut self, label: &str, data: &[T]) -> BufferId {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let id = self.cpu.alloc(label, bytes.len()).unwrap();
+        assert_eq!(self.gpu.alloc(label, bytes.len()).unwrap(), id, "buffer ids diverged");
+        self.cpu.upload(id, 0, bytes).unwrap();
+        self.gpu.upload(id, 0, bytes).unwrap();
+        id
+    }
+
+    fn launch(&mut self, launch: &Launch) {
+        self.cpu.launch(launch).unwrap();
+        self.gpu.launch(launch).unwrap();
+        self.gpu.synchronize().unwrap();
+    }
+
+    fn download<T: Pod>(&mut self, id: BufferId, n: usize) -> (Vec<T>, Vec<T>) {
+        let mut cpu = vec![T::zeroed(); n];
+        let mut gpu = vec![T::zeroed(); n];
+        self.cpu.download(id, 0, bytemuck::cast_slice_mut(&mut cpu)).unwrap();
+        self.gpu.download(id, 0, bytemuck::cast_slice_mut(&mut gpu)).unwrap();
+        (cpu, gpu)
+    }
+
+    fn compare_f32(&mut self, what: &str, id: BufferId, n: usize) {
+        let (cpu, gpu) = self.download::<f32>(id, n);
+        assert_close(what, &cpu, &gpu, 1e-5);
+    }
+}
+
+/// Element-wise `|gpu - cpu| <= tol * (1 + |cpu|)`, NaN only where the CPU has
+/// NaN (a poisoned value neither backend wrote). Prints how many agree exactly.
+fn assert_close<T: Copy + Into<f64>>(what: &str, cpu: &[T], gpu: &[T], tol: f64) {
+    assert_eq!(cpu.len(), gpu.len(), "{what}: lengths differ");
+    let mut exact = 0usize;
+    let mut worst = (0.0f64, 0usize);
+    let mut bad = Vec::new();
+    for (k, (c, g)) in cpu.iter().zip(gpu).enumerate() {
+        let (c, g): (f64, f64) = ((*c).into(), (*g).into());
+        if c.is_nan() || g.is_nan() {
+            if c.is_nan() != g.is_nan() {
+                bad.push(format!("[{k}] cpu {c} gpu {g}"));
+            }
+            exact += 1;
+            continue;
+        }
+        if c.to_bits() == g.to_bits() {
+            exact += 1;
+        }
+        let diff = (g - c).abs();
+        if diff > worst.0 {
+            worst = (diff, k);
+        }
+        if diff.is_nan() || diff > tol * (1.0 + c.abs()) {
+            bad.push(format!("[{k}] cpu {c:e} gpu {g:e} diff {diff:e}"));
+        }
+    }
+    eprintln!(
+        "{what}: {exact} of {} values bit-identical, max |diff| {:e} at {}",
+        cpu.len(),
+        worst.0,
+        worst.1
+    );
+    assert!(
+        bad.is_empty(),
+        "{what}: {} of {} values differ beyond {tol:e}; first: {}",
+        bad.len(),
+        cpu.len(),
+        bad.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+    );
+}
+
+const TRT_OMEGA_PLUS: f32 = 1.0 / 0.8;
+/// ω⁻ for τ⁺ = 0.8 and the magic parameter 3/16.
+const TRT_OMEGA_MINUS: f32 = 1.0 / (0.5 + 0.1875 / 0.3);
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
+    use Edge::{Ghost as G, Periodic as P, Wall as W};
+    let mut twin = Twin::new();
+    let mut rng = Rng(1);
+    let (nx, ny) = (21, 19);
+    let inner = Rect::new(2, 3, 19, 17);
+    let whole = Rect::new(0, 0, nx, ny);
+    let cases: [([Edge; 4], Rect); 8] = [
+        ([P, P, P, P], inner),
+        ([P, P, P, P], whole),
+        ([W, W, W, W], inner),
+        ([W, W, P, P], whole),
+        ([G, G, G, G], inner),
+        ([P, P, W, W], inner),
+        ([W, G, P, P], inner),
+        ([G, W, W, G], inner),
+    ];
+    for tile in [[nx, ny], [4, 4], [8, 3]] {
+        let layout = Layout { nx, ny, tile };
+        let plane = layout.plane_cells();
+        for (case, (edges, active)) in cases.iter().enumerate() {
+            for force in [[0.0, 0.0], [1e-4, -5e-5]] {
+                let flags: Vec<u8> = (0..plane)
+                    .map(|_| if rng.below(100) < 8 { FLAG_SOLID } else { FLAG_FLUID })
+                    .collect();
+                let src = twin.buffer("src", &random_populations(&mut rng, plane));
+                let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
+                let flags = twin.buffer("flags", &flags);
+                let wall_velocity = std::array::from_fn(|_| [rng.range(-0.05, 0.05), rng.range(-0.05, 0.05)]);
+                let launch = StreamCollide {
+                    src,
+                    dst,
+                    flags,
+                    layout,
+                    active: *active,
+                    edges: *edges,
+                    wall_velocity,
+                    omega_plus: TRT_OMEGA_PLUS,
+                    omega_minus: TRT_OMEGA_MINUS,
+                    force,
+                }
+                .launch();
+                twin.launch(&launch);
+                let what = format!("stream_collide tile {tile:?} case {case} edges {edges:?} force {force:?}");
+                twin.compare_f32(&what, dst, Q * plane);
+            }
+        }
+    }
+}
+
+/// A three-level hierarchy with two patches on level 1, as the stepper builds it.
+fn refined_lattice(bodies: Vec<Body>) -> LatticeConfig {
+    LatticeConfig {
+        hierarchy: HierarchySpec {
+            base: [48, 40],
+            levels: vec![
+                vec![Rect::new(8, 8, 24, 24), Rect::new(30, 10, 40, 30)],
+                vec![Rect::new(24, 24, 40, 40)],
+            ],
+        },
+        collision: Collision::default(),
+        tau: 0.7,
+        force: [2e-6, -1e-6],
+        edges: [Edge::Periodic, Edge::Periodic, Edge::Wall, Edge::Wall],
+        wall_velocity: [[0.0; 2], [0.0; 2], [0.0; 2], [0.03, 0.0]],
+        bodies,
+    }
+}
+
+const TILINGS: [&[Option<[u32; 2]>]; 3] = [
+    &[],
+    &[Some([4, 4]), Some([4, 4]), Some([4, 4])],
+    &[Some([8, 4]), None, Some([3, 5])],
+];
+
+/// Runs every coupling launch of a real hop plan on both backends, each on
+/// fresh random inputs with the plan's geometry (layouts, offsets, covered
+/// rectangles, relaxation times, forces) and buffers of its own.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn coupling_kernels_match_the_cpu_on_plan_geometry() {
+    let mut twin = Twin::new();
+    let mut rng = Rng(2);
+    for tiles in TILINGS {
+        let exec = ExecConfig {
+            tiles: tiles.to_vec(),
+            ..ExecConfig::default()
+        };
+        let plan = Stepper::new(CpuDriver::new(), refined_lattice(Vec::new()), exec)
+            .unwrap()
+            .plan();
+        let mut seen = std::collections::BTreeSet::new();
+        for step in plan.interval(0) {
+            let Action::Launch(launch) = &step.action else {
+                continue;
+            };
+            let what = format!("{} (tiles {tiles:?})", step.name);
+            match launch.kernel {
+                Kernel::FillGhost => {
+                    let mut k = FillGhost::decode(launch).unwrap();
+                    let (coarse, fine) = (k.coarse.plane_cells(), k.fine.plane_cells());
+                    k.coarse_t = twin.buffer("coarse_t", &random_populations(&mut rng, coarse));
+                    k.coarse_t1 = twin.buffer("coarse_t1", &random_populations(&mut rng, coarse));
+                    k.fine_dst = twin.buffer("fine_dst", &vec![f32::NAN; Q * fine]);
+                    twin.launch(&k.launch());
+                    twin.compare_f32(&what, k.fine_dst, Q * fine);
+                }
+                Kernel::RestrictToParent => {
+                    let mut k = RestrictToParent::decode(launch).unwrap();
+                    let (coarse, fine) = (k.coarse.plane_cells(), k.fine.plane_cells());
+                    k.fine_src = twin.buffer("fine_src", &random_populations(&mut rng, fine));
+                    k.coarse_dst = twin.buffer("coarse_dst", &vec![f32::NAN; Q * coarse]);
+                    twin.launch(&k.launch());
+                    twin.compare_f32(&what, k.coarse_dst, Q * coarse);
+                }
+                Kernel::AccumulateFineFlux => {
+                    let mut k = AccumulateFineFlux::decode(launch).unwrap();
+                    let covered = fine_covered(&k.layout);
+                    let n_ring = ring_cells(covered.width(), covered.height());
+                    k.fine = twin.buffer("fine", &random_populations(&mut rng, k.layout.plane_cells()));
+                    k.flux = twin.buffer("flux", &garbage(&mut rng, n_ring));
+                    twin.launch(&k.launch());
+                    twin.compare_f32(&what, k.flux, n_ring);
+                }
+                Kernel::CorrectInterfaceMass => {
+                    let mut k = CorrectInterfaceMass::decode(launch).unwrap();
+                    let plane = k.coarse.plane_cells();
+                    let n_ring = ring_cells(k.covered.width(), k.covered.height());
+                    k.coarse_t = twin.buffer("coarse_t", &random_populations(&mut rng, plane));
+                    k.coarse_t1 = twin.buffer("coarse_t1", &random_populations(&mut rng, plane));
+                    k.flux = twin.buffer("flux", &garbage(&mut rng, n_ring));
+                    twin.launch(&k.launch());
+                    twin.compare_f32(&what, k.coarse_t1, Q * plane);
+                    twin.compare_f32(&format!("{what} flux"), k.flux, n_ring);
+                }
+                _ => continue,
+            }
+            seen.insert(launch.kernel);
+        }
+        assert_eq!(seen.len(), 4, "the plan lacks a coupling kernel: saw {seen:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn accumulate_exchange_matches_the_cpu() {
+    let mut twin = Twin::new();
+    let mut rng = Rng(3);
+    let plane = 700usize;
+    let n_bodies = 3usize;
+    for (n_links, window) in [
+        (1u32, "own"),
+        (5000, "own"),
+        (5000, "same"),
+        (5000, "closed"),
+        (0, "own"),
+    ] {
+        let f = twin.buffer("f", &random_populations(&mut rng, plane));
+        let links: Vec<u32> = (0..n_links)
+            .flat_map(|_| {
+                [
+                    rng.below(plane as u32),
+                    (1 + rng.below(8)) | (rng.below(n_bodies as u32) << 4),
+                    rng.range(-6.0, 6.0).to_bits(),
+                    rng.range(-6.0, 6.0).to_bits(),
+                ]
+            })
+            .collect();
+        assert_eq!(links.len(), LINK_WORDS * n_links as usize);
+        let links = twin.buffer("links", &links);
+        let words = n_bodies * EXCHANGE_WORDS;
+        let start: Vec<f64> = (0..words).map(|_| rng.range(-10.0, 10.0) as f64).collect();
+        let interval = twin.buffer("interval", &start);
+        let window_buffer = match window {
+            "same" => interval,
+            _ => twin.buffer("window", &start),
+        };
+        let launch = AccumulateExchange {
+            f,
+            plane_cells: plane as u32,
+            links,
+            n_links,
+            interval,
+            window: window_buffer,
+            window_on: window != "same" && window != "closed",
+        }
+        .launch();
+        twin.launch(&launch);
+        let (cpu, gpu) = twin.download::<f64>(interval, words);
+        assert_close(
+            &format!("exchange interval, {n_links} links, window {window}"),
+            &cpu,
+            &gpu,
+            1e-9,
+        );
+        if window_buffer != interval {
+            let (cpu, gpu) = twin.download::<f64>(window_buffer, words);
+            assert_close(
+                &format!("exchange window, {n_links} links, window {window}"),
+                &cpu,
+                &gpu,
+                1e-9,
+            );
+            if window == "closed" {
+                assert_eq!(gpu, start, "a closed window must stay untouched");
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn driver_operations_match_the_cpu() {
+    let mut twin = Twin::new();
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+    let a = twin.buffer("a", &bytes);
+    // A fresh buffer is zeroed.
+    let b = twin.cpu.alloc("b", 300).unwrap();
+    assert_eq!(twin.gpu.alloc("b", 300).unwrap(), b);
+    let (cpu, gpu) = twin.download::<u8>(b, 300);
+    assert_eq!(gpu, cpu);
+    assert!(gpu.iter().all(|v| *v == 0));
+    for d in [&mut twin.cpu as &mut dyn Driver, &mut twin.gpu] {
+        d.memset_async(a, 10, 20, 0xAB).unwrap();
+        d.copy_async(a, 100, b, 50, 200).unwrap();
+        d.copy_async(a, 0, a, 600, 100).unwrap();
+        d.upload(b, 290, &[7; 10]).unwrap();
+        d.synchronize().unwrap();
+    }
+    let (cpu, gpu) = twin.download::<u8>(a, 1000);
+    assert_eq!(gpu, cpu);
+    let (cpu, gpu) = twin.download::<u8>(b, 300);
+    assert_eq!(gpu, cpu);
+    let mut tail = [0u8; 4];
+    twin.gpu.download(a, 996, &mut tail).unwrap();
+    assert_eq!(&tail, &bytes[996..]);
+
+    // Out-of-range and unknown buffers are errors, as on the CPU.
+    let message = twin.gpu.upload(b, 299, &[1, 2]).unwrap_err().to_string();
+    assert!(
+        message.contains("cuda") && message.contains("past the 300 bytes of `b`"),
+        "{message}"
+    );
+    twin.gpu.free(b).unwrap();
+    let message = twin.gpu.download(b, 0, &mut tail).unwrap_err().to_string();
+    assert!(message.contains(&format!("unknown buffer {}", b.0)), "{message}");
+    let message = twin.gpu.copy_async(a, 0, a, 50, 100).unwrap_err().to_string();
+    assert!(message.contains("overlap"), "{message}");
+    assert!(twin.gpu.free_memory().unwrap() > 0);
+    // A zero-byte buffer is allowed.
+    let empty = twin.gpu.alloc("empty", 0).unwrap();
+    twin.gpu.upload(empty, 0, &[]).unwrap();
+    twin.gpu.synchronize().unwrap();
+}
+
+/// A cylinder on level 1 of a refined channel, with exchange observed.
+fn body_lattice() -> LatticeConfig {
+    let mut lattice = refined_lattice(vec![Body {
+        shape: Shape::Circle {
+            center: [15.0, 16.0],
+            radius: 2.5,
+        },
+        level: 1,
+    }]);
+    lattice.force = [5e-6, 0.0];
+    lattice
+}
+
+fn initial_flow(_level: usize, x: f64, y: f64) -> Moments {
+    let (tx, ty) = (std::f64::consts::TAU * x / 48.0, std::f64::consts::TAU * y / 40.0);
+    Moments {
+        delta_rho: (0.01 * tx.sin() * ty.cos()) as f32,
+        ux: (0.04 + 0.01 * ty.sin()) as f32,
+        uy: (0.01 * tx.cos()) as f32,
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn stepper_runs_match_the_cpu_on_a_refined_case_with_a_body() {
+    for tiles in [TILINGS[0], TILINGS[2]] {
+        let exec = ExecConfig {
+            tiles: tiles.to_vec(),
+            observe_raw_exchange: true,
+            observe_window_exchange: true,
+        };
+        let cpu = Stepper::new(CpuDriver::new(), body_lattice(), exec.clone()).unwrap();
+        let gpu = Stepper::new(CudaDriver::new(0).unwrap(), body_lattice(), exec).unwrap();
+        assert_eq!(gpu.plan(), cpu.plan(), "both backends must replay the same plan");
+        cpu.initialize(initial_flow).unwrap();
+        gpu.initialize(initial_flow).unwrap();
+        cpu.step(1).unwrap();
+        gpu.step(1).unwrap();
+        cpu.start_exchange_window().unwrap();
+        gpu.start_exchange_window().unwrap();
+        for batch in [1u64, 3, 2] {
+            cpu.step(batch).unwrap();
+            gpu.step(batch).unwrap();
+            let at = format!("tiles {tiles:?}, step {}", cpu.step_count());
+            let hierarchy = cpu.hierarchy();
+            for (level, patches) in hierarchy.levels.iter().enumerate() {
+                for p in 0..patches.len() {
+                    let (c, g) = (cpu.download(level, p).unwrap(), gpu.download(level, p).unwrap());
+                    assert_close(&format!("populations L{level}.p{p}, {at}"), &c, &g, 1e-5);
+                    let (c, g) = (cpu.fields(level, p).unwrap(), gpu.fields(level, p).unwrap());
+                    for (name, c, g) in [
+                        ("delta_rho", &c.delta_rho, &g.delta_rho),
+                        ("ux", &c.ux, &g.ux),
+                        ("uy", &c.uy, &g.uy),
+                    ] {
+                        let (c, g): (Vec<f32>, Vec<f32>) = (c.iter().copied().collect(), g.iter().copied().collect());
+                        assert_close(&format!("{name} L{level}.p{p}, {at}"), &c, &g, 1e-5);
+                    }
+                }
+            }
+            let (c, g) = (cpu.read_raw_exchange(0).unwrap(), gpu.read_raw_exchange(0).unwrap());
+            assert_eq!(
+                (g.time_start, g.time_end, g.sample_count),
+                (c.time_start, c.time_end, c.sample_count)
+            );
+            assert_close(
+                &format!("raw exchange, {at}"),
+                &[c.force[0], c.force[1], c.torque],
+                &[g.force[0], g.force[1], g.torque],
+                1e-6,
+            );
+            assert!(c.force[0].abs() > 0.0, "the body feels the flow");
+            let (c, g) = (
+                cpu.read_exchange_window(0).unwrap(),
+                gpu.read_exchange_window(0).unwrap(),
+            );
+            assert_eq!(
+                (g.time_start, g.time_end, g.sample_count),
+                (c.time_start, c.time_end, c.sample_count)
+            );
+            assert_close(
+                &format!("exchange window, {at}"),
+                &[c.force[0], c.force[1], c.torque],
+                &[g.force[0], g.force[1], g.torque],
+                1e-6,
+            );
+            let (c, g) = (cpu.total_mass().unwrap(), gpu.total_mass().unwrap());
+            assert!((c - g).abs() <= 1e-6 * c.abs(), "total mass, {at}: cpu {c} gpu {g}");
+        }
+        cpu.close().unwrap();
+        gpu.close().unwrap();
+    }
+}

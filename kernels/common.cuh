@@ -1,0 +1,222 @@
+// common.cuh: the D2Q9 lattice and storage layout shared by every kernel family.
+//
+// What it is: device-side twins of lbm_core::lattice (velocities, weights,
+// shifted equilibrium, moments, second-order non-equilibrium, TRT collision with
+// Guo forcing) and of lbm_core::hierarchy::Layout::index (the tiled cell index).
+// Each function mirrors its Rust counterpart operation for operation, in f32 and
+// in the same order, so that with FMA contraction off (see `cargo xtask ptx`) a
+// kernel computes the same bits as the CPU reference. Populations are stored
+// minus their weights (f_i - w_i), exactly as on the CPU.
+//
+// What it does not do: no kernel lives here, nothing touches global memory
+// except through the index helpers, and no boundary logic (that is lbm.cu's).
+#pragma once
+
+#define LBM_Q 9
+
+// Cell flag values, identical to lbm_core::cpu::{FLAG_FLUID, FLAG_SOLID}.
+#define LBM_FLAG_FLUID 0
+#define LBM_FLAG_SOLID 1
+
+// Edge kinds, identical to lbm_core::launch::Edge as u32.
+#define LBM_EDGE_PERIODIC 0u
+#define LBM_EDGE_WALL 1u
+#define LBM_EDGE_GHOST 2u
+
+// Ghost band width, lbm_core::hierarchy::GHOST.
+#define LBM_GHOST 4u
+
+// Words per link and per body accumulator, lbm_core::launch::{LINK_WORDS, EXCHANGE_WORDS}.
+#define LBM_LINK_WORDS 4u
+#define LBM_EXCHANGE_WORDS 4u
+
+// Lattice velocities c_i: rest, the four axis directions, then the diagonals.
+// Written as selects rather than tables so that every unrolled use folds to a
+// constant and a data-dependent direction costs no memory load.
+__device__ __forceinline__ int lbm_cx(int i) {
+    return (int)(i == 1 || i == 5 || i == 8) - (int)(i == 3 || i == 6 || i == 7);
+}
+__device__ __forceinline__ int lbm_cy(int i) {
+    return (int)(i == 2 || i == 5 || i == 6) - (int)(i == 4 || i == 7 || i == 8);
+}
+// Index of the opposite velocity: 0 3 4 1 2 7 8 5 6.
+__device__ __forceinline__ int lbm_opp(int i) {
+    return i == 0 ? 0 : (i < 5 ? ((i + 1) & 3) + 1 : ((i - 3) & 3) + 5);
+}
+// Lattice weights, each the correctly rounded f32 of its fraction (as in Rust).
+__device__ __forceinline__ float lbm_w(int i) {
+    return i == 0 ? 4.0f / 9.0f : (i < 5 ? 1.0f / 9.0f : 1.0f / 36.0f);
+}
+
+// Squared lattice speed of sound, the f32 nearest 1/3 as in lattice::CS2.
+#define LBM_CS2 (1.0f / 3.0f)
+
+// A storage layout: allocation size and tile shape (lbm_core::hierarchy::Layout).
+struct Layout {
+    unsigned int nx;
+    unsigned int ny;
+    unsigned int tx;
+    unsigned int ty;
+};
+
+__device__ __forceinline__ Layout make_layout(unsigned int nx, unsigned int ny, unsigned int tx,
+                                              unsigned int ty) {
+    Layout l;
+    l.nx = nx;
+    l.ny = ny;
+    l.tx = tx;
+    l.ty = ty;
+    return l;
+}
+
+// Cells in one population plane, padding of partial tiles included.
+__device__ __forceinline__ size_t plane_cells(Layout l) {
+    size_t tiles_x = (l.nx + l.tx - 1) / l.tx;
+    size_t tiles_y = (l.ny + l.ty - 1) / l.ty;
+    return tiles_x * tiles_y * (size_t)l.tx * (size_t)l.ty;
+}
+
+// Storage index of cell (x, y): row-major tiles, row-major inside each tile.
+__device__ __forceinline__ size_t cell_index(Layout l, unsigned int x, unsigned int y) {
+    size_t tiles_x = (l.nx + l.tx - 1) / l.tx;
+    size_t tile = (size_t)(y / l.ty) * tiles_x + (size_t)(x / l.tx);
+    return tile * ((size_t)l.tx * (size_t)l.ty) + (size_t)(y % l.ty) * l.tx + (size_t)(x % l.tx);
+}
+
+// Density minus one and velocity of one cell (lattice::Moments).
+struct Moments {
+    float delta_rho;
+    float ux;
+    float uy;
+};
+
+__device__ __forceinline__ float moments_rho(Moments m) { return 1.0f + m.delta_rho; }
+
+// lattice::moments: density and velocity with half the force added to the momentum.
+__device__ __forceinline__ Moments moments(const float f[LBM_Q], float force_x, float force_y) {
+    float delta_rho = 0.0f;
+    float jx = 0.0f;
+    float jy = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        delta_rho += f[i];
+        jx += f[i] * (float)lbm_cx(i);
+        jy += f[i] * (float)lbm_cy(i);
+    }
+    float rho = 1.0f + delta_rho;
+    Moments m;
+    m.delta_rho = delta_rho;
+    m.ux = (jx + 0.5f * force_x) / rho;
+    m.uy = (jy + 0.5f * force_y) / rho;
+    return m;
+}
+
+// lattice::equilibrium: shifted equilibrium f_i^eq - w_i.
+__device__ __forceinline__ void equilibrium(Moments m, float feq[LBM_Q]) {
+    float rho = moments_rho(m);
+    float usq = m.ux * m.ux + m.uy * m.uy;
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        float cu = (float)lbm_cx(i) * m.ux + (float)lbm_cy(i) * m.uy;
+        feq[i] = lbm_w(i) * (m.delta_rho + rho * (3.0f * cu + 4.5f * cu * cu - 1.5f * usq));
+    }
+}
+
+// lattice::non_equilibrium: -w_i rho tau / cs2 * Q_i : S for strain (sxx, syy, sxy).
+__device__ __forceinline__ void non_equilibrium(float rho, float tau, float sxx, float syy, float sxy,
+                                                float fneq[LBM_Q]) {
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        float cx = (float)lbm_cx(i);
+        float cy = (float)lbm_cy(i);
+        float q_s = (cx * cx - LBM_CS2) * sxx + (cy * cy - LBM_CS2) * syy + 2.0f * cx * cy * sxy;
+        fneq[i] = -lbm_w(i) * rho * tau / LBM_CS2 * q_s;
+    }
+}
+
+// lattice::guo_source: Guo's forcing term before its relaxation factor.
+__device__ __forceinline__ void guo_source(Moments m, float force_x, float force_y, float s[LBM_Q]) {
+    if (force_x == 0.0f && force_y == 0.0f) {
+#pragma unroll
+        for (int i = 0; i < LBM_Q; ++i) {
+            s[i] = 0.0f;
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        float cx = (float)lbm_cx(i);
+        float cy = (float)lbm_cy(i);
+        float cu = cx * m.ux + cy * m.uy;
+        float term_x = 3.0f * (cx - m.ux) + 9.0f * cu * cx;
+        float term_y = 3.0f * (cy - m.uy) + 9.0f * cu * cy;
+        s[i] = lbm_w(i) * (term_x * force_x + term_y * force_y);
+    }
+}
+
+// lattice::collide: one TRT collision (BGK when omega_minus == omega_plus) with
+// Guo forcing, in place on shifted populations.
+__device__ __forceinline__ void collide(float f[LBM_Q], float omega_plus, float omega_minus, float force_x,
+                                        float force_y) {
+    Moments m = moments(f, force_x, force_y);
+    float feq[LBM_Q];
+    equilibrium(m, feq);
+    float source[LBM_Q];
+    guo_source(m, force_x, force_y, source);
+    float pre[LBM_Q];
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        pre[i] = f[i];
+    }
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        int o = lbm_opp(i);
+        float even_neq = 0.5f * ((pre[i] - feq[i]) + (pre[o] - feq[o]));
+        float odd_neq = 0.5f * ((pre[i] - feq[i]) - (pre[o] - feq[o]));
+        float even_src = 0.5f * (source[i] + source[o]);
+        float odd_src = 0.5f * (source[i] - source[o]);
+        f[i] = pre[i] - omega_plus * even_neq - omega_minus * odd_neq + (1.0f - 0.5f * omega_plus) * even_src +
+               (1.0f - 0.5f * omega_minus) * odd_src;
+    }
+}
+
+// cpu::rebuild_post_collision: equilibrium plus (1 - 1/tau) times the even
+// non-equilibrium part for the given moments and strain rate.
+__device__ __forceinline__ void rebuild_post_collision(float delta_rho, float ux, float uy, float tau, float sxx,
+                                                       float syy, float sxy, float post[LBM_Q]) {
+    Moments m;
+    m.delta_rho = delta_rho;
+    m.ux = ux;
+    m.uy = uy;
+    float feq[LBM_Q];
+    equilibrium(m, feq);
+    float fneq[LBM_Q];
+    non_equilibrium(moments_rho(m), tau, sxx, syy, sxy, fneq);
+    float keep = 1.0f - 1.0f / tau;
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        post[i] = feq[i] + keep * fneq[i];
+    }
+}
+
+// Reads the nine populations of storage cell `index` from planes of `plane` cells.
+__device__ __forceinline__ void read_cell(const float* __restrict__ f, size_t plane, size_t index,
+                                          float out[LBM_Q]) {
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        out[i] = f[(size_t)i * plane + index];
+    }
+}
+
+__device__ __forceinline__ void write_cell(float* __restrict__ f, size_t plane, size_t index,
+                                           const float value[LBM_Q]) {
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        f[(size_t)i * plane + index] = value[i];
+    }
+}
+
+// The global thread index of a one-dimensional launch.
+__device__ __forceinline__ unsigned long long thread_index() {
+    return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+}

@@ -1,0 +1,204 @@
+// refine.cu: the coupling between a refined patch and its parent.
+//
+// `fill_ghost` (coarse to fine) rebuilds every ghost-band cell of a fine patch
+// from its parent: density and velocity interpolated bicubically (4-point
+// Lagrange) in space, the strain rate by central differences on the parent and
+// bilinearly between them, all linearly in time by `alpha`, and turned into
+// fine post-collision populations with the fine tau.
+// One thread per band cell, in the order of lbm_core::cpu::band_cell: bottom
+// rows, top rows, then the left and right columns between them.
+//
+// `restrict_to_parent` (fine to coarse) overwrites every parent cell the fine
+// active region covers with the mass- and momentum-weighted average of its 2x2
+// fine cells, the strain of that block rebuilt with the parent's tau. One thread
+// per covered parent cell, row-major.
+//
+// Both mirror lbm_core::cpu::{fill_ghost, restrict_to_parent} operation for
+// operation. What they do not do: no stream or collision of their own, no check
+// that the stencil stays inside the parent (the host validates the geometry
+// before launching), and no handling of solid cells in the coupling zone (the
+// hierarchy keeps bodies away from patch edges).
+#include "common.cuh"
+
+// The moments of parent cell (x, y), mixed in time, with the physical velocity
+// (post-collision momentum minus half the force): cpu::parent_moments.
+__device__ __forceinline__ Moments parent_moments(const float* __restrict__ coarse_t,
+                                                  const float* __restrict__ coarse_t1, Layout coarse, size_t plane,
+                                                  unsigned int x, unsigned int y, float alpha, float force_x,
+                                                  float force_y) {
+    const size_t index = cell_index(coarse, x, y);
+    float f[LBM_Q];
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        const float a = coarse_t[(size_t)i * plane + index];
+        const float b = coarse_t1[(size_t)i * plane + index];
+        f[i] = a + alpha * (b - a);
+    }
+    return moments(f, -force_x, -force_y);
+}
+
+// cpu::lagrange4: weights of the 4-point Lagrange interpolation at t in [0, 1]
+// between the second and third of four equally spaced points.
+__device__ __forceinline__ void lagrange4(float t, float w[4]) {
+    w[0] = -t * (t - 1.0f) * (t - 2.0f) / 6.0f;
+    w[1] = (t + 1.0f) * (t - 1.0f) * (t - 2.0f) / 2.0f;
+    w[2] = -(t + 1.0f) * t * (t - 2.0f) / 2.0f;
+    w[3] = (t + 1.0f) * t * (t - 1.0f) / 6.0f;
+}
+
+extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const float* __restrict__ coarse_t1,
+                                      float* __restrict__ fine_dst, unsigned int coarse_nx, unsigned int coarse_ny,
+                                      unsigned int coarse_tile_x, unsigned int coarse_tile_y, unsigned int fine_nx,
+                                      unsigned int fine_ny, unsigned int fine_tile_x, unsigned int fine_tile_y,
+                                      unsigned int offset_x, unsigned int offset_y, float alpha, float tau_coarse,
+                                      float tau_fine, float coarse_force_x, float coarse_force_y) {
+    (void)tau_coarse;  // The parent's tau is not needed: strain comes from velocity differences.
+    const Layout coarse = make_layout(coarse_nx, coarse_ny, coarse_tile_x, coarse_tile_y);
+    const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
+    const unsigned long long band = 2ull * LBM_GHOST * fine_nx + 2ull * LBM_GHOST * (fine_ny - 2 * LBM_GHOST);
+    const unsigned long long t = thread_index();
+    if (t >= band) {
+        return;
+    }
+
+    // cpu::band_cell.
+    const unsigned int cell = (unsigned int)t;
+    const unsigned int strip = LBM_GHOST * fine_nx;
+    unsigned int fx;
+    unsigned int fy;
+    if (cell < strip) {
+        fx = cell % fine_nx;
+        fy = cell / fine_nx;
+    } else if (cell < 2 * strip) {
+        const unsigned int c = cell - strip;
+        fx = c % fine_nx;
+        fy = fine_ny - LBM_GHOST + c / fine_nx;
+    } else {
+        const unsigned int c = cell - 2 * strip;
+        const unsigned int row = LBM_GHOST + c / (2 * LBM_GHOST);
+        const unsigned int col = c % (2 * LBM_GHOST);
+        fx = col < LBM_GHOST ? col : fine_nx - 2 * LBM_GHOST + col;
+        fy = row;
+    }
+
+    const float px = (float)offset_x + ((float)fx + 0.5f) * 0.5f - 0.5f;
+    const float py = (float)offset_y + ((float)fy + 0.5f) * 0.5f - 0.5f;
+    const unsigned int x0 = (unsigned int)floorf(px);
+    const unsigned int y0 = (unsigned int)floorf(py);
+    const float wx = px - (float)x0;
+    const float wy = py - (float)y0;
+
+    // Moments on the 4x4 parent stencil around the four interpolation points.
+    const size_t coarse_plane = plane_cells(coarse);
+    Moments m[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            m[j][i] = parent_moments(coarse_t, coarse_t1, coarse, coarse_plane, x0 + i - 1, y0 + j - 1, alpha,
+                                     coarse_force_x, coarse_force_y);
+        }
+    }
+
+    // Density and velocity: bicubic (4-point Lagrange in each direction).
+    float lx[4];
+    float ly[4];
+    lagrange4(wx, lx);
+    lagrange4(wy, ly);
+    float acc[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float w = lx[i] * ly[j];
+            acc[0] += w * m[j][i].delta_rho;
+            acc[1] += w * m[j][i].ux;
+            acc[2] += w * m[j][i].uy;
+        }
+    }
+    // Strain: central differences at the four inner points, bilinear between them.
+#pragma unroll
+    for (int dj = 0; dj < 2; ++dj) {
+        const float weight_y = dj == 0 ? 1.0f - wy : wy;
+#pragma unroll
+        for (int di = 0; di < 2; ++di) {
+            const float weight_x = di == 0 ? 1.0f - wx : wx;
+            const int i = di + 1;
+            const int j = dj + 1;
+            const float dux_dx = 0.5f * (m[j][i + 1].ux - m[j][i - 1].ux);
+            const float duy_dy = 0.5f * (m[j + 1][i].uy - m[j - 1][i].uy);
+            const float dux_dy = 0.5f * (m[j + 1][i].ux - m[j - 1][i].ux);
+            const float duy_dx = 0.5f * (m[j][i + 1].uy - m[j][i - 1].uy);
+            const float w = weight_x * weight_y;
+            acc[3] += w * dux_dx;
+            acc[4] += w * duy_dy;
+            acc[5] += w * (0.5f * (dux_dy + duy_dx));
+        }
+    }
+    const float delta_rho = acc[0];
+    const float rho = 1.0f + delta_rho;
+    const float fine_force_x = 0.5f * coarse_force_x;
+    const float fine_force_y = 0.5f * coarse_force_y;
+    // The strain is halved: the fine lattice units of length and time are both
+    // half the parent's.
+    float post[LBM_Q];
+    rebuild_post_collision(delta_rho, acc[1] + 0.5f * fine_force_x / rho, acc[2] + 0.5f * fine_force_y / rho,
+                           tau_fine, 0.5f * acc[3], 0.5f * acc[4], 0.5f * acc[5], post);
+    write_cell(fine_dst, plane_cells(fine), cell_index(fine, fx, fy), post);
+}
+
+extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src, float* __restrict__ coarse_dst,
+                                              unsigned int fine_nx, unsigned int fine_ny, unsigned int fine_tile_x,
+                                              unsigned int fine_tile_y, unsigned int coarse_nx,
+                                              unsigned int coarse_ny, unsigned int coarse_tile_x,
+                                              unsigned int coarse_tile_y, unsigned int covered_x0,
+                                              unsigned int covered_y0, unsigned int covered_x1,
+                                              unsigned int covered_y1, unsigned int fine_active_origin,
+                                              float tau_coarse, float tau_fine, float coarse_force_x,
+                                              float coarse_force_y) {
+    (void)tau_fine;  // The fine populations enter through their moments only.
+    const unsigned int width = covered_x1 - covered_x0;
+    const unsigned long long t = thread_index();
+    if (t >= (unsigned long long)width * (covered_y1 - covered_y0)) {
+        return;
+    }
+    const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
+    const Layout coarse = make_layout(coarse_nx, coarse_ny, coarse_tile_x, coarse_tile_y);
+    const unsigned int cx = covered_x0 + (unsigned int)(t % width);
+    const unsigned int cy = covered_y0 + (unsigned int)(t / width);
+    const float fine_force_x = 0.5f * coarse_force_x;
+    const float fine_force_y = 0.5f * coarse_force_y;
+    const unsigned int fx0 = fine_active_origin + 2 * (cx - covered_x0);
+    const unsigned int fy0 = fine_active_origin + 2 * (cy - covered_y0);
+    const size_t fine_plane = plane_cells(fine);
+
+    Moments m[2][2];
+#pragma unroll
+    for (int dy = 0; dy < 2; ++dy) {
+#pragma unroll
+        for (int dx = 0; dx < 2; ++dx) {
+            float f[LBM_Q];
+            read_cell(fine_src, fine_plane, cell_index(fine, fx0 + dx, fy0 + dy), f);
+            m[dy][dx] = moments(f, -fine_force_x, -fine_force_y);
+        }
+    }
+    // Sums in the order m[0][0], m[0][1], m[1][0], m[1][1], as the CPU's iterator.
+    const float delta_rho = 0.25f * (((m[0][0].delta_rho + m[0][1].delta_rho) + m[1][0].delta_rho) + m[1][1].delta_rho);
+    const float rho = 1.0f + delta_rho;
+    const float jx = 0.25f * (((moments_rho(m[0][0]) * m[0][0].ux + moments_rho(m[0][1]) * m[0][1].ux) +
+                               moments_rho(m[1][0]) * m[1][0].ux) +
+                              moments_rho(m[1][1]) * m[1][1].ux);
+    const float jy = 0.25f * (((moments_rho(m[0][0]) * m[0][0].uy + moments_rho(m[0][1]) * m[0][1].uy) +
+                               moments_rho(m[1][0]) * m[1][0].uy) +
+                              moments_rho(m[1][1]) * m[1][1].uy);
+    // Differences across the 2x2 block are centred on the parent cell; one fine
+    // spacing is half a parent spacing, hence no 1/2 here.
+    const float dux_dx = (m[0][1].ux + m[1][1].ux) - (m[0][0].ux + m[1][0].ux);
+    const float duy_dx = (m[0][1].uy + m[1][1].uy) - (m[0][0].uy + m[1][0].uy);
+    const float dux_dy = (m[1][0].ux + m[1][1].ux) - (m[0][0].ux + m[0][1].ux);
+    const float duy_dy = (m[1][0].uy + m[1][1].uy) - (m[0][0].uy + m[0][1].uy);
+    float post[LBM_Q];
+    rebuild_post_collision(delta_rho, (jx + 0.5f * coarse_force_x) / rho, (jy + 0.5f * coarse_force_y) / rho,
+                           tau_coarse, dux_dx, duy_dy, 0.5f * (dux_dy + duy_dx), post);
+    write_cell(coarse_dst, plane_cells(coarse), cell_index(coarse, cx, cy), post);
+}

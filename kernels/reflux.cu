@@ -1,0 +1,153 @@
+// reflux.cu: mass bookkeeping at the coarse-fine interface (reflux).
+//
+// `accumulate_fine_flux` adds, for every parent ring cell around a fine patch
+// (ring cells in lbm_core::launch::ring_cell order, in "fine allocation, parent
+// resolution" coordinates), a quarter of the mass its ghost cells send into the
+// active region minus the mass the active region sends back, for the coming
+// fine hop. One thread per ring cell; the flux slots accumulate over both fine
+// hops.
+//
+// `correct_interface_mass` sums, over the ring, the mass the parent moved
+// between the ring and the covered cells during its hop (read from `coarse_t`)
+// plus the fine flux, takes that sum out of the ring cells of `coarse_t1` in
+// equal shares spread over the populations by weight, and zeroes the flux
+// slots. It runs as exactly one block of 256 threads: each thread sums its
+// strided slots in f64 and a fixed tree combines the partial sums, so the
+// result is deterministic run to run.
+//
+// Both mirror lbm_core::cpu::{accumulate_fine_flux, correct_interface_mass}
+// per cell. What they do not do: the CPU sums the ring in slot order and this
+// kernel in tree order (both in f64), so the share can differ from the CPU's in
+// the last bit; they do not check the geometry (the host validates it) and do
+// not touch the covered cells' populations.
+#include "common.cuh"
+
+#define LBM_REFLUX_THREADS 256
+
+// lbm_core::launch::ring_cell: the k-th parent cell at Chebyshev distance one
+// from `covered`: the row below (corners included), the row above, then the
+// left and right columns between them.
+__device__ __forceinline__ void ring_cell(unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1,
+                                          unsigned int k, unsigned int* x, unsigned int* y) {
+    const unsigned int w = x1 - x0;
+    const unsigned int h = y1 - y0;
+    const unsigned int row = w + 2;
+    unsigned int rx;
+    unsigned int ry;
+    if (k < row) {
+        rx = x0 + k;
+        ry = y0;
+    } else if (k < 2 * row) {
+        rx = x0 + k - row;
+        ry = y1 + 1;
+    } else if (k < 2 * row + h) {
+        rx = x0;
+        ry = y0 + 1 + k - 2 * row;
+    } else {
+        rx = x1 + 1;
+        ry = y0 + 1 + k - 2 * row - h;
+    }
+    // Computed one cell up and right so nothing goes below zero; shift back.
+    *x = rx - 1;
+    *y = ry - 1;
+}
+
+__device__ __forceinline__ unsigned int ring_cells(unsigned int w, unsigned int h) { return 2 * (w + 2) + 2 * h; }
+
+extern "C" __global__ void accumulate_fine_flux(const float* __restrict__ fine, float* __restrict__ flux,
+                                                unsigned int nx, unsigned int ny, unsigned int tile_x,
+                                                unsigned int tile_y) {
+    // lbm_core::launch::fine_covered.
+    const unsigned int g = LBM_GHOST / 2;
+    const unsigned int cov_x0 = g;
+    const unsigned int cov_y0 = g;
+    const unsigned int cov_x1 = nx / 2 - g;
+    const unsigned int cov_y1 = ny / 2 - g;
+    const unsigned long long t = thread_index();
+    if (t >= ring_cells(cov_x1 - cov_x0, cov_y1 - cov_y0)) {
+        return;
+    }
+    const Layout layout = make_layout(nx, ny, tile_x, tile_y);
+    const size_t plane = plane_cells(layout);
+    unsigned int cx;
+    unsigned int cy;
+    ring_cell(cov_x0, cov_y0, cov_x1, cov_y1, (unsigned int)t, &cx, &cy);
+
+    float net = 0.0f;
+#pragma unroll
+    for (int corner = 0; corner < 4; ++corner) {
+        // The CPU's order: (0, 0), (1, 0), (0, 1), (1, 1).
+        const unsigned int gx = 2 * cx + (unsigned int)(corner & 1);
+        const unsigned int gy = 2 * cy + (unsigned int)(corner >> 1);
+        const size_t gi = cell_index(layout, gx, gy);
+#pragma unroll
+        for (int j = 1; j < LBM_Q; ++j) {
+            const int px = (int)gx + lbm_cx(j);
+            const int py = (int)gy + lbm_cy(j);
+            if (px < (int)LBM_GHOST || py < (int)LBM_GHOST || px >= (int)(nx - LBM_GHOST) ||
+                py >= (int)(ny - LBM_GHOST)) {
+                continue;
+            }
+            const size_t n = cell_index(layout, (unsigned int)px, (unsigned int)py);
+            net += fine[(size_t)j * plane + gi] - fine[(size_t)lbm_opp(j) * plane + n];
+        }
+    }
+    flux[t] += 0.25f * net;
+}
+
+extern "C" __global__ void correct_interface_mass(const float* __restrict__ coarse_t, float* __restrict__ coarse_t1,
+                                                  float* __restrict__ flux, unsigned int nx, unsigned int ny,
+                                                  unsigned int tile_x, unsigned int tile_y, unsigned int x0,
+                                                  unsigned int y0, unsigned int x1, unsigned int y1) {
+    __shared__ double partial[LBM_REFLUX_THREADS];
+    // The host launches exactly one block of LBM_REFLUX_THREADS threads.
+    if (blockIdx.x != 0 || blockDim.x != LBM_REFLUX_THREADS) {
+        return;
+    }
+    const Layout layout = make_layout(nx, ny, tile_x, tile_y);
+    const size_t plane = plane_cells(layout);
+    const unsigned int n_ring = ring_cells(x1 - x0, y1 - y0);
+    const unsigned int tid = threadIdx.x;
+
+    double local = 0.0;
+    for (unsigned int slot = tid; slot < n_ring; slot += LBM_REFLUX_THREADS) {
+        unsigned int x;
+        unsigned int y;
+        ring_cell(x0, y0, x1, y1, slot, &x, &y);
+        const size_t index = cell_index(layout, x, y);
+        float coarse_net = 0.0f;
+#pragma unroll
+        for (int j = 1; j < LBM_Q; ++j) {
+            const int px = (int)x + lbm_cx(j);
+            const int py = (int)y + lbm_cy(j);
+            if (px < (int)x0 || py < (int)y0 || px >= (int)x1 || py >= (int)y1) {
+                continue;
+            }
+            const size_t n = cell_index(layout, (unsigned int)px, (unsigned int)py);
+            coarse_net += coarse_t[(size_t)lbm_opp(j) * plane + n] - coarse_t[(size_t)j * plane + index];
+        }
+        local += (double)(coarse_net + flux[slot]);
+    }
+    partial[tid] = local;
+    __syncthreads();
+#pragma unroll
+    for (unsigned int stride = LBM_REFLUX_THREADS / 2; stride > 0; stride >>= 1) {
+        if (tid < stride) {
+            partial[tid] += partial[tid + stride];
+        }
+        __syncthreads();
+    }
+    const float share = (float)(partial[0] / (double)n_ring);
+
+    for (unsigned int slot = tid; slot < n_ring; slot += LBM_REFLUX_THREADS) {
+        unsigned int x;
+        unsigned int y;
+        ring_cell(x0, y0, x1, y1, slot, &x, &y);
+        const size_t index = cell_index(layout, x, y);
+#pragma unroll
+        for (int i = 0; i < LBM_Q; ++i) {
+            coarse_t1[(size_t)i * plane + index] -= share * lbm_w(i);
+        }
+        flux[slot] = 0.0f;
+    }
+}

@@ -1,0 +1,123 @@
+//! The `lbm` binary end to end: a real case on the CPU backend, the outputs it
+//! writes, and the errors it gives for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn lbm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lbm"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lbm-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn case_path() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("cases/cavity-re100.toml")
+        .display()
+        .to_string()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn run_writes_a_summary_and_refuses_to_overwrite_it() {
+    let out = scratch("run");
+    let out_arg = out.display().to_string();
+    let case = case_path();
+    let output = lbm(&["run", &case, "--backend", "cpu", "--out", &out_arg, "--steps", "30"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["steps"], 30);
+    assert_eq!(summary["backend"], "cpu");
+    assert!(summary["mlups"].as_f64().unwrap() > 0.0);
+    assert!(summary["mass_drift"].as_f64().unwrap().abs() < 1e-6);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        manifest["resolved"]["lattice"]["hierarchy"]["base"],
+        serde_json::json!([64, 64])
+    );
+
+    let again = lbm(&["run", &case, "--backend", "cpu", "--out", &out_arg, "--steps", "1"]);
+    assert!(!again.status.success());
+    assert!(stderr(&again).contains("not empty"), "{}", stderr(&again));
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(kept["steps"], 30, "a refused run must leave the earlier outputs alone");
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
+fn bad_input_is_named_before_any_work() {
+    let dir = scratch("bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(case_path()).unwrap();
+    for (name, edit, expect) in [
+        (
+            "unknown-key",
+            text.replace("density = 1.0", "density = 1.0\ncolour = 2"),
+            "colour",
+        ),
+        (
+            "viscosity",
+            text.replace("viscosity = 0.01", "viscosity = -0.01"),
+            "fluid.viscosity",
+        ),
+        (
+            "patch",
+            text.replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.01, 0.25, 0.75, 0.75]]"),
+            "too close to the edge",
+        ),
+    ] {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, edit).unwrap();
+        let out = dir.join(format!("{name}-out"));
+        let output = lbm(&[
+            "run",
+            &path.display().to_string(),
+            "--backend",
+            "cpu",
+            "--out",
+            &out.display().to_string(),
+        ]);
+        assert!(!output.status.success(), "{name} was accepted");
+        assert!(stderr(&output).contains(expect), "{name}: {}", stderr(&output));
+        assert!(
+            !out.exists(),
+            "{name}: refused input must not create the output directory"
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn asking_for_cuda_without_a_driver_is_an_error_not_a_panic() {
+    if lbm_cuda::device_available() {
+        return;
+    }
+    let out = scratch("cuda");
+    let output = lbm(&[
+        "run",
+        &case_path(),
+        "--backend",
+        "cuda",
+        "--out",
+        &out.display().to_string(),
+        "--steps",
+        "1",
+    ]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(message.contains("CUDA") && !message.contains("panicked"), "{message}");
+    let _ = std::fs::remove_dir_all(out);
+}

@@ -1,0 +1,544 @@
+//! Host contract of `Stepper::step(n)` (DESIGN.md §4), checked on the recording
+//! `MockDriver`: one wait per call, `step(n)` enqueues exactly what n calls of
+//! `step(1)` enqueue, the raw-exchange ledger and the exchange window publish
+//! only after the wait, and any failure leaves the stepper refusing everything.
+//! Snapshots of the step(1) log pin the launch plan so every change to it shows
+//! in review.
+//!
+//! These tests look only at what the host enqueues and publishes; the numbers the
+//! kernels compute are the CPU physics tests' business (`tests/physics.rs`),
+//! except that the executing mock must match `CpuDriver` bit for bit.
+
+use lbm_core::geometry::{Body, Shape};
+use lbm_core::hierarchy::{HierarchySpec, Rect};
+use lbm_core::lattice::{Collision, Moments};
+use lbm_core::launch::Edge;
+use lbm_core::plan::Action;
+use lbm_core::{CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Status, Stepper};
+use mock_driver::{Event, EventKind, LoggedArg, MockDriver, MockHandle, render};
+
+/// Index of the only body of every fixture.
+const BODY: usize = 0;
+
+/// A refined box with one circular body on its finest level.
+#[derive(Clone, Copy, Debug)]
+struct Fixture {
+    name: &'static str,
+    base: [u32; 2],
+    /// Patches of levels 1, 2, …, one per level, each in its parent level's
+    /// global coordinates.
+    patches: &'static [Rect],
+    /// Circle centre and radius in base lattice units, on the finest level.
+    body: ([f64; 2], f64),
+}
+
+/// 48x48 base and three nested patches; level 3 covers base cells 14..18.
+const FOUR_LEVEL: Fixture = Fixture {
+    name: "four_level",
+    base: [48, 48],
+    patches: &[
+        Rect::new(6, 6, 26, 26),
+        Rect::new(20, 20, 44, 44),
+        Rect::new(56, 56, 72, 72),
+    ],
+    body: ([16.0, 16.0], 0.6),
+};
+
+/// 32x32 base and one patch covering base cells 8..24.
+const TWO_LEVEL: Fixture = Fixture {
+    name: "two_level",
+    base: [32, 32],
+    patches: &[Rect::new(8, 8, 24, 24)],
+    body: ([16.0, 16.0], 1.5),
+};
+
+impl Fixture {
+    fn n_levels(&self) -> usize {
+        self.patches.len() + 1
+    }
+
+    fn body_level(&self) -> usize {
+        self.patches.len()
+    }
+
+    /// Hops of the body's level per base interval.
+    fn hops(&self) -> u64 {
+        1 << self.body_level()
+    }
+
+    fn lattice(&self) -> LatticeConfig {
+        let (center, radius) = self.body;
+        LatticeConfig {
+            hierarchy: HierarchySpec {
+                base: self.base,
+                levels: self.patches.iter().map(|r| vec![*r]).collect(),
+            },
+            collision: Collision::default(),
+            tau: 0.6,
+            force: [0.0, 0.0],
+            edges: [Edge::Wall; 4],
+            wall_velocity: [[0.0; 2]; 4],
+            bodies: vec![Body {
+                shape: Shape::Circle { center, radius },
+                level: self.body_level(),
+            }],
+        }
+    }
+
+    fn exec(&self, window: bool) -> ExecConfig {
+        ExecConfig {
+            tiles: vec![Some([4, 4]); self.n_levels()],
+            observe_raw_exchange: true,
+            observe_window_exchange: window,
+        }
+    }
+
+    fn stepper_on<D: Driver>(&self, driver: D, window: bool) -> Stepper<D> {
+        Stepper::new(driver, self.lattice(), self.exec(window))
+            .unwrap_or_else(|e| panic!("{}: the fixture is valid: {e}", self.name))
+    }
+
+    /// A stepper on a non-executing mock, its log cleared of construction.
+    fn build(&self, window: bool) -> (Stepper<MockDriver>, MockHandle) {
+        let driver = MockDriver::new();
+        let handle = driver.handle();
+        let stepper = self.stepper_on(driver, window);
+        handle.clear_log();
+        (stepper, handle)
+    }
+}
+
+fn step(stepper: &Stepper<MockDriver>, n: u64) {
+    stepper.step(n).unwrap_or_else(|e| panic!("step({n}): {e}"));
+}
+
+fn raw(stepper: &Stepper<MockDriver>) -> (u64, u64, u64) {
+    let r = stepper
+        .read_raw_exchange(BODY)
+        .expect("raw exchange after a completed step");
+    (r.time_start, r.time_end, r.sample_count)
+}
+
+fn window(stepper: &Stepper<MockDriver>) -> (u64, u64, u64) {
+    let r = stepper.read_exchange_window(BODY).expect("an open exchange window");
+    (r.time_start, r.time_end, r.sample_count)
+}
+
+fn without_synchronize(events: Vec<Event>) -> Vec<Event> {
+    events
+        .into_iter()
+        .filter(|e| e.kind() != EventKind::Synchronize)
+        .collect()
+}
+
+/// The label of the first buffer argument of a launch (its source populations).
+fn first_buffer(event: &Event) -> Option<String> {
+    match event {
+        Event::Launch { args, .. } => args.iter().find_map(|a| match a {
+            LoggedArg::Buffer { buffer, .. } => buffer.label.clone(),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// `stream_collide` launches in `events` per level, from the source buffer's
+/// `L{level}.` label prefix.
+fn stream_collides_per_level(events: &[Event], n_levels: usize) -> Vec<usize> {
+    (0..n_levels)
+        .map(|level| {
+            let prefix = format!("L{level}.");
+            events
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e,
+                        Event::Launch {
+                            kernel: Kernel::StreamCollide,
+                            ..
+                        }
+                    )
+                })
+                .filter(|e| first_buffer(e).is_some_and(|l| l.starts_with(&prefix)))
+                .count()
+        })
+        .collect()
+}
+
+/// Checks the log of one `step(1)`: the interval integral is zeroed first, level
+/// l stream-collides 2^l times, the body level exchanges once per hop, and the
+/// one wait is the last event.
+fn check_step1(fixture: Fixture, window_on: bool) {
+    let context = format!("{} window {window_on}", fixture.name);
+    let (stepper, handle) = fixture.build(window_on);
+    step(&stepper, 1);
+    let log = handle.log();
+    assert_eq!(handle.count(EventKind::Synchronize), 1, "{context}");
+    assert_eq!(log.last(), Some(&Event::Synchronize), "{context}");
+    let interval = format!("L{}.exchange.interval", fixture.body_level());
+    assert!(
+        matches!(&log[0], Event::Memset { buffer, value: 0, .. } if buffer.label.as_deref() == Some(interval.as_str())),
+        "{context}: the first event zeroes the interval integral, got {}",
+        log[0]
+    );
+    assert_eq!(handle.count(EventKind::Memset), 1, "{context}");
+    assert_eq!(handle.count(EventKind::Error), 0, "{context}");
+    let per_level: Vec<usize> = (0..fixture.n_levels()).map(|l| 1 << l).collect();
+    assert_eq!(
+        stream_collides_per_level(&log, fixture.n_levels()),
+        per_level,
+        "{context}"
+    );
+    let kernels = handle.launch_kernels();
+    let count = |k: Kernel| kernels.iter().filter(|x| **x == k).count();
+    assert_eq!(
+        count(Kernel::StreamCollide),
+        per_level.iter().sum::<usize>(),
+        "{context}"
+    );
+    assert_eq!(count(Kernel::AccumulateExchange) as u64, fixture.hops(), "{context}");
+    assert_eq!(
+        (stepper.step_count(), stepper.status()),
+        (1, Status::Ready),
+        "{context}"
+    );
+}
+
+#[test]
+fn step1_zeroes_the_integral_first_and_waits_once_last() {
+    check_step1(FOUR_LEVEL, false);
+    check_step1(FOUR_LEVEL, true);
+    check_step1(TWO_LEVEL, false);
+}
+
+/// Checks that `step(n)` logs the launches of n `step(1)` calls on an identical
+/// stepper, in the same order on the same ping-pong buffers, with one wait.
+fn check_batched(fixture: Fixture, n: u64, window_on: bool) {
+    let context = format!("{} step({n}) window {window_on}", fixture.name);
+    let (single, single_log) = fixture.build(window_on);
+    let mut expect = Vec::new();
+    for _ in 0..n {
+        step(&single, 1);
+        expect.extend(without_synchronize(single_log.take_log()));
+    }
+    let (batched, batched_log) = fixture.build(window_on);
+    step(&batched, n);
+    let got = batched_log.log();
+    assert_eq!(got.last(), Some(&Event::Synchronize), "{context}");
+    assert_eq!(batched_log.count(EventKind::Synchronize), 1, "{context}");
+    assert_eq!(
+        batched_log.count(EventKind::Memset) as u64,
+        n,
+        "{context}: one zeroing per interval"
+    );
+    // Compare the renderings: a difference then shows as readable lines.
+    assert_eq!(render(&got[..got.len() - 1]), render(&expect), "{context}");
+    // Level 0 alternates its ping-pong pair from one interval to the next.
+    let base_sources: Vec<String> = got
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Launch {
+                    kernel: Kernel::StreamCollide,
+                    ..
+                }
+            )
+        })
+        .filter_map(first_buffer)
+        .filter(|l| l.starts_with("L0."))
+        .collect();
+    let pair = ["L0.p0.f.a", "L0.p0.f.b"];
+    let alternating: Vec<String> = (0..n as usize).map(|k| pair[k % 2].to_owned()).collect();
+    assert_eq!(base_sources, alternating, "{context}");
+    assert_eq!(batched.step_count(), single.step_count(), "{context}");
+    assert_eq!(raw(&batched), raw(&single), "{context}");
+    // Both end on the same `current` buffer of every level: downloads read the same ids.
+    let current = |stepper: &Stepper<MockDriver>, handle: &MockHandle| {
+        handle.clear_log();
+        for level in 0..fixture.n_levels() {
+            stepper.download(level, 0).expect("download");
+        }
+        handle.render()
+    };
+    assert_eq!(
+        current(&batched, &batched_log),
+        current(&single, &single_log),
+        "{context}"
+    );
+}
+
+#[test]
+fn step_n_enqueues_n_step1_launches_with_one_wait() {
+    check_batched(FOUR_LEVEL, 3, false);
+    check_batched(FOUR_LEVEL, 3, true);
+    check_batched(FOUR_LEVEL, 2, false);
+    check_batched(TWO_LEVEL, 4, false);
+}
+
+/// Checks that `step(0)` after `before` steps logs nothing, keeps the step count
+/// and leaves the raw-exchange ledger as it was (`expect`: its times, or a part
+/// of the refusal message).
+fn check_step0(before: u64, expect: Result<(u64, u64), &str>) {
+    let (stepper, handle) = FOUR_LEVEL.build(false);
+    if before > 0 {
+        step(&stepper, before);
+    }
+    handle.clear_log();
+    step(&stepper, 0);
+    assert_eq!(handle.log(), Vec::new(), "step(0) after step({before})");
+    assert_eq!(stepper.step_count(), before);
+    let got = stepper.read_raw_exchange(BODY).map(|r| (r.time_start, r.time_end));
+    match (got, expect) {
+        (Ok(times), Ok(want)) => assert_eq!(times, want, "after step({before})"),
+        (Err(e), Err(part)) => assert!(e.to_string().contains(part), "`{e}` lacks `{part}`"),
+        (got, want) => panic!("after step({before}): got {got:?}, want {want:?}"),
+    }
+}
+
+#[test]
+fn step0_launches_and_waits_for_nothing() {
+    check_step0(2, Ok((1, 2)));
+    check_step0(0, Err("no interval has completed"));
+}
+
+#[test]
+fn raw_exchange_holds_the_final_interval_only() {
+    for fixture in [FOUR_LEVEL, TWO_LEVEL] {
+        let (stepper, _) = fixture.build(false);
+        let message = stepper.read_raw_exchange(BODY).unwrap_err().to_string();
+        assert!(message.contains("no interval has completed"), "{message}");
+        assert!(matches!(
+            stepper.read_raw_exchange(BODY),
+            Err(Error::NotCompleted { .. })
+        ));
+        step(&stepper, 3);
+        assert_eq!(raw(&stepper), (2, 3, fixture.hops()), "{}", fixture.name);
+        step(&stepper, 2);
+        assert_eq!(raw(&stepper), (4, 5, fixture.hops()), "{}", fixture.name);
+    }
+}
+
+#[test]
+fn window_is_the_same_however_the_steps_are_batched() {
+    let hops = FOUR_LEVEL.hops();
+    let mut windows = Vec::new();
+    let mut launch_logs = Vec::new();
+    for calls in [&[1, 3][..], &[4], &[1, 1, 1, 1]] {
+        let (stepper, handle) = FOUR_LEVEL.build(true);
+        step(&stepper, 1);
+        stepper.start_exchange_window().expect("the window is observed");
+        handle.clear_log();
+        for n in calls {
+            step(&stepper, *n);
+        }
+        assert_eq!(handle.count(EventKind::Synchronize), calls.len(), "{calls:?}");
+        let exchanges = handle
+            .launch_kernels()
+            .iter()
+            .filter(|k| **k == Kernel::AccumulateExchange)
+            .count();
+        assert_eq!(exchanges as u64, 4 * hops, "{calls:?}");
+        windows.push(window(&stepper));
+        launch_logs.push(render(&without_synchronize(handle.take_log())));
+    }
+    assert_eq!(windows, vec![(1, 5, 4 * hops); 3]);
+    assert!(
+        launch_logs.windows(2).all(|w| w[0] == w[1]),
+        "batching changed the launches"
+    );
+}
+
+/// Checks that a failed stepper refuses every read and step with a "failed"
+/// error, without a single driver call.
+fn check_refuses_everything(stepper: &Stepper<MockDriver>, handle: &MockHandle, context: &str) {
+    let body_level = stepper.hierarchy().n_levels() - 1;
+    let before = handle.log().len();
+    let refusals: [(&str, Result<(), Error>); 9] = [
+        ("read_raw_exchange", stepper.read_raw_exchange(BODY).map(drop)),
+        ("read_exchange_window", stepper.read_exchange_window(BODY).map(drop)),
+        ("download", stepper.download(body_level, 0).map(drop)),
+        ("fields", stepper.fields(0, 0).map(drop)),
+        ("total_mass", stepper.total_mass().map(drop)),
+        ("start_exchange_window", stepper.start_exchange_window()),
+        ("initialize", stepper.initialize(|_, _, _| Moments::default())),
+        ("step(1)", stepper.step(1)),
+        ("step(0)", stepper.step(0)),
+    ];
+    for (call, result) in refusals {
+        match result {
+            Err(e @ Error::Failed { .. }) => {
+                let message = e.to_string();
+                assert!(message.contains("failed"), "{context}: {call}: `{message}`");
+            }
+            other => panic!("{context}: {call} after a failure gave {other:?}"),
+        }
+    }
+    assert_eq!(handle.log().len(), before, "{context}: a refusal reached the driver");
+    assert_eq!(stepper.status(), Status::Failed, "{context}");
+}
+
+#[test]
+fn a_failing_wait_publishes_nothing() {
+    let (stepper, handle) = FOUR_LEVEL.build(true);
+    step(&stepper, 2);
+    stepper.start_exchange_window().expect("the window is observed");
+    handle.clear_log();
+    handle.fail_synchronize(1);
+    let message = stepper.step(3).unwrap_err().to_string();
+    assert!(message.contains("mock device error during synchronize"), "{message}");
+    let log = handle.log();
+    // The error surfaced at the one wait, after all three intervals were enqueued.
+    assert_eq!(handle.count(EventKind::Synchronize), 1);
+    assert_eq!(log[log.len() - 2], Event::Synchronize);
+    assert_eq!(log.last().map(Event::kind), Some(EventKind::Error));
+    assert_eq!(handle.count(EventKind::Memset), 3);
+    assert_eq!(stepper.step_count(), 2, "step_count keeps its value from entry");
+    assert_eq!(stepper.status(), Status::Failed);
+    check_refuses_everything(&stepper, &handle, "failed wait");
+}
+
+/// Arms a launch fault at launch `position` (counted from the start of a
+/// `step(3)` that follows a `step(1)`), expecting it in interval `interval`
+/// (0-based), and checks that the call fails there without waiting.
+fn check_launch_failure(position: usize, interval: usize) {
+    let context = format!("launch {position}");
+    let (stepper, handle) = FOUR_LEVEL.build(false);
+    step(&stepper, 1);
+    let per_interval = handle.count(EventKind::Launch);
+    assert_eq!((position - 1) / per_interval, interval, "{context}: fixture arithmetic");
+    handle.clear_log();
+    handle.fail_launch(position as u64);
+    let message = stepper.step(3).unwrap_err().to_string();
+    assert!(message.contains("injected launch failure"), "{context}: {message}");
+    assert_eq!(
+        handle.count(EventKind::Synchronize),
+        0,
+        "{context}: no wait after a failed launch"
+    );
+    assert_eq!(
+        handle.count(EventKind::Launch),
+        position,
+        "{context}: nothing enqueued after it"
+    );
+    assert_eq!(
+        handle.log().last().map(Event::kind),
+        Some(EventKind::Error),
+        "{context}"
+    );
+    assert_eq!(
+        stepper.step_count(),
+        1,
+        "{context}: step_count keeps its value from entry"
+    );
+    check_refuses_everything(&stepper, &handle, &context);
+}
+
+#[test]
+fn a_launch_failure_mid_batch_skips_the_wait() {
+    let (probe, handle) = FOUR_LEVEL.build(false);
+    step(&probe, 1);
+    let per_interval = handle.count(EventKind::Launch);
+    check_launch_failure(per_interval + 1, 1);
+    check_launch_failure(per_interval + per_interval / 2, 1);
+    check_launch_failure(2 * per_interval, 1);
+    check_launch_failure(1, 0);
+}
+
+#[test]
+fn close_frees_every_buffer_and_then_refuses() {
+    let driver = MockDriver::new();
+    let handle = driver.handle();
+    let stepper = FOUR_LEVEL.stepper_on(driver, true);
+    let allocated = handle.count(EventKind::Alloc);
+    handle.clear_log();
+    stepper.close().expect("close");
+    assert_eq!(handle.count(EventKind::Free), allocated);
+    assert_eq!(handle.live_buffers(), Vec::new());
+    let message = stepper.step(1).unwrap_err().to_string();
+    assert!(message.contains("closed"), "{message}");
+    assert_eq!(stepper.status(), Status::Closed);
+}
+
+#[test]
+fn an_executing_mock_matches_the_cpu_backend_bit_for_bit() {
+    let fixture = TWO_LEVEL;
+    let init = |_: usize, x: f64, y: f64| Moments {
+        delta_rho: 0.0,
+        ux: (0.01 * (y / 8.0).sin()) as f32,
+        uy: (0.01 * (x / 8.0).cos()) as f32,
+    };
+    let run = |driver: MockDriver| {
+        let handle = driver.handle();
+        let stepper = fixture.stepper_on(driver, true);
+        stepper.initialize(init).expect("initialize");
+        stepper.start_exchange_window().expect("window");
+        step(&stepper, 3);
+        let levels: Vec<Vec<f32>> = (0..fixture.n_levels())
+            .map(|l| stepper.download(l, 0).unwrap())
+            .collect();
+        let exchange = stepper.read_exchange_window(BODY).unwrap();
+        (handle.render(), levels, exchange.force)
+    };
+    let (exec_log, exec_f, exec_force) = run(MockDriver::executing());
+    let (mock_log, mock_f, mock_force) = run(MockDriver::new());
+    assert_eq!(exec_log, mock_log, "executing does not change the log");
+    assert!(mock_f.iter().flatten().all(|v| *v == 0.0));
+    assert_eq!(mock_force, [0.0, 0.0]);
+
+    let cpu = fixture.stepper_on(CpuDriver::new(), true);
+    cpu.initialize(init).expect("initialize");
+    cpu.start_exchange_window().expect("window");
+    cpu.step(3).expect("cpu step");
+    for (level, f) in exec_f.iter().enumerate() {
+        let want = cpu.download(level, 0).unwrap();
+        assert!(
+            f.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "level {level}"
+        );
+        assert!(f.iter().any(|v| *v != 0.0), "level {level} holds data");
+    }
+    assert_eq!(exec_force, cpu.read_exchange_window(BODY).unwrap().force);
+}
+
+/// The step(1) log of `fixture`, each line prefixed with the name of the plan
+/// step that produced it, after checking the log replays the plan one to one.
+fn annotated_step1(fixture: Fixture) -> String {
+    let (stepper, handle) = fixture.build(true);
+    step(&stepper, 1);
+    let log = handle.log();
+    let plan = stepper.plan();
+    let steps = plan.interval(0);
+    assert_eq!(
+        log.len(),
+        steps.len() + 1,
+        "{}: one event per plan step, then the wait",
+        fixture.name
+    );
+    let mut text = String::new();
+    for (event, plan_step) in log.iter().zip(steps) {
+        let kind = match &plan_step.action {
+            Action::Launch(_) => EventKind::Launch,
+            Action::Memset { .. } => EventKind::Memset,
+        };
+        assert_eq!(event.kind(), kind, "{}: {}", fixture.name, plan_step.name);
+        text.push_str(&format!("{}: {event}\n", plan_step.name));
+    }
+    text.push_str(&format!("(wait): {}\n", log[steps.len()]));
+    text
+}
+
+/// The construction log of `fixture`: every allocation and upload.
+fn construction(fixture: Fixture) -> String {
+    let driver = MockDriver::new();
+    let handle = driver.handle();
+    let _stepper = fixture.stepper_on(driver, true);
+    handle.render()
+}
+
+#[test]
+fn launch_plan_snapshots() {
+    insta::assert_snapshot!("two_level_step1", annotated_step1(TWO_LEVEL));
+    insta::assert_snapshot!("four_level_step1", annotated_step1(FOUR_LEVEL));
+    insta::assert_snapshot!("two_level_construction", construction(TWO_LEVEL));
+}

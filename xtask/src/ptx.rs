@@ -1,0 +1,224 @@
+//! `cargo xtask ptx`: compiles every kernel in `kernels/` into one PTX module,
+//! `kernels/lbm.ptx`, which is checked in so that building `lbm-cuda` never needs
+//! nvcc.
+//!
+//! The compiler is an nvcc of CUDA 13.0 found on this machine (`$NVCC`, `PATH`,
+//! `$CUDA_HOME`, `/usr/local/cuda`) or, failing that, the pinned pip wheels
+//! installed once into `target/cuda-toolchain/`. The pins matter: a newer NVVM
+//! emits a PTX ISA version that the target's driver (CUDA 13.0, r580) rejects.
+//! The wheels unpack into one tree, `nvidia/cu13/{bin,include,lib,nvvm}`, so
+//! nvcc's own `nvcc.profile` finds `cicc` and libdevice relative to itself; we
+//! still pass that tree's `include/` (where the crt headers land) explicitly.
+//!
+//! Flags: `sm_90` (H200), `-O3`, no fast math, and FMA contraction off, so that
+//! every f32 operation rounds exactly as the CPU reference's does. This module
+//! does not load or test the PTX (lbm-cuda's tests do), and never edits kernels.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{Result, run_status, target_dir, workspace_root};
+
+/// The wheels of the toolchain, pinned; see the module documentation.
+pub const PINS: [&str; 4] = [
+    "nvidia-cuda-nvcc==13.0.88",
+    "nvidia-nvvm==13.0.88",
+    "nvidia-cuda-runtime==13.0.96",
+    "nvidia-cuda-crt==13.0.88",
+];
+
+/// The CUDA release whose nvcc we accept from the machine.
+const RELEASE: &str = "release 13.0";
+
+const ARCH: &str = "sm_90";
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut check = false;
+    for arg in args {
+        match arg.as_str() {
+            "--check" => check = true,
+            other => return Err(format!("unknown option `{other}` (accepted: --check)")),
+        }
+    }
+    let root = workspace_root();
+    let toolchain = find_or_install(&root)?;
+    let work = target_dir(&root).join("xtask-ptx");
+    std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+    let fresh = work.join("lbm.ptx");
+    compile(&toolchain, &root.join("kernels"), &fresh)?;
+    assemble(&toolchain, &fresh, &work.join("lbm.cubin"))?;
+    let committed = root.join("kernels").join("lbm.ptx");
+    let text = read(&fresh)?;
+    if check {
+        let old = std::fs::read_to_string(&committed).unwrap_or_default();
+        if strip_comments(&old) != strip_comments(&text) {
+            return Err(format!(
+                "{} is stale: the kernels compile to different PTX; run `cargo xtask ptx` and commit the result",
+                committed.display()
+            ));
+        }
+        eprintln!("xtask ptx: {} is up to date", committed.display());
+    } else {
+        std::fs::write(&committed, &text).map_err(|e| format!("cannot write {}: {e}", committed.display()))?;
+        eprintln!("xtask ptx: wrote {} ({} bytes)", committed.display(), text.len());
+    }
+    Ok(())
+}
+
+/// PTX without its comment lines: the header names the compiler build, which
+/// may differ between two 13.0 nvcc installs that emit identical code.
+fn strip_comments(ptx: &str) -> Vec<&str> {
+    ptx.lines().filter(|l| !l.trim_start().starts_with("//")).collect()
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// An nvcc and the include directory it needs beyond its defaults, if any.
+struct Toolchain {
+    nvcc: PathBuf,
+    include: Option<PathBuf>,
+}
+
+fn find_or_install(root: &Path) -> Result<Toolchain> {
+    if let Some(nvcc) = std::env::var_os("NVCC") {
+        let nvcc = PathBuf::from(nvcc);
+        let version = nvcc_version(&nvcc).ok_or_else(|| format!("$NVCC={} does not run", nvcc.display()))?;
+        if !version.contains(RELEASE) {
+            eprintln!("xtask ptx: warning: $NVCC is not CUDA 13.0 ({version}); the PTX may not load on driver r580");
+        }
+        return Ok(Toolchain { nvcc, include: None });
+    }
+    for candidate in machine_candidates() {
+        match nvcc_version(&candidate) {
+            Some(version) if version.contains(RELEASE) => {
+                eprintln!("xtask ptx: using {} ({version})", candidate.display());
+                return Ok(Toolchain {
+                    nvcc: candidate,
+                    include: None,
+                });
+            }
+            Some(version) => eprintln!("xtask ptx: skipping {} ({version}): not {RELEASE}", candidate.display()),
+            None => {}
+        }
+    }
+    install_wheels(root)
+}
+
+/// nvcc on `PATH`, then the usual install locations.
+fn machine_candidates() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).map(|dir| dir.join("nvcc")).collect())
+        .unwrap_or_default();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(dir) = std::env::var_os(var) {
+            out.push(PathBuf::from(dir).join("bin").join("nvcc"));
+        }
+    }
+    out.push(PathBuf::from("/usr/local/cuda/bin/nvcc"));
+    out.retain(|p| p.is_file());
+    out
+}
+
+/// The `release X.Y, VX.Y.Z` line of `nvcc --version`, or `None` if it does not run.
+fn nvcc_version(nvcc: &Path) -> Option<String> {
+    let output = Command::new(nvcc).arg("--version").output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let line = text.lines().find(|l| l.contains("release "))?;
+    Some(line[line.find("release ")?..].trim().to_owned())
+}
+
+/// Installs the pinned wheels into `target/cuda-toolchain/site` (once; a
+/// `PINS` file records what is there) and returns the nvcc inside.
+fn install_wheels(root: &Path) -> Result<Toolchain> {
+    let base = target_dir(root).join("cuda-toolchain");
+    let site = base.join("site");
+    let marker = base.join("PINS");
+    let tree = site.join("nvidia").join("cu13");
+    let toolchain = Toolchain {
+        nvcc: tree.join("bin").join("nvcc"),
+        include: Some(tree.join("include")),
+    };
+    let wanted = PINS.join("\n") + "\n";
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) && toolchain.nvcc.is_file() {
+        eprintln!("xtask ptx: using pinned wheels in {}", site.display());
+        return Ok(toolchain);
+    }
+    eprintln!(
+        "xtask ptx: no CUDA 13.0 nvcc found; installing pinned wheels into {}",
+        site.display()
+    );
+    let staging = base.join("site.partial");
+    for dir in [&staging, &site] {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
+        }
+    }
+    std::fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+    let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    // --no-deps: the wheels' own requirements are unpinned and would pull a newer NVVM.
+    run_status(
+        Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--target",
+            ])
+            .arg(&staging)
+            .args(PINS),
+    )
+    .map_err(|e| format!("{e}; installing the nvcc wheels needs python3 with pip and access to PyPI"))?;
+    std::fs::rename(&staging, &site).map_err(|e| format!("cannot move {} into place: {e}", staging.display()))?;
+    if !toolchain.nvcc.is_file() {
+        return Err(format!(
+            "the wheels installed, but {} is missing: their layout changed",
+            toolchain.nvcc.display()
+        ));
+    }
+    std::fs::write(&marker, wanted).map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
+    Ok(toolchain)
+}
+
+/// One translation unit, `kernels/all.cu`, into `out`.
+fn compile(toolchain: &Toolchain, kernels: &Path, out: &Path) -> Result<()> {
+    let mut command = Command::new(&toolchain.nvcc);
+    command
+        .arg("-ptx")
+        .arg(format!("-arch={ARCH}"))
+        .args(["-O3", "-std=c++17"])
+        // Exact IEEE f32 as on the CPU: no fast math, no FMA contraction.
+        .args(["-fmad=false", "-prec-div=true", "-prec-sqrt=true", "-ftz=false"])
+        .args(["--Werror", "all-warnings"])
+        .arg("-I")
+        .arg(kernels);
+    if let Some(include) = &toolchain.include {
+        command.arg("-I").arg(include);
+    }
+    command.arg("-o").arg(out).arg(kernels.join("all.cu"));
+    run_status(&mut command).map_err(|e| format!("{e}; nvcc also needs a host C++ compiler (g++) on PATH"))
+}
+
+/// Assembles the PTX for the target with ptxas (beside nvcc), so that a PTX the
+/// driver's JIT would refuse fails here, and prints registers and spills.
+fn assemble(toolchain: &Toolchain, ptx: &Path, cubin: &Path) -> Result<()> {
+    let ptxas = toolchain.nvcc.with_file_name("ptxas");
+    if !ptxas.is_file() {
+        eprintln!("xtask ptx: no ptxas beside nvcc; skipping the assembly check");
+        return Ok(());
+    }
+    run_status(
+        Command::new(ptxas)
+            .arg(format!("-arch={ARCH}"))
+            .args(["-v", "--warn-on-spills"])
+            .arg(ptx)
+            .arg("-o")
+            .arg(cubin),
+    )
+}
