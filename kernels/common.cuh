@@ -1,8 +1,10 @@
 // common.cuh: the D2Q9 lattice and storage layout shared by every kernel family.
 //
 // What it is: device-side twins of lbm_core::lattice (velocities, weights,
-// shifted equilibrium, moments, second-order non-equilibrium, TRT collision with
-// Guo forcing) and of lbm_core::hierarchy::Layout::index (the tiled cell index).
+// shifted equilibrium, moments, even and odd non-equilibrium parts, TRT
+// collision with Guo forcing), of the coupling helpers of lbm_core::cpu
+// (gradient fields, rebuilding post-collision populations) and of
+// lbm_core::hierarchy::Layout::index (the tiled cell index).
 // Each function mirrors its Rust counterpart operation for operation, in f32 and
 // in the same order, so that with FMA contraction off (see `cargo xtask ptx`) a
 // kernel computes the same bits as the CPU reference. Populations are stored
@@ -78,6 +80,12 @@ __device__ __forceinline__ size_t plane_cells(Layout l) {
 
 // Storage index of cell (x, y): row-major tiles, row-major inside each tile.
 __device__ __forceinline__ size_t cell_index(Layout l, unsigned int x, unsigned int y) {
+    // One tile across (the default, whole-allocation tile): the general formula
+    // reduces exactly to row-major with the tile's width as stride, and this
+    // uniform branch saves the integer divisions.
+    if (l.tx >= l.nx) {
+        return (size_t)y * l.tx + x;
+    }
     size_t tiles_x = (l.nx + l.tx - 1) / l.tx;
     size_t tile = (size_t)(y / l.ty) * tiles_x + (size_t)(x / l.tx);
     return tile * ((size_t)l.tx * (size_t)l.ty) + (size_t)(y % l.ty) * l.tx + (size_t)(x % l.tx);
@@ -180,22 +188,59 @@ __device__ __forceinline__ void collide(float f[LBM_Q], float omega_plus, float 
     }
 }
 
-// cpu::rebuild_post_collision: equilibrium plus (1 - 1/tau) times the even
-// non-equilibrium part for the given moments and strain rate.
-__device__ __forceinline__ void rebuild_post_collision(float delta_rho, float ux, float uy, float tau, float sxx,
-                                                       float syy, float sxy, float post[LBM_Q]) {
+// lattice::non_equilibrium_odd: first-order odd non-equilibrium part of a
+// pre-collision population, -tau- w_i [-c_ia d_b P_ab / cs2 + Q_iab c_ig d_g P_ab / (2 cs2^2)]
+// with P = rho u u; dx and dy hold d/dx and d/dy of (P_xx, P_yy, P_xy).
+__device__ __forceinline__ void non_equilibrium_odd(float tau_minus, const float dx[3], const float dy[3],
+                                                    float fneq[LBM_Q]) {
+    const float div_x = dx[0] + dy[2];
+    const float div_y = dx[2] + dy[1];
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        const float cx = (float)lbm_cx(i);
+        const float cy = (float)lbm_cy(i);
+        const float q0 = cx * cx - LBM_CS2;
+        const float q1 = cy * cy - LBM_CS2;
+        const float q2 = cx * cy;
+        const float along_x = q0 * dx[0] + q1 * dx[1] + 2.0f * q2 * dx[2];
+        const float along_y = q0 * dy[0] + q1 * dy[1] + 2.0f * q2 * dy[2];
+        const float q_c_grad = cx * along_x + cy * along_y;
+        const float c_div = cx * div_x + cy * div_y;
+        fneq[i] = -tau_minus * lbm_w(i) * (-c_div / LBM_CS2 + q_c_grad / (2.0f * LBM_CS2 * LBM_CS2));
+    }
+}
+
+// The fields whose gradients rebuild the non-equilibrium part (cpu::gradient_field):
+// ux, uy, rho ux ux, rho uy uy, rho ux uy.
+#define LBM_GRADIENT_FIELDS 5
+
+__device__ __forceinline__ float gradient_field(Moments m, int field) {
+    const float rho = moments_rho(m);
+    return field == 0 ? m.ux : (field == 1 ? m.uy : (field == 2 ? rho * m.ux * m.ux : (field == 3 ? rho * m.uy * m.uy : rho * m.ux * m.uy)));
+}
+
+// cpu::rebuild_post_collision: equilibrium plus the first-order non-equilibrium
+// parts after one relaxation, the even (strain) part with tau+ and the odd
+// (momentum-flux) part with tau-; d_dx and d_dy are the gradients of the
+// gradient fields in lattice units of the target level.
+__device__ __forceinline__ void rebuild_post_collision(float delta_rho, float ux, float uy, float tau_plus,
+                                                       float tau_minus, const float d_dx[LBM_GRADIENT_FIELDS],
+                                                       const float d_dy[LBM_GRADIENT_FIELDS], float post[LBM_Q]) {
     Moments m;
     m.delta_rho = delta_rho;
     m.ux = ux;
     m.uy = uy;
     float feq[LBM_Q];
     equilibrium(m, feq);
-    float fneq[LBM_Q];
-    non_equilibrium(moments_rho(m), tau, sxx, syy, sxy, fneq);
-    float keep = 1.0f - 1.0f / tau;
+    float even[LBM_Q];
+    non_equilibrium(moments_rho(m), tau_plus, d_dx[0], d_dy[1], 0.5f * (d_dy[0] + d_dx[1]), even);
+    float odd[LBM_Q];
+    non_equilibrium_odd(tau_minus, d_dx + 2, d_dy + 2, odd);
+    const float keep_even = 1.0f - 1.0f / tau_plus;
+    const float keep_odd = 1.0f - 1.0f / tau_minus;
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
-        post[i] = feq[i] + keep * fneq[i];
+        post[i] = feq[i] + keep_even * even[i] + keep_odd * odd[i];
     }
 }
 

@@ -2,16 +2,16 @@
 //
 // `fill_ghost` (coarse to fine) rebuilds every ghost-band cell of a fine patch
 // from its parent: density and velocity interpolated bicubically (4-point
-// Lagrange) in space, the strain rate by central differences on the parent and
-// bilinearly between them, all linearly in time by `alpha`, and turned into
-// fine post-collision populations with the fine tau.
+// Lagrange), the gradients of velocity and momentum flux by central differences
+// on the parent and bilinearly between them, all linearly in time by `alpha`,
+// and turned into fine post-collision populations with the fine tau+ and tau-.
 // One thread per band cell, in the order of lbm_core::cpu::band_cell: bottom
 // rows, top rows, then the left and right columns between them.
 //
 // `restrict_to_parent` (fine to coarse) overwrites every parent cell the fine
 // active region covers with the mass- and momentum-weighted average of its 2x2
-// fine cells, the strain of that block rebuilt with the parent's tau. One thread
-// per covered parent cell, row-major.
+// fine cells, the gradients across that block rebuilt with the parent's tau+
+// and tau-. One thread per covered parent cell, row-major.
 //
 // Both mirror lbm_core::cpu::{fill_ghost, restrict_to_parent} operation for
 // operation. What they do not do: no stream or collision of their own, no check
@@ -50,9 +50,8 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
                                       float* __restrict__ fine_dst, unsigned int coarse_nx, unsigned int coarse_ny,
                                       unsigned int coarse_tile_x, unsigned int coarse_tile_y, unsigned int fine_nx,
                                       unsigned int fine_ny, unsigned int fine_tile_x, unsigned int fine_tile_y,
-                                      unsigned int offset_x, unsigned int offset_y, float alpha, float tau_coarse,
-                                      float tau_fine, float coarse_force_x, float coarse_force_y) {
-    (void)tau_coarse;  // The parent's tau is not needed: strain comes from velocity differences.
+                                      unsigned int offset_x, unsigned int offset_y, float alpha, float tau_plus,
+                                      float tau_minus, float coarse_force_x, float coarse_force_y) {
     const Layout coarse = make_layout(coarse_nx, coarse_ny, coarse_tile_x, coarse_tile_y);
     const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
     const unsigned long long band = 2ull * LBM_GHOST * fine_nx + 2ull * LBM_GHOST * (fine_ny - 2 * LBM_GHOST);
@@ -105,7 +104,7 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
     float ly[4];
     lagrange4(wx, lx);
     lagrange4(wy, ly);
-    float acc[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[3] = {0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -116,7 +115,15 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
             acc[2] += w * m[j][i].uy;
         }
     }
-    // Strain: central differences at the four inner points, bilinear between them.
+    // Gradients: central differences at the four inner points, bilinear between
+    // them; they only enter the small non-equilibrium part.
+    float d_dx[LBM_GRADIENT_FIELDS];
+    float d_dy[LBM_GRADIENT_FIELDS];
+#pragma unroll
+    for (int f = 0; f < LBM_GRADIENT_FIELDS; ++f) {
+        d_dx[f] = 0.0f;
+        d_dy[f] = 0.0f;
+    }
 #pragma unroll
     for (int dj = 0; dj < 2; ++dj) {
         const float weight_y = dj == 0 ? 1.0f - wy : wy;
@@ -125,25 +132,27 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
             const float weight_x = di == 0 ? 1.0f - wx : wx;
             const int i = di + 1;
             const int j = dj + 1;
-            const float dux_dx = 0.5f * (m[j][i + 1].ux - m[j][i - 1].ux);
-            const float duy_dy = 0.5f * (m[j + 1][i].uy - m[j - 1][i].uy);
-            const float dux_dy = 0.5f * (m[j + 1][i].ux - m[j - 1][i].ux);
-            const float duy_dx = 0.5f * (m[j][i + 1].uy - m[j][i - 1].uy);
             const float w = weight_x * weight_y;
-            acc[3] += w * dux_dx;
-            acc[4] += w * duy_dy;
-            acc[5] += w * (0.5f * (dux_dy + duy_dx));
+#pragma unroll
+            for (int f = 0; f < LBM_GRADIENT_FIELDS; ++f) {
+                d_dx[f] += w * 0.5f * (gradient_field(m[j][i + 1], f) - gradient_field(m[j][i - 1], f));
+                d_dy[f] += w * 0.5f * (gradient_field(m[j + 1][i], f) - gradient_field(m[j - 1][i], f));
+            }
         }
     }
     const float delta_rho = acc[0];
     const float rho = 1.0f + delta_rho;
     const float fine_force_x = 0.5f * coarse_force_x;
     const float fine_force_y = 0.5f * coarse_force_y;
-    // The strain is halved: the fine lattice units of length and time are both
-    // half the parent's.
+    // One fine lattice unit of length is half the parent's: gradients halve.
+#pragma unroll
+    for (int f = 0; f < LBM_GRADIENT_FIELDS; ++f) {
+        d_dx[f] = 0.5f * d_dx[f];
+        d_dy[f] = 0.5f * d_dy[f];
+    }
     float post[LBM_Q];
     rebuild_post_collision(delta_rho, acc[1] + 0.5f * fine_force_x / rho, acc[2] + 0.5f * fine_force_y / rho,
-                           tau_fine, 0.5f * acc[3], 0.5f * acc[4], 0.5f * acc[5], post);
+                           tau_plus, tau_minus, d_dx, d_dy, post);
     write_cell(fine_dst, plane_cells(fine), cell_index(fine, fx, fy), post);
 }
 
@@ -154,9 +163,8 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
                                               unsigned int coarse_tile_y, unsigned int covered_x0,
                                               unsigned int covered_y0, unsigned int covered_x1,
                                               unsigned int covered_y1, unsigned int fine_active_origin,
-                                              float tau_coarse, float tau_fine, float coarse_force_x,
+                                              float tau_plus, float tau_minus, float coarse_force_x,
                                               float coarse_force_y) {
-    (void)tau_fine;  // The fine populations enter through their moments only.
     const unsigned int width = covered_x1 - covered_x0;
     const unsigned long long t = thread_index();
     if (t >= (unsigned long long)width * (covered_y1 - covered_y0)) {
@@ -193,12 +201,19 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
                               moments_rho(m[1][1]) * m[1][1].uy);
     // Differences across the 2x2 block are centred on the parent cell; one fine
     // spacing is half a parent spacing, hence no 1/2 here.
-    const float dux_dx = (m[0][1].ux + m[1][1].ux) - (m[0][0].ux + m[1][0].ux);
-    const float duy_dx = (m[0][1].uy + m[1][1].uy) - (m[0][0].uy + m[1][0].uy);
-    const float dux_dy = (m[1][0].ux + m[1][1].ux) - (m[0][0].ux + m[0][1].ux);
-    const float duy_dy = (m[1][0].uy + m[1][1].uy) - (m[0][0].uy + m[0][1].uy);
+    float d_dx[LBM_GRADIENT_FIELDS];
+    float d_dy[LBM_GRADIENT_FIELDS];
+#pragma unroll
+    for (int f = 0; f < LBM_GRADIENT_FIELDS; ++f) {
+        const float v00 = gradient_field(m[0][0], f);
+        const float v01 = gradient_field(m[0][1], f);
+        const float v10 = gradient_field(m[1][0], f);
+        const float v11 = gradient_field(m[1][1], f);
+        d_dx[f] = (v01 + v11) - (v00 + v10);
+        d_dy[f] = (v10 + v11) - (v00 + v01);
+    }
     float post[LBM_Q];
     rebuild_post_collision(delta_rho, (jx + 0.5f * coarse_force_x) / rho, (jy + 0.5f * coarse_force_y) / rho,
-                           tau_coarse, dux_dx, duy_dy, 0.5f * (dux_dy + duy_dx), post);
+                           tau_plus, tau_minus, d_dx, d_dy, post);
     write_cell(coarse_dst, plane_cells(coarse), cell_index(coarse, cx, cy), post);
 }

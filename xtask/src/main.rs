@@ -4,12 +4,15 @@
 //!   with nvcc from the machine or from pinned pip wheels (see [`ptx`]).
 //! - `gpu-pack [--no-strip]`: build release test and bench binaries into
 //!   `gpu-pack/` with a `run.sh` for the GPU machine (see [`pack`]).
+//! - `kernel-emu [ARGS...]`: the GPU tests on a host build of the kernels, to
+//!   check them against the CPU reference without a GPU (see [`emu`]).
 //! - `bench [ARGS...]`: `cargo bench -p lbm-core`, arguments passed through.
 //!
 //! It deliberately does not run GPU tests itself (there is no GPU here), does not
 //! touch anything outside the workspace except pip's download cache, and uses no
 //! build-script magic: every step is an ordinary command it prints first.
 
+mod emu;
 mod pack;
 mod ptx;
 
@@ -23,6 +26,8 @@ tasks:
   ptx [--check]          compile kernels/*.cu into kernels/lbm.ptx (sm_90, -O3, no fast math);
                          --check compiles to target/ and fails if kernels/lbm.ptx differs
   gpu-pack [--no-strip]  build release test and bench binaries into gpu-pack/ with run.sh
+  kernel-emu [ARGS...]   run lbm-cuda's GPU tests on a g++ build of kernels/ (no GPU needed);
+                         ARGS go to the test binary (e.g. a test name, --nocapture)
   bench [ARGS...]        cargo bench -p lbm-core ARGS...
 ";
 
@@ -35,6 +40,7 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "ptx" => ptx::run(rest),
         "gpu-pack" => pack::run(rest),
+        "kernel-emu" => emu::run(rest),
         "bench" => bench(rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");

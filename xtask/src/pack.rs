@@ -63,6 +63,7 @@ pub fn run(args: &[String]) -> Result<()> {
     mkdir(&bin)?;
     let mut table = String::from("# kind\tpackage dir\tfile\ttarget\n");
     let mut seen = BTreeSet::new();
+    let mut counts = [0usize; 3];
     for a in &artifacts {
         let file = a
             .path
@@ -79,6 +80,10 @@ pub fn run(args: &[String]) -> Result<()> {
             strip_debug(&dest);
         }
         mkdir(&pack.join(&a.package_dir))?;
+        counts[["test", "bench", "bin"]
+            .iter()
+            .position(|k| *k == a.kind)
+            .expect("a known kind")] += 1;
         table += &format!("{}\t{}\t{file}\t{}\n", a.kind, a.package_dir.display(), a.target);
     }
     write(&pack.join("binaries.tsv"), &table)?;
@@ -93,12 +98,11 @@ pub fn run(args: &[String]) -> Result<()> {
     set_executable(&script)?;
 
     let bytes = dir_bytes(&pack);
-    let count = |kind: &str| artifacts.iter().filter(|a| a.kind == kind).count();
     eprintln!(
         "xtask gpu-pack: {} test, {} bench and {} other binaries in {} ({:.1} MiB)",
-        count("test"),
-        count("bench"),
-        count("bin"),
+        counts[0],
+        counts[1],
+        counts[2],
         pack.display(),
         bytes as f64 / (1 << 20) as f64
     );
@@ -281,6 +285,7 @@ case "$MODE" in
 esac
 export INSTA_WORKSPACE_ROOT="$PACK"
 export LBM_WORKSPACE_ROOT="$PACK"
+export LBM_BIN="$PACK/bin/lbm"
 export INSTA_UPDATE="${INSTA_UPDATE:-no}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 passed=0

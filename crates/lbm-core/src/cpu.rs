@@ -374,15 +374,32 @@ pub fn stream_collide(k: &StreamCollide, src: &[f32], dst: &mut [f32], flags: &[
     let layout = k.layout;
     let plane = layout.plane_cells();
     let a = k.active;
+    // With one tile column the storage is row-major with stride tile[0], so a
+    // neighbour is a fixed offset away; cells off the active edge take the
+    // general path that handles walls, wrap-around and the ghost band.
+    let stride = (layout.tiles_x() == 1).then_some(layout.tile[0] as isize);
+    let offsets: Option<[isize; Q]> =
+        stride.map(|s| std::array::from_fn(|i| -(C[i][0] as isize + C[i][1] as isize * s)));
     par_row_bands(dst, &layout, |first, rows, band| {
         for y in first.max(a.y0)..(first + rows).min(a.y1) {
+            let interior_row = y > a.y0 && y + 1 < a.y1;
             for x in a.x0..a.x1 {
                 let index = layout.index(x, y);
                 if flags[index] != FLAG_FLUID {
                     band.set(index, &read_cell(src, plane, index));
                     continue;
                 }
-                let mut f: [f32; Q] = std::array::from_fn(|i| pull(k, src, flags, x, y, i, index, plane));
+                let mut f: [f32; Q] = match offsets {
+                    Some(offsets) if interior_row && x > a.x0 && x + 1 < a.x1 => std::array::from_fn(|i| {
+                        let source = (index as isize + offsets[i]) as usize;
+                        if flags[source] != FLAG_FLUID {
+                            src[OPP[i] * plane + index]
+                        } else {
+                            src[i * plane + source]
+                        }
+                    }),
+                    _ => std::array::from_fn(|i| pull(k, src, flags, x, y, i, index, plane)),
+                };
                 lattice::collide(&mut f, k.omega_plus, k.omega_minus, k.force);
                 band.set(index, &f);
             }
@@ -460,67 +477,93 @@ fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: u32, y: u32) -> Mome
     lattice::moments(&f, [-k.coarse_force[0], -k.coarse_force[1]])
 }
 
-/// Coarse-to-fine coupling of one ghost-band cell: density, velocity and strain
-/// rate interpolated bilinearly from the parent (strain by central differences
-/// there), time-interpolated by `alpha`, and rebuilt as fine post-collision
-/// populations with the fine relaxation time. The strain is halved because the
-/// fine lattice unit of length and time are both half the parent's.
+/// Coarse-to-fine coupling of one ghost-band cell: density and velocity
+/// interpolated bicubically from the parent, gradients of velocity and momentum
+/// flux by central differences there, all time-interpolated by `alpha`, and
+/// rebuilt as fine post-collision populations with the fine τ⁺, τ⁻. Gradients
+/// are halved because the fine lattice unit of length is half the parent's.
 pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
-    let ghost = GHOST;
     let fine_plane = k.fine.plane_cells();
-    for cell in 0..FillGhost::band_cells(&k.fine) {
-        let (fx, fy) = band_cell(&k.fine, ghost, cell);
-        let px = k.offset[0] as f32 + (fx as f32 + 0.5) * 0.5 - 0.5;
-        let py = k.offset[1] as f32 + (fy as f32 + 0.5) * 0.5 - 0.5;
-        let (x0, y0) = (px.floor() as u32, py.floor() as u32);
-        let (wx, wy) = (px - x0 as f32, py - y0 as f32);
-        // Moments on the 4x4 parent stencil around the four interpolation points.
-        let m: [[Moments; 4]; 4] = std::array::from_fn(|j| {
-            std::array::from_fn(|i| parent_moments(k, t0, t1, x0 + i as u32 - 1, y0 + j as u32 - 1))
-        });
-        // Density and velocity: bicubic (4-point Lagrange in each direction),
-        // because bilinear interpolation damps every mode a little at each of
-        // the many fills and that adds up to visible extra dissipation.
-        let (lx, ly) = (lagrange4(wx), lagrange4(wy));
-        let mut acc = [0.0f32; 6];
-        for (j, weight_y) in ly.iter().enumerate() {
-            for (i, weight_x) in lx.iter().enumerate() {
-                let w = weight_x * weight_y;
-                let c = m[j][i];
-                for (slot, value) in acc[..3].iter_mut().zip([c.delta_rho, c.ux, c.uy]) {
-                    *slot += w * value;
-                }
-            }
-        }
-        // Strain: central differences at the four inner points, bilinear between
-        // them; it only enters through the small non-equilibrium part.
-        for (dj, weight_y) in [(0usize, 1.0 - wy), (1, wy)] {
-            for (di, weight_x) in [(0usize, 1.0 - wx), (1, wx)] {
-                let (i, j) = (di + 1, dj + 1);
-                let dux_dx = 0.5 * (m[j][i + 1].ux - m[j][i - 1].ux);
-                let duy_dy = 0.5 * (m[j + 1][i].uy - m[j - 1][i].uy);
-                let dux_dy = 0.5 * (m[j + 1][i].ux - m[j - 1][i].ux);
-                let duy_dx = 0.5 * (m[j][i + 1].uy - m[j][i - 1].uy);
-                let w = weight_x * weight_y;
-                for (slot, value) in acc[3..].iter_mut().zip([dux_dx, duy_dy, 0.5 * (dux_dy + duy_dx)]) {
-                    *slot += w * value;
-                }
-            }
-        }
-        let [delta_rho, ux, uy, sxx, syy, sxy] = acc;
-        let rho = 1.0 + delta_rho;
-        let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
-        let post = rebuild_post_collision(
-            delta_rho,
-            [ux + 0.5 * fine_force[0] / rho, uy + 0.5 * fine_force[1] / rho],
-            k.tau_fine,
-            [0.5 * sxx, 0.5 * syy, 0.5 * sxy],
-        );
-        let index = k.fine.index(fx, fy);
+    // Each parent cell feeds up to sixteen ghost cells' stencils: take its
+    // moments once, over the parent cells under the fine allocation plus the
+    // two-cell reach of the stencil (the same arithmetic as per use, so the
+    // same bits as the device, which does recompute them).
+    let origin = [k.offset[0] - 2, k.offset[1] - 2];
+    let size = [k.fine.nx / 2 + 4, k.fine.ny / 2 + 4];
+    let parent: Vec<Moments> = (0..size[1])
+        .into_par_iter()
+        .flat_map_iter(|j| (0..size[0]).map(move |i| (i, j)))
+        .map(|(i, j)| parent_moments(k, t0, t1, origin[0] + i, origin[1] + j))
+        .collect();
+    let cells: Vec<(usize, [f32; Q])> = (0..FillGhost::band_cells(&k.fine))
+        .into_par_iter()
+        .map(|cell| {
+            let (fx, fy) = band_cell(&k.fine, GHOST, cell);
+            (
+                k.fine.index(fx, fy),
+                ghost_populations(k, &parent, origin, size[0], fx, fy),
+            )
+        })
+        .collect();
+    for (index, post) in cells {
         for (i, value) in post.iter().enumerate() {
             fine[i * fine_plane + index] = *value;
         }
     }
+}
+
+/// The fine post-collision populations of ghost cell (fx, fy) from the parent
+/// moments `parent` (row-major, `width` wide, starting at parent cell `origin`).
+fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [u32; 2], width: u32, fx: u32, fy: u32) -> [f32; Q] {
+    let px = k.offset[0] as f32 + (fx as f32 + 0.5) * 0.5 - 0.5;
+    let py = k.offset[1] as f32 + (fy as f32 + 0.5) * 0.5 - 0.5;
+    let (x0, y0) = (px.floor() as u32, py.floor() as u32);
+    let (wx, wy) = (px - x0 as f32, py - y0 as f32);
+    // Moments on the 4x4 parent stencil around the four interpolation points.
+    let m: [[Moments; 4]; 4] = std::array::from_fn(|j| {
+        std::array::from_fn(|i| {
+            let (x, y) = (x0 + i as u32 - 1 - origin[0], y0 + j as u32 - 1 - origin[1]);
+            parent[(y * width + x) as usize]
+        })
+    });
+    // Density and velocity: bicubic (4-point Lagrange in each direction),
+    // because bilinear interpolation damps every mode a little at each of
+    // the many fills and that adds up to visible extra dissipation.
+    let (lx, ly) = (lagrange4(wx), lagrange4(wy));
+    let mut acc = [0.0f32; 3];
+    for (j, weight_y) in ly.iter().enumerate() {
+        for (i, weight_x) in lx.iter().enumerate() {
+            let w = weight_x * weight_y;
+            let c = m[j][i];
+            for (slot, value) in acc.iter_mut().zip([c.delta_rho, c.ux, c.uy]) {
+                *slot += w * value;
+            }
+        }
+    }
+    // Gradients: central differences at the four inner points, bilinear
+    // between them; they only enter the small non-equilibrium part.
+    let mut gradients = [[0.0f32; GRADIENT_FIELDS]; 2];
+    for (dj, weight_y) in [(0usize, 1.0 - wy), (1, wy)] {
+        for (di, weight_x) in [(0usize, 1.0 - wx), (1, wx)] {
+            let (i, j) = (di + 1, dj + 1);
+            let w = weight_x * weight_y;
+            let [d_dx, d_dy] = &mut gradients;
+            for (f, (gx, gy)) in d_dx.iter_mut().zip(d_dy.iter_mut()).enumerate() {
+                *gx += w * 0.5 * (gradient_field(&m[j][i + 1], f) - gradient_field(&m[j][i - 1], f));
+                *gy += w * 0.5 * (gradient_field(&m[j + 1][i], f) - gradient_field(&m[j - 1][i], f));
+            }
+        }
+    }
+    let [delta_rho, ux, uy] = [acc[0], acc[1], acc[2]];
+    let rho = 1.0 + delta_rho;
+    let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
+    // One fine lattice unit of length is half the parent's: gradients halve.
+    rebuild_post_collision(
+        delta_rho,
+        [ux + 0.5 * fine_force[0] / rho, uy + 0.5 * fine_force[1] / rho],
+        [k.tau_plus, k.tau_minus],
+        gradients.map(|g| g.map(|v| 0.5 * v)),
+    )
 }
 
 /// Weights of the 4-point Lagrange interpolation at `t` in [0, 1] between the
@@ -554,24 +597,48 @@ pub fn band_cell(layout: &Layout, ghost: u32, cell: usize) -> (u32, u32) {
     }
 }
 
-/// Post-collision populations for given moments: equilibrium plus the even
-/// non-equilibrium part after one relaxation, `(1 - 1/τ) f^neq`.
+/// Fields whose gradients rebuild the non-equilibrium part: `u_x`, `u_y` and
+/// the momentum flux `ρ u_x u_x`, `ρ u_y u_y`, `ρ u_x u_y`.
+const GRADIENT_FIELDS: usize = 5;
+
 #[inline]
-fn rebuild_post_collision(delta_rho: f32, u: [f32; 2], tau: f32, strain: [f32; 3]) -> [f32; Q] {
+fn gradient_field(m: &Moments, field: usize) -> f32 {
+    match field {
+        0 => m.ux,
+        1 => m.uy,
+        2 => m.rho() * m.ux * m.ux,
+        3 => m.rho() * m.uy * m.uy,
+        _ => m.rho() * m.ux * m.uy,
+    }
+}
+
+/// Post-collision populations for given moments and gradients (`[d/dx, d/dy]`
+/// of the [`gradient_field`]s, lattice units of the target level): equilibrium
+/// plus the first-order non-equilibrium parts after one relaxation, the even
+/// (strain) part with τ⁺ and the odd (momentum-flux) part with τ⁻.
+#[inline]
+fn rebuild_post_collision(
+    delta_rho: f32,
+    u: [f32; 2],
+    [tau_plus, tau_minus]: [f32; 2],
+    [d_dx, d_dy]: [[f32; GRADIENT_FIELDS]; 2],
+) -> [f32; Q] {
     let m = Moments {
         delta_rho,
         ux: u[0],
         uy: u[1],
     };
     let feq = lattice::equilibrium(m);
-    let fneq = lattice::non_equilibrium(m.rho(), tau, strain);
-    let keep = 1.0 - 1.0 / tau;
-    std::array::from_fn(|i| feq[i] + keep * fneq[i])
+    let strain = [d_dx[0], d_dy[1], 0.5 * (d_dy[0] + d_dx[1])];
+    let even = lattice::non_equilibrium(m.rho(), tau_plus, strain);
+    let odd = lattice::non_equilibrium_odd(tau_minus, [[d_dx[2], d_dx[3], d_dx[4]], [d_dy[2], d_dy[3], d_dy[4]]]);
+    let (keep_even, keep_odd) = (1.0 - 1.0 / tau_plus, 1.0 - 1.0 / tau_minus);
+    std::array::from_fn(|i| feq[i] + keep_even * even[i] + keep_odd * odd[i])
 }
 
 /// Fine-to-coarse coupling of every covered parent cell: the mass- and
-/// momentum-weighted average of its 2x2 fine cells, with the strain rate of that
-/// block doubled into parent lattice units and rebuilt with the parent's τ.
+/// momentum-weighted average of its 2x2 fine cells, with the gradients of that
+/// block doubled into parent lattice units and rebuilt with the parent's τ⁺, τ⁻.
 pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]) {
     let fine_plane = k.fine.plane_cells();
     let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
@@ -594,18 +661,19 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
                 let rho = 1.0 + delta_rho;
                 // Differences across the 2x2 block are centred on the parent cell;
                 // one fine spacing is half a parent spacing, hence no 1/2 here.
-                let dux_dx = (m[0][1].ux + m[1][1].ux) - (m[0][0].ux + m[1][0].ux);
-                let duy_dx = (m[0][1].uy + m[1][1].uy) - (m[0][0].uy + m[1][0].uy);
-                let dux_dy = (m[1][0].ux + m[1][1].ux) - (m[0][0].ux + m[0][1].ux);
-                let duy_dy = (m[1][0].uy + m[1][1].uy) - (m[0][0].uy + m[0][1].uy);
+                let v = |dy: usize, dx: usize, f: usize| gradient_field(&m[dy][dx], f);
+                let gradients = [
+                    std::array::from_fn(|f| (v(0, 1, f) + v(1, 1, f)) - (v(0, 0, f) + v(1, 0, f))),
+                    std::array::from_fn(|f| (v(1, 0, f) + v(1, 1, f)) - (v(0, 0, f) + v(0, 1, f))),
+                ];
                 let post = rebuild_post_collision(
                     delta_rho,
                     [
                         (jx + 0.5 * k.coarse_force[0]) / rho,
                         (jy + 0.5 * k.coarse_force[1]) / rho,
                     ],
-                    k.tau_coarse,
-                    [dux_dx, duy_dy, 0.5 * (dux_dy + duy_dx)],
+                    [k.tau_plus, k.tau_minus],
+                    gradients,
                 );
                 band.set(k.coarse.index(cx, cy), &post);
             }

@@ -159,6 +159,28 @@ pub fn non_equilibrium(rho: f32, tau: f32, strain: [f32; 3]) -> [f32; Q] {
     fneq
 }
 
+/// First-order odd non-equilibrium part of a *pre*-collision population,
+/// `-τ⁻ w_i [ -c_iα ∂_β P_αβ / c_s² + Q_iαβ c_iγ ∂_γ P_αβ / (2 c_s⁴) ]` with
+/// `P = ρ u u`. `grad_p[γ]` holds `∂_γ` of `[P_xx, P_yy, P_xy]`. It is second
+/// order in the Mach number, so it matters for fast flows and is what keeps a
+/// shear flow linear across a refinement interface.
+#[inline]
+pub fn non_equilibrium_odd(tau_minus: f32, grad_p: [[f32; 3]; 2]) -> [f32; Q] {
+    let [dx, dy] = grad_p;
+    let div = [dx[0] + dy[2], dx[2] + dy[1]];
+    let mut fneq = [0.0f32; Q];
+    for i in 0..Q {
+        let cx = C[i][0] as f32;
+        let cy = C[i][1] as f32;
+        let q = [cx * cx - CS2, cy * cy - CS2, cx * cy];
+        let along = |g: [f32; 3]| q[0] * g[0] + q[1] * g[1] + 2.0 * q[2] * g[2];
+        let q_c_grad = cx * along(dx) + cy * along(dy);
+        let c_div = cx * div[0] + cy * div[1];
+        fneq[i] = -tau_minus * W[i] * (-c_div / CS2 + q_c_grad / (2.0 * CS2 * CS2));
+    }
+    fneq
+}
+
 /// One TRT collision (BGK when ω⁻ = ω⁺) with Guo forcing, in place on shifted
 /// populations; `force` is the body-force density in lattice units.
 #[inline]

@@ -198,8 +198,9 @@ pub struct FillGhost {
     pub offset: [u32; 2],
     /// Weight of `coarse_t1` in the time interpolation (0 or 1/2).
     pub alpha: f32,
-    pub tau_coarse: f32,
-    pub tau_fine: f32,
+    /// The fine level's relaxation times τ⁺ and τ⁻.
+    pub tau_plus: f32,
+    pub tau_minus: f32,
     /// Body-force density on the parent level, lattice units of the parent.
     pub coarse_force: [f32; 2],
 }
@@ -222,8 +223,8 @@ impl FillGhost {
             Arg::U32(self.offset[0]),
             Arg::U32(self.offset[1]),
             Arg::F32(self.alpha),
-            Arg::F32(self.tau_coarse),
-            Arg::F32(self.tau_fine),
+            Arg::F32(self.tau_plus),
+            Arg::F32(self.tau_minus),
             Arg::F32(self.coarse_force[0]),
             Arg::F32(self.coarse_force[1]),
         ]);
@@ -240,8 +241,8 @@ impl FillGhost {
             fine: r.layout()?,
             offset: [r.u32()?, r.u32()?],
             alpha: r.f32()?,
-            tau_coarse: r.f32()?,
-            tau_fine: r.f32()?,
+            tau_plus: r.f32()?,
+            tau_minus: r.f32()?,
             coarse_force: [r.f32()?, r.f32()?],
         };
         r.finish()?;
@@ -260,8 +261,9 @@ pub struct RestrictToParent {
     pub covered: Rect,
     /// Fine allocation coordinates of the first active cell (the ghost width).
     pub fine_active_origin: u32,
-    pub tau_coarse: f32,
-    pub tau_fine: f32,
+    /// The parent level's relaxation times τ⁺ and τ⁻.
+    pub tau_plus: f32,
+    pub tau_minus: f32,
     pub coarse_force: [f32; 2],
 }
 
@@ -273,8 +275,8 @@ impl RestrictToParent {
         push_rect(&mut args, &self.covered);
         args.extend([
             Arg::U32(self.fine_active_origin),
-            Arg::F32(self.tau_coarse),
-            Arg::F32(self.tau_fine),
+            Arg::F32(self.tau_plus),
+            Arg::F32(self.tau_minus),
             Arg::F32(self.coarse_force[0]),
             Arg::F32(self.coarse_force[1]),
         ]);
@@ -290,8 +292,8 @@ impl RestrictToParent {
             coarse: r.layout()?,
             covered: r.rect()?,
             fine_active_origin: r.u32()?,
-            tau_coarse: r.f32()?,
-            tau_fine: r.f32()?,
+            tau_plus: r.f32()?,
+            tau_minus: r.f32()?,
             coarse_force: [r.f32()?, r.f32()?],
         };
         r.finish()?;
@@ -490,8 +492,8 @@ mod tests {
             fine: layout,
             offset: [5, 6],
             alpha: 0.5,
-            tau_coarse: 0.6,
-            tau_fine: 0.7,
+            tau_plus: 0.6,
+            tau_minus: 0.9,
             coarse_force: [0.0, 1e-6],
         };
         assert_eq!(FillGhost::decode(&fg.launch()).unwrap(), fg);
@@ -502,8 +504,8 @@ mod tests {
             coarse: layout,
             covered: Rect::new(1, 2, 3, 4),
             fine_active_origin: 4,
-            tau_coarse: 0.6,
-            tau_fine: 0.7,
+            tau_plus: 0.6,
+            tau_minus: 0.9,
             coarse_force: [0.0, 0.0],
         };
         assert_eq!(RestrictToParent::decode(&rs.launch()).unwrap(), rs);

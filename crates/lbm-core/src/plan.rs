@@ -213,8 +213,8 @@ impl Builder<'_> {
                         fine: child.layout,
                         offset: child_offset(child, parent),
                         alpha: 0.5 * sub as f32,
-                        tau_coarse: physics.relaxation.tau_plus as f32,
-                        tau_fine: child_physics.relaxation.tau_plus as f32,
+                        tau_plus: child_physics.relaxation.tau_plus as f32,
+                        tau_minus: child_physics.relaxation.tau_minus as f32,
                         coarse_force: physics.force,
                     }
                     .launch();
@@ -246,8 +246,8 @@ impl Builder<'_> {
                     coarse: parent.layout,
                     covered,
                     fine_active_origin: GHOST,
-                    tau_coarse: physics.relaxation.tau_plus as f32,
-                    tau_fine: child_physics.relaxation.tau_plus as f32,
+                    tau_plus: physics.relaxation.tau_plus as f32,
+                    tau_minus: physics.relaxation.tau_minus as f32,
                     coarse_force: physics.force,
                 }
                 .launch();

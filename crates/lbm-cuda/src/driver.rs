@@ -6,7 +6,7 @@
 //! errors of enqueued work. `upload` and `download` also wait for the stream
 //! (they must complete before returning), so an earlier asynchronous error can
 //! surface there too, as the trait allows. Launches are checked on the host
-//! first ([`crate::validate`]) so that no kernel can touch memory outside the
+//! first ([`crate::check_launch`]) so that no kernel can touch memory outside the
 //! buffers it was given; a buffer argument is passed as its device pointer plus
 //! its byte offset.
 //!
@@ -43,6 +43,15 @@ struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
     /// Owns the allocation; dropping it frees the memory in stream order.
     _memory: CudaSlice<u8>,
+}
+
+impl Drop for CudaDriver {
+    fn drop(&mut self) {
+        // Let enqueued work finish before its buffers and module go. An error
+        // here has nowhere to go; `synchronize` is where errors are reported.
+        let _ = self.ctx.bind_to_thread();
+        let _ = self.stream.synchronize();
+    }
 }
 
 impl std::fmt::Debug for CudaDriver {

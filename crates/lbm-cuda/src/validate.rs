@@ -25,7 +25,7 @@ use lbm_core::launch::{
 use lbm_core::{Arg, BufferId, Error, Kernel, Launch, Result};
 
 /// Checks `launch` against the buffer sizes `size_of` reports (bytes; `None`
-/// for an unknown buffer). See the module documentation.
+/// for an unknown buffer), or says what is wrong. See the module documentation.
 pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
     let kernel = launch.kernel;
     let refuse = |reason: String| Error::LaunchArgs {
@@ -377,8 +377,8 @@ mod tests {
                 fine,
                 offset,
                 alpha: 0.5,
-                tau_coarse: 0.6,
-                tau_fine: 0.7,
+                tau_plus: 0.6,
+                tau_minus: 0.7,
                 coarse_force: [0.0; 2],
             }
             .launch()
@@ -397,8 +397,8 @@ mod tests {
                 coarse,
                 covered,
                 fine_active_origin: GHOST,
-                tau_coarse: 0.6,
-                tau_fine: 0.7,
+                tau_plus: 0.6,
+                tau_minus: 0.7,
                 coarse_force: [0.0; 2],
             }
             .launch()

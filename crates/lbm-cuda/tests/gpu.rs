@@ -3,7 +3,9 @@
 //!
 //! They need an NVIDIA GPU and are `#[ignore]`d so that plain `cargo test` passes
 //! everywhere; run them on the device machine with `--include-ignored` (as
-//! `gpu-pack/run.sh` does). Outputs are poisoned (NaN, or random garbage for
+//! `gpu-pack/run.sh` does). With `LBM_KERNEL_EMU` naming the host build of the
+//! kernels (`cargo xtask kernel-emu` sets it up), the same tests run the same
+//! kernel source on the CPU instead, through [`emu::EmuDriver`]. Outputs are poisoned (NaN, or random garbage for
 //! kernels that accumulate) before each launch, so a cell the GPU forgets to
 //! write shows up as a mismatch; nothing is ever tested on zeros. Results are
 //! compared with a tolerance (1e-5 relative and absolute for f32, 1e-9 for the
@@ -21,8 +23,226 @@ use lbm_core::launch::{
     RestrictToParent, StreamCollide, fine_covered, ring_cells,
 };
 use lbm_core::plan::Action;
-use lbm_core::{BufferId, CpuDriver, Driver, ExecConfig, Kernel, LatticeConfig, Launch, Stepper};
+use lbm_core::{BufferId, CpuDriver, Driver, ExecConfig, Kernel, LatticeConfig, Launch, Result, Stepper};
 use lbm_cuda::CudaDriver;
+
+/// The host build of `kernels/` behind the `Driver` seam, for `cargo xtask kernel-emu`.
+mod emu {
+    use std::ffi::{CString, c_char, c_void};
+
+    use lbm_core::{Arg, BufferId, Driver, Error, Launch, Result};
+
+    type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, *mut *mut c_void) -> i32;
+
+    struct HostBuffer {
+        /// u64 words keep every buffer 8-byte aligned, as device allocations are.
+        words: Vec<u64>,
+        bytes: usize,
+    }
+
+    /// Runs each launch through `lbm_emu_launch` of kernels/host_emu.cpp over
+    /// host memory, after the same launch checks as `CudaDriver`.
+    pub struct EmuDriver {
+        launch_fn: LaunchFn,
+        buffers: Vec<Option<HostBuffer>>,
+        _library: libloading::Library,
+    }
+
+    fn error(operation: &str, message: String) -> Error {
+        Error::Device {
+            backend: "emu".into(),
+            operation: operation.into(),
+            message,
+        }
+    }
+
+    impl EmuDriver {
+        pub fn open(path: &str) -> Result<EmuDriver> {
+            // SAFETY: the library is kernels/host_emu.cpp built by `cargo xtask
+            // kernel-emu`; loading it runs only C++ static initialisers.
+            let library =
+                unsafe { libloading::Library::new(path) }.map_err(|e| error("load", format!("{path}: {e}")))?;
+            // SAFETY: `lbm_emu_launch` has exactly the `LaunchFn` signature, and the
+            // pointer stays valid as long as `_library`, which this struct owns.
+            let launch_fn = unsafe { library.get::<LaunchFn>(b"lbm_emu_launch") }
+                .map(|symbol| *symbol)
+                .map_err(|e| error("load", format!("{path}: {e}")))?;
+            Ok(EmuDriver {
+                launch_fn,
+                buffers: Vec::new(),
+                _library: library,
+            })
+        }
+
+        fn buffer(&mut self, id: BufferId) -> Result<&mut HostBuffer> {
+            self.buffers
+                .get_mut(id.0 as usize)
+                .and_then(Option::as_mut)
+                .ok_or(Error::UnknownBuffer {
+                    backend: "emu".into(),
+                    buffer: id.0,
+                })
+        }
+
+        fn bytes(&mut self, id: BufferId, operation: &str, offset: usize, len: usize) -> Result<&mut [u8]> {
+            let b = self.buffer(id)?;
+            if offset + len > b.bytes {
+                return Err(error(operation, format!("byte range ends past the {} bytes", b.bytes)));
+            }
+            Ok(&mut bytemuck::cast_slice_mut(&mut b.words)[offset..offset + len])
+        }
+    }
+
+    impl Driver for EmuDriver {
+        fn backend(&self) -> &'static str {
+            "emu"
+        }
+        fn alloc(&mut self, _label: &str, bytes: usize) -> Result<BufferId> {
+            self.buffers.push(Some(HostBuffer {
+                words: vec![0; bytes.div_ceil(8)],
+                bytes,
+            }));
+            Ok(BufferId(self.buffers.len() as u32 - 1))
+        }
+        fn free(&mut self, buffer: BufferId) -> Result<()> {
+            self.buffer(buffer)?;
+            self.buffers[buffer.0 as usize] = None;
+            Ok(())
+        }
+        fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> Result<()> {
+            self.bytes(buffer, "upload", byte_offset, data.len())?
+                .copy_from_slice(data);
+            Ok(())
+        }
+        fn download(&mut self, buffer: BufferId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+            out.copy_from_slice(self.bytes(buffer, "download", byte_offset, out.len())?);
+            Ok(())
+        }
+        fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
+            self.bytes(buffer, "memset", byte_offset, bytes)?.fill(value);
+            Ok(())
+        }
+        fn copy_async(&mut self, src: BufferId, so: usize, dst: BufferId, dof: usize, bytes: usize) -> Result<()> {
+            let chunk = self.bytes(src, "copy", so, bytes)?.to_vec();
+            self.upload(dst, dof, &chunk)
+        }
+        fn launch(&mut self, launch: &Launch) -> Result<()> {
+            let sizes: Vec<Option<usize>> = self.buffers.iter().map(|b| b.as_ref().map(|b| b.bytes)).collect();
+            lbm_cuda::check_launch(launch, |id| sizes.get(id.0 as usize).copied().flatten())?;
+            let mut slots = Vec::with_capacity(launch.args.len());
+            for arg in &launch.args {
+                slots.push(match *arg {
+                    Arg::Buffer { id, byte_offset } => self.buffer(id)?.words.as_mut_ptr() as u64 + byte_offset,
+                    Arg::U32(v) => v as u64,
+                    Arg::U64(v) => v,
+                    Arg::F32(v) => v.to_bits() as u64,
+                    Arg::F64(v) => v.to_bits(),
+                });
+            }
+            // Each slot holds its value in its first bytes (little-endian), as
+            // the kernel reads it through a pointer to the parameter.
+            let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+            let name = CString::new(launch.kernel.cuda_name()).expect("kernel names have no NUL");
+            // SAFETY: `check_launch` proved every access of the kernel lies inside
+            // the buffers passed, which live in `self.buffers` for the call; the
+            // parameter slots outlive it; the launch runs to completion before
+            // returning.
+            let rc = unsafe { (self.launch_fn)(name.as_ptr(), launch.grid[0], launch.block[0], params.as_mut_ptr()) };
+            match rc {
+                0 => Ok(()),
+                1 => Err(error(
+                    "launch",
+                    format!("host_emu.cpp has no kernel {}", launch.kernel.cuda_name()),
+                )),
+                _ => Err(error(
+                    "launch",
+                    format!(
+                        "{} synchronises its block: mark it threaded in host_emu.cpp",
+                        launch.kernel.cuda_name()
+                    ),
+                )),
+            }
+        }
+        fn synchronize(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn free_memory(&self) -> Result<u64> {
+            Ok(u64::MAX)
+        }
+    }
+}
+
+/// The device under test: the GPU, or the host build of the kernels when
+/// `LBM_KERNEL_EMU` names one.
+enum Device {
+    Cuda(CudaDriver),
+    Emu(emu::EmuDriver),
+}
+
+impl Device {
+    fn open() -> Device {
+        match std::env::var("LBM_KERNEL_EMU") {
+            Ok(path) => Device::Emu(emu::EmuDriver::open(&path).expect("the host build of the kernels loads")),
+            Err(_) => Device::Cuda(CudaDriver::new(0).expect("these tests need a CUDA device")),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Device::Cuda(d) => d.device_name(),
+            Device::Emu(_) => "host emulation of kernels/ (LBM_KERNEL_EMU)",
+        }
+    }
+
+    fn cuda(&mut self) -> Option<&mut CudaDriver> {
+        match self {
+            Device::Cuda(d) => Some(d),
+            Device::Emu(_) => None,
+        }
+    }
+}
+
+macro_rules! delegate {
+    ($self:ident, $d:ident => $call:expr) => {
+        match $self {
+            Device::Cuda($d) => $call,
+            Device::Emu($d) => $call,
+        }
+    };
+}
+
+impl Driver for Device {
+    fn backend(&self) -> &'static str {
+        delegate!(self, d => d.backend())
+    }
+    fn alloc(&mut self, label: &str, bytes: usize) -> Result<BufferId> {
+        delegate!(self, d => d.alloc(label, bytes))
+    }
+    fn free(&mut self, buffer: BufferId) -> Result<()> {
+        delegate!(self, d => d.free(buffer))
+    }
+    fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> Result<()> {
+        delegate!(self, d => d.upload(buffer, byte_offset, data))
+    }
+    fn download(&mut self, buffer: BufferId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        delegate!(self, d => d.download(buffer, byte_offset, out))
+    }
+    fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
+        delegate!(self, d => d.memset_async(buffer, byte_offset, bytes, value))
+    }
+    fn copy_async(&mut self, src: BufferId, so: usize, dst: BufferId, dof: usize, bytes: usize) -> Result<()> {
+        delegate!(self, d => d.copy_async(src, so, dst, dof, bytes))
+    }
+    fn launch(&mut self, launch: &Launch) -> Result<()> {
+        delegate!(self, d => d.launch(launch))
+    }
+    fn synchronize(&mut self) -> Result<()> {
+        delegate!(self, d => d.synchronize())
+    }
+    fn free_memory(&self) -> Result<u64> {
+        delegate!(self, d => d.free_memory())
+    }
+}
 
 /// splitmix64: small, seeded, good enough for test data.
 struct Rng(u64);
@@ -71,13 +291,13 @@ fn garbage(rng: &mut Rng, n: usize) -> Vec<f32> {
 /// ids agree and one `Launch` serves both.
 struct Twin {
     cpu: CpuDriver,
-    gpu: CudaDriver,
+    gpu: Device,
 }
 
 impl Twin {
     fn new() -> Twin {
-        let gpu = CudaDriver::new(0).expect("these tests need a CUDA device");
-        eprintln!("device: {}", gpu.device_name());
+        let gpu = Device::open();
+        eprintln!("device: {}", gpu.name());
         Twin {
             cpu: CpuDriver::new(),
             gpu,
@@ -375,6 +595,10 @@ fn accumulate_exchange_matches_the_cpu() {
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn driver_operations_match_the_cpu() {
     let mut twin = Twin::new();
+    if twin.gpu.cuda().is_none() {
+        eprintln!("skipped: this test is about CudaDriver itself, not the kernels");
+        return;
+    }
     let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
     let a = twin.buffer("a", &bytes);
     // A fresh buffer is zeroed.
@@ -448,7 +672,7 @@ fn stepper_runs_match_the_cpu_on_a_refined_case_with_a_body() {
             observe_window_exchange: true,
         };
         let cpu = Stepper::new(CpuDriver::new(), body_lattice(), exec.clone()).unwrap();
-        let gpu = Stepper::new(CudaDriver::new(0).unwrap(), body_lattice(), exec).unwrap();
+        let gpu = Stepper::new(Device::open(), body_lattice(), exec).unwrap();
         assert_eq!(gpu.plan(), cpu.plan(), "both backends must replay the same plan");
         cpu.initialize(initial_flow).unwrap();
         gpu.initialize(initial_flow).unwrap();

@@ -7,8 +7,9 @@
 //!   `unsigned int`, U64 -> `unsigned long long`, F32 -> `float`, F64 -> `double`).
 //! - The embedded PTX has one entry per kernel with the same parameter types, so
 //!   a stale `kernels/lbm.ptx` fails here without nvcc.
-//! - `kernels/all.cu` includes every other `.cu` file, and every `.cu`/`.cuh`
-//!   file opens with a comment naming itself.
+//! - `kernels/all.cu` includes every other `.cu` file, every `.cu`/`.cuh`
+//!   file opens with a comment naming itself, and `kernels/host_emu.cpp` (the
+//!   host build for `cargo xtask kernel-emu`) lists every kernel.
 //!
 //! The kernels directory is `$LBM_WORKSPACE_ROOT/kernels` when that is set (the
 //! GPU pack sets it), else the one beside this crate. This parser knows just
@@ -171,8 +172,8 @@ fn sample(kernel: Kernel) -> Launch {
             fine: layout,
             offset: [2, 2],
             alpha: 0.0,
-            tau_coarse: 0.6,
-            tau_fine: 0.7,
+            tau_plus: 0.6,
+            tau_minus: 0.7,
             coarse_force: [0.0; 2],
         }
         .launch(),
@@ -183,8 +184,8 @@ fn sample(kernel: Kernel) -> Launch {
             coarse: layout,
             covered: rect,
             fine_active_origin: 4,
-            tau_coarse: 0.6,
-            tau_fine: 0.7,
+            tau_plus: 0.6,
+            tau_minus: 0.7,
             coarse_force: [0.0; 2],
         }
         .launch(),
@@ -301,6 +302,19 @@ fn all_cu_includes_every_kernel_family() {
         assert!(
             all.contains(&format!("#include \"{name}\"")),
             "kernels/all.cu does not include {name}, so its kernels miss the PTX"
+        );
+    }
+}
+
+#[test]
+fn the_host_emulation_knows_every_kernel() {
+    let path = kernels_dir().join("host_emu.cpp");
+    let emu = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    for kernel in Kernel::ALL {
+        let name = kernel.cuda_name();
+        assert!(
+            emu.contains(&format!("{{\"{name}\", [](void** p) {{ emu_call({name}, p); }}")),
+            "kernels/host_emu.cpp has no EMU_KERNELS entry for {name}"
         );
     }
 }

@@ -1,0 +1,90 @@
+//! GPU throughput: `stream_collide` on a uniform periodic grid in million lattice
+//! updates per second, next to a device-to-device copy of the same bytes (one
+//! population set read and written per cell) measured in the same run as the
+//! ceiling. Prints a skip notice and measures nothing without a CUDA device.
+//!
+//! Run: `cargo xtask gpu-pack`, then on the GPU machine
+//! `bash gpu-pack/run.sh benches`. Criterion's "elements/s" is cells per second,
+//! so Gelem/s x 1000 reads as MLUPS.
+
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use lbm_core::hierarchy::{Layout, Rect};
+use lbm_core::lattice::Q;
+use lbm_core::launch::{Edge, StreamCollide};
+use lbm_core::{Driver, Launch};
+use lbm_cuda::CudaDriver;
+
+/// Times `iters` enqueues of `work` with one wait at the end.
+fn timed(driver: &mut CudaDriver, iters: u64, mut work: impl FnMut(&mut CudaDriver)) -> Duration {
+    driver.synchronize().unwrap();
+    let start = Instant::now();
+    for _ in 0..iters {
+        work(driver);
+    }
+    driver.synchronize().unwrap();
+    start.elapsed()
+}
+
+fn bench(c: &mut Criterion) {
+    if !lbm_cuda::device_available() {
+        eprintln!("gpu_stream_collide: no CUDA device, nothing measured");
+        return;
+    }
+    let mut driver = CudaDriver::new(0).unwrap();
+    let mut group = c.benchmark_group("gpu_uniform");
+    group.sample_size(20);
+    for n in [1024u32, 4096] {
+        let cells = (n * n) as usize;
+        group.throughput(Throughput::Elements(cells as u64));
+        let bytes = Q * cells * 4;
+        let src = driver.alloc("src", bytes).unwrap();
+        let dst = driver.alloc("dst", bytes).unwrap();
+        let flags = driver.alloc("flags", cells).unwrap();
+        let noise: Vec<f32> = (0..Q * cells)
+            .map(|i| 1e-3 * ((i * 7919 % 1000) as f32 / 1000.0 - 0.5))
+            .collect();
+        driver.upload(src, 0, bytemuck::cast_slice(&noise)).unwrap();
+        let step = |src, dst| -> Launch {
+            StreamCollide {
+                src,
+                dst,
+                flags,
+                layout: Layout {
+                    nx: n,
+                    ny: n,
+                    tile: [n, n],
+                },
+                active: Rect::new(0, 0, n, n),
+                edges: [Edge::Periodic; 4],
+                wall_velocity: [[0.0; 2]; 4],
+                omega_plus: 1.6,
+                omega_minus: 1.0 / (0.5 + 0.1875 / (1.0 / 1.6 - 0.5)),
+                force: [0.0, 0.0],
+            }
+            .launch()
+        };
+        // Ping-pong like the stepper, so no launch reads what it writes.
+        let launches = [step(src, dst), step(dst, src)];
+        group.bench_function(BenchmarkId::new("stream_collide", n), |b| {
+            b.iter_custom(|iters| {
+                let mut k = 0;
+                timed(&mut driver, iters, |d| {
+                    d.launch(&launches[k % 2]).unwrap();
+                    k += 1;
+                })
+            })
+        });
+        group.bench_function(BenchmarkId::new("copy_same_bytes", n), |b| {
+            b.iter_custom(|iters| timed(&mut driver, iters, |d| d.copy_async(src, 0, dst, 0, bytes).unwrap()))
+        });
+        for buffer in [src, dst, flags] {
+            driver.free(buffer).unwrap();
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,133 @@
+// host_emu.cpp: every kernel of all.cu compiled for the host, for checking the
+// kernels against the CPU reference on a machine without a GPU.
+//
+// `cargo xtask kernel-emu` builds this file with g++ into a shared library and
+// runs lbm-cuda's GPU tests on it (LBM_KERNEL_EMU names the library). It maps
+// the few CUDA built-ins the kernels use onto the host: a launch runs its
+// blocks one after another, and the threads of a block one after another, or,
+// for a kernel that synchronises its block, as real threads meeting at a
+// barrier. Kernel parameters arrive as cuLaunchKernel takes them: an array of
+// pointers to the values, a buffer argument being a pointer-sized address.
+// Built without FMA contraction, it rounds every f32 operation exactly as the
+// GPU build (-fmad=false) and the Rust reference do.
+//
+// What it does not do: it is no CUDA emulator (no warps, no shared memory
+// beyond what `__shared__` means for one block at a time, no concurrency
+// between blocks), it is never part of lbm.ptx, and nothing in the engine uses it.
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+struct EmuIndex {
+    unsigned int x, y, z;
+};
+static thread_local EmuIndex threadIdx, blockIdx, blockDim;
+static thread_local std::barrier<>* emu_block_barrier = nullptr;
+static thread_local bool emu_sync_missing = false;
+
+static inline void __syncthreads() {
+    if (emu_block_barrier == nullptr) {
+        emu_sync_missing = true;  // Reported by the launch: the kernel needs threads.
+        return;
+    }
+    emu_block_barrier->arrive_and_wait();
+}
+static inline float __uint_as_float(unsigned int u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline double atomicAdd(double* address, double value) {
+    const double old = *address;
+    *address = old + value;
+    return old;
+}
+
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __restrict__ __restrict
+// One block at a time (see emu_run), so a function-level static is the block's memory.
+#define __shared__ static
+
+#include "all.cu"
+
+// Calls `kernel` with its parameters read from `params`, as cuLaunchKernel does.
+template <typename... Args, std::size_t... I>
+static void emu_call(void (*kernel)(Args...), void** params, std::index_sequence<I...>) {
+    kernel(*static_cast<std::remove_reference_t<Args>*>(params[I])...);
+}
+template <typename... Args>
+static void emu_call(void (*kernel)(Args...), void** params) {
+    emu_call(kernel, params, std::index_sequence_for<Args...>{});
+}
+
+struct EmuKernel {
+    const char* name;
+    void (*call)(void**);
+    // Whether the kernel synchronises its block and so needs one host thread per GPU thread.
+    bool threaded;
+};
+
+static const EmuKernel EMU_KERNELS[] = {
+    {"stream_collide", [](void** p) { emu_call(stream_collide, p); }, false},
+    {"fill_ghost", [](void** p) { emu_call(fill_ghost, p); }, false},
+    {"restrict_to_parent", [](void** p) { emu_call(restrict_to_parent, p); }, false},
+    {"accumulate_fine_flux", [](void** p) { emu_call(accumulate_fine_flux, p); }, false},
+    {"correct_interface_mass", [](void** p) { emu_call(correct_interface_mass, p); }, true},
+    {"accumulate_exchange", [](void** p) { emu_call(accumulate_exchange, p); }, false},
+};
+
+// `__shared__` statics and the block barrier allow one block in flight.
+static std::mutex emu_lock;
+
+// Runs a one-dimensional launch of `name`: 0 on success, 1 for an unknown
+// kernel, 2 for a kernel that synchronises but is not marked threaded.
+extern "C" int lbm_emu_launch(const char* name, unsigned int grid, unsigned int block, void** params) {
+    const EmuKernel* kernel = nullptr;
+    for (const EmuKernel& k : EMU_KERNELS) {
+        if (std::strcmp(k.name, name) == 0) {
+            kernel = &k;
+        }
+    }
+    if (kernel == nullptr) {
+        return 1;
+    }
+    std::lock_guard<std::mutex> guard(emu_lock);
+    bool sync_missing = false;
+    for (unsigned int b = 0; b < grid; ++b) {
+        if (!kernel->threaded) {
+            for (unsigned int t = 0; t < block; ++t) {
+                blockIdx = {b, 0, 0};
+                threadIdx = {t, 0, 0};
+                blockDim = {block, 1, 1};
+                emu_sync_missing = false;
+                kernel->call(params);
+                sync_missing = sync_missing || emu_sync_missing;
+            }
+            continue;
+        }
+        std::barrier<> barrier((std::ptrdiff_t)block);
+        std::vector<std::thread> threads;
+        threads.reserve(block);
+        for (unsigned int t = 0; t < block; ++t) {
+            threads.emplace_back([&, t, b] {
+                blockIdx = {b, 0, 0};
+                threadIdx = {t, 0, 0};
+                blockDim = {block, 1, 1};
+                emu_block_barrier = &barrier;
+                kernel->call(params);
+            });
+        }
+        for (std::thread& thread : threads) {
+            thread.join();
+        }
+    }
+    return sync_missing ? 2 : 0;
+}
