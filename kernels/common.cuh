@@ -210,6 +210,30 @@ __device__ __forceinline__ void non_equilibrium_odd(float tau_minus, const float
     }
 }
 
+// lattice::non_equilibrium_odd_curvature: second-order odd non-equilibrium part
+// of a pre-collision population, tau- (tau+ - 1/2) w_i rho [c_ia c_ib c_ig
+// d_a d_b u_g / cs2 - c_ig lap u_g - 2 c_ig d_g div u]; d2ux and d2uy hold
+// (d_xx, d_yy, d_xy) of ux and uy.
+__device__ __forceinline__ void non_equilibrium_odd_curvature(float rho, float tau_plus, float tau_minus,
+                                                              const float d2ux[3], const float d2uy[3],
+                                                              float fneq[LBM_Q]) {
+    const float scale = tau_minus * (tau_plus - 0.5f) * rho;
+    const float lap_x = d2ux[0] + d2ux[1];
+    const float lap_y = d2uy[0] + d2uy[1];
+    const float grad_div_x = d2ux[0] + d2uy[2];
+    const float grad_div_y = d2ux[2] + d2uy[1];
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        const float cx = (float)lbm_cx(i);
+        const float cy = (float)lbm_cy(i);
+        const float along_x = cx * cx * d2ux[0] + cy * cy * d2ux[1] + 2.0f * cx * cy * d2ux[2];
+        const float along_y = cx * cx * d2uy[0] + cy * cy * d2uy[1] + 2.0f * cx * cy * d2uy[2];
+        const float third = cx * along_x + cy * along_y;
+        const float linear = cx * (lap_x + 2.0f * grad_div_x) + cy * (lap_y + 2.0f * grad_div_y);
+        fneq[i] = scale * lbm_w(i) * (third / LBM_CS2 - linear);
+    }
+}
+
 // The fields whose gradients rebuild the non-equilibrium part (cpu::gradient_field):
 // ux, uy, rho ux ux, rho uy uy, rho ux uy.
 #define LBM_GRADIENT_FIELDS 5
@@ -219,13 +243,15 @@ __device__ __forceinline__ float gradient_field(Moments m, int field) {
     return field == 0 ? m.ux : (field == 1 ? m.uy : (field == 2 ? rho * m.ux * m.ux : (field == 3 ? rho * m.uy * m.uy : rho * m.ux * m.uy)));
 }
 
-// cpu::rebuild_post_collision: equilibrium plus the first-order non-equilibrium
-// parts after one relaxation, the even (strain) part with tau+ and the odd
-// (momentum-flux) part with tau-; d_dx and d_dy are the gradients of the
-// gradient fields in lattice units of the target level.
+// cpu::rebuild_post_collision: equilibrium plus the non-equilibrium parts
+// after one relaxation, the even (strain) part with tau+ and the odd
+// (momentum-flux and curvature) parts with tau-; d_dx and d_dy are the
+// gradients of the gradient fields, d2ux and d2uy the velocity curvature, all
+// in lattice units of the target level.
 __device__ __forceinline__ void rebuild_post_collision(float delta_rho, float ux, float uy, float tau_plus,
                                                        float tau_minus, const float d_dx[LBM_GRADIENT_FIELDS],
-                                                       const float d_dy[LBM_GRADIENT_FIELDS], float post[LBM_Q]) {
+                                                       const float d_dy[LBM_GRADIENT_FIELDS], const float d2ux[3],
+                                                       const float d2uy[3], float post[LBM_Q]) {
     Moments m;
     m.delta_rho = delta_rho;
     m.ux = ux;
@@ -236,11 +262,13 @@ __device__ __forceinline__ void rebuild_post_collision(float delta_rho, float ux
     non_equilibrium(moments_rho(m), tau_plus, d_dx[0], d_dy[1], 0.5f * (d_dy[0] + d_dx[1]), even);
     float odd[LBM_Q];
     non_equilibrium_odd(tau_minus, d_dx + 2, d_dy + 2, odd);
+    float curved[LBM_Q];
+    non_equilibrium_odd_curvature(moments_rho(m), tau_plus, tau_minus, d2ux, d2uy, curved);
     const float keep_even = 1.0f - 1.0f / tau_plus;
     const float keep_odd = 1.0f - 1.0f / tau_minus;
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
-        post[i] = feq[i] + keep_even * even[i] + keep_odd * odd[i];
+        post[i] = feq[i] + keep_even * even[i] + keep_odd * (odd[i] + curved[i]);
     }
 }
 

@@ -140,19 +140,50 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
             }
         }
     }
+    // Curvature of the velocity: second differences at the four inner points,
+    // bilinear between them.
+    float d2u[2][3] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int dj = 0; dj < 2; ++dj) {
+        const float weight_y = dj == 0 ? 1.0f - wy : wy;
+#pragma unroll
+        for (int di = 0; di < 2; ++di) {
+            const float weight_x = di == 0 ? 1.0f - wx : wx;
+            const int i = di + 1;
+            const int j = dj + 1;
+            const float w = weight_x * weight_y;
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const float centre = gradient_field(m[j][i], c);
+                d2u[c][0] += w * (gradient_field(m[j][i + 1], c) - 2.0f * centre + gradient_field(m[j][i - 1], c));
+                d2u[c][1] += w * (gradient_field(m[j + 1][i], c) - 2.0f * centre + gradient_field(m[j - 1][i], c));
+                d2u[c][2] += w * 0.25f *
+                             ((gradient_field(m[j + 1][i + 1], c) - gradient_field(m[j + 1][i - 1], c)) -
+                              (gradient_field(m[j - 1][i + 1], c) - gradient_field(m[j - 1][i - 1], c)));
+            }
+        }
+    }
     const float delta_rho = acc[0];
     const float rho = 1.0f + delta_rho;
     const float fine_force_x = 0.5f * coarse_force_x;
     const float fine_force_y = 0.5f * coarse_force_y;
-    // One fine lattice unit of length is half the parent's: gradients halve.
+    // One fine lattice unit of length is half the parent's: first derivatives
+    // halve, second derivatives quarter.
 #pragma unroll
     for (int f = 0; f < LBM_GRADIENT_FIELDS; ++f) {
         d_dx[f] = 0.5f * d_dx[f];
         d_dy[f] = 0.5f * d_dy[f];
     }
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+#pragma unroll
+        for (int d = 0; d < 3; ++d) {
+            d2u[c][d] = 0.25f * d2u[c][d];
+        }
+    }
     float post[LBM_Q];
     rebuild_post_collision(delta_rho, acc[1] + 0.5f * fine_force_x / rho, acc[2] + 0.5f * fine_force_y / rho,
-                           tau_plus, tau_minus, d_dx, d_dy, post);
+                           tau_plus, tau_minus, d_dx, d_dy, d2u[0], d2u[1], post);
     write_cell(fine_dst, plane_cells(fine), cell_index(fine, fx, fy), post);
 }
 
@@ -180,25 +211,36 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
     const unsigned int fy0 = fine_active_origin + 2 * (cy - covered_y0);
     const size_t fine_plane = plane_cells(fine);
 
-    Moments m[2][2];
+    // The 2x2 block and the ring of fine cells around it, for the curvature; at
+    // the patch edge that ring reaches into the ghost band (the last fill).
+    Moments g[4][4];
 #pragma unroll
-    for (int dy = 0; dy < 2; ++dy) {
+    for (int dy = 0; dy < 4; ++dy) {
 #pragma unroll
-        for (int dx = 0; dx < 2; ++dx) {
+        for (int dx = 0; dx < 4; ++dx) {
             float f[LBM_Q];
-            read_cell(fine_src, fine_plane, cell_index(fine, fx0 + dx, fy0 + dy), f);
-            m[dy][dx] = moments(f, -fine_force_x, -fine_force_y);
+            read_cell(fine_src, fine_plane, cell_index(fine, fx0 + dx - 1, fy0 + dy - 1), f);
+            g[dy][dx] = moments(f, -fine_force_x, -fine_force_y);
         }
     }
-    // Sums in the order m[0][0], m[0][1], m[1][0], m[1][1], as the CPU's iterator.
-    const float delta_rho = 0.25f * (((m[0][0].delta_rho + m[0][1].delta_rho) + m[1][0].delta_rho) + m[1][1].delta_rho);
+    const Moments m[2][2] = {{g[1][1], g[1][2]}, {g[2][1], g[2][2]}};
+    // Density and momentum: cubic interpolation to the block centre (cpu::CENTRE4).
+    const float centre4[4] = {-1.0f / 16.0f, 9.0f / 16.0f, 9.0f / 16.0f, -1.0f / 16.0f};
+    float delta_rho = 0.0f;
+    float jx = 0.0f;
+    float jy = 0.0f;
+#pragma unroll
+    for (int dy = 0; dy < 4; ++dy) {
+#pragma unroll
+        for (int dx = 0; dx < 4; ++dx) {
+            const Moments c = g[dy][dx];
+            const float w = centre4[dx] * centre4[dy];
+            delta_rho += w * c.delta_rho;
+            jx += w * (moments_rho(c) * c.ux);
+            jy += w * (moments_rho(c) * c.uy);
+        }
+    }
     const float rho = 1.0f + delta_rho;
-    const float jx = 0.25f * (((moments_rho(m[0][0]) * m[0][0].ux + moments_rho(m[0][1]) * m[0][1].ux) +
-                               moments_rho(m[1][0]) * m[1][0].ux) +
-                              moments_rho(m[1][1]) * m[1][1].ux);
-    const float jy = 0.25f * (((moments_rho(m[0][0]) * m[0][0].uy + moments_rho(m[0][1]) * m[0][1].uy) +
-                               moments_rho(m[1][0]) * m[1][0].uy) +
-                              moments_rho(m[1][1]) * m[1][1].uy);
     // Differences across the 2x2 block are centred on the parent cell; one fine
     // spacing is half a parent spacing, hence no 1/2 here.
     float d_dx[LBM_GRADIENT_FIELDS];
@@ -212,8 +254,27 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
         d_dx[f] = (v01 + v11) - (v00 + v10);
         d_dy[f] = (v10 + v11) - (v00 + v01);
     }
+    // Second differences centred on the block, times four for parent lattice units.
+    float d2u[2][3];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        float u[4][4];
+#pragma unroll
+        for (int dy = 0; dy < 4; ++dy) {
+#pragma unroll
+            for (int dx = 0; dx < 4; ++dx) {
+                u[dy][dx] = gradient_field(g[dy][dx], c);
+            }
+        }
+        const float d2x = (u[1][0] - u[1][1] - u[1][2] + u[1][3]) + (u[2][0] - u[2][1] - u[2][2] + u[2][3]);
+        const float d2y = (u[0][1] - u[1][1] - u[2][1] + u[3][1]) + (u[0][2] - u[1][2] - u[2][2] + u[3][2]);
+        const float dxy = (u[2][2] - u[2][1]) - (u[1][2] - u[1][1]);
+        d2u[c][0] = 2.0f * d2x;
+        d2u[c][1] = 2.0f * d2y;
+        d2u[c][2] = 4.0f * dxy;
+    }
     float post[LBM_Q];
     rebuild_post_collision(delta_rho, (jx + 0.5f * coarse_force_x) / rho, (jy + 0.5f * coarse_force_y) / rho,
-                           tau_plus, tau_minus, d_dx, d_dy, post);
+                           tau_plus, tau_minus, d_dx, d_dy, d2u[0], d2u[1], post);
     write_cell(coarse_dst, plane_cells(coarse), cell_index(coarse, cx, cy), post);
 }

@@ -554,15 +554,32 @@ fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [u32; 2], width:
             }
         }
     }
+    // Curvature of the velocity: second differences at the four inner points,
+    // bilinear between them.
+    let mut curvature = [[0.0f32; 3]; 2];
+    for (dj, weight_y) in [(0usize, 1.0 - wy), (1, wy)] {
+        for (di, weight_x) in [(0usize, 1.0 - wx), (1, wx)] {
+            let (i, j) = (di + 1, dj + 1);
+            let w = weight_x * weight_y;
+            for (component, d2) in curvature.iter_mut().enumerate() {
+                let u = |jj: usize, ii: usize| gradient_field(&m[jj][ii], component);
+                d2[0] += w * (u(j, i + 1) - 2.0 * u(j, i) + u(j, i - 1));
+                d2[1] += w * (u(j + 1, i) - 2.0 * u(j, i) + u(j - 1, i));
+                d2[2] += w * 0.25 * ((u(j + 1, i + 1) - u(j + 1, i - 1)) - (u(j - 1, i + 1) - u(j - 1, i - 1)));
+            }
+        }
+    }
     let [delta_rho, ux, uy] = [acc[0], acc[1], acc[2]];
     let rho = 1.0 + delta_rho;
     let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
-    // One fine lattice unit of length is half the parent's: gradients halve.
+    // One fine lattice unit of length is half the parent's: first derivatives
+    // halve, second derivatives quarter.
     rebuild_post_collision(
         delta_rho,
         [ux + 0.5 * fine_force[0] / rho, uy + 0.5 * fine_force[1] / rho],
         [k.tau_plus, k.tau_minus],
         gradients.map(|g| g.map(|v| 0.5 * v)),
+        curvature.map(|c| c.map(|v| 0.25 * v)),
     )
 }
 
@@ -612,16 +629,18 @@ fn gradient_field(m: &Moments, field: usize) -> f32 {
     }
 }
 
-/// Post-collision populations for given moments and gradients (`[d/dx, d/dy]`
-/// of the [`gradient_field`]s, lattice units of the target level): equilibrium
-/// plus the first-order non-equilibrium parts after one relaxation, the even
-/// (strain) part with τ⁺ and the odd (momentum-flux) part with τ⁻.
+/// Post-collision populations for given moments, gradients (`[d/dx, d/dy]` of
+/// the [`gradient_field`]s) and velocity curvature (`[∂xx, ∂yy, ∂xy]` of `u_x`,
+/// `u_y`), all in lattice units of the target level: equilibrium plus the
+/// non-equilibrium parts after one relaxation, the even (strain) part with τ⁺
+/// and the odd (momentum-flux and curvature) parts with τ⁻.
 #[inline]
 fn rebuild_post_collision(
     delta_rho: f32,
     u: [f32; 2],
     [tau_plus, tau_minus]: [f32; 2],
     [d_dx, d_dy]: [[f32; GRADIENT_FIELDS]; 2],
+    curvature: [[f32; 3]; 2],
 ) -> [f32; Q] {
     let m = Moments {
         delta_rho,
@@ -632,9 +651,13 @@ fn rebuild_post_collision(
     let strain = [d_dx[0], d_dy[1], 0.5 * (d_dy[0] + d_dx[1])];
     let even = lattice::non_equilibrium(m.rho(), tau_plus, strain);
     let odd = lattice::non_equilibrium_odd(tau_minus, [[d_dx[2], d_dx[3], d_dx[4]], [d_dy[2], d_dy[3], d_dy[4]]]);
+    let curved = lattice::non_equilibrium_odd_curvature(m.rho(), tau_plus, tau_minus, curvature);
     let (keep_even, keep_odd) = (1.0 - 1.0 / tau_plus, 1.0 - 1.0 / tau_minus);
-    std::array::from_fn(|i| feq[i] + keep_even * even[i] + keep_odd * odd[i])
+    std::array::from_fn(|i| feq[i] + keep_even * even[i] + keep_odd * (odd[i] + curved[i]))
 }
+
+/// Weights of the 4-point Lagrange interpolation at the midpoint, `lagrange4(0.5)`.
+const CENTRE4: [f32; 4] = [-1.0 / 16.0, 9.0 / 16.0, 9.0 / 16.0, -1.0 / 16.0];
 
 /// Fine-to-coarse coupling of every covered parent cell: the mass- and
 /// momentum-weighted average of its 2x2 fine cells, with the gradients of that
@@ -648,16 +671,30 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
             for cx in cov.x0..cov.x1 {
                 let fx0 = k.fine_active_origin + 2 * (cx - cov.x0);
                 let fy0 = k.fine_active_origin + 2 * (cy - cov.y0);
-                let m: [[Moments; 2]; 2] = std::array::from_fn(|dy| {
+                // The 2x2 block and the ring of fine cells around it, for the
+                // curvature; at the patch edge that ring reaches into the ghost
+                // band, which holds the last fill (half a fine hop old).
+                let g: [[Moments; 4]; 4] = std::array::from_fn(|dy| {
                     std::array::from_fn(|dx| {
-                        let index = k.fine.index(fx0 + dx as u32, fy0 + dy as u32);
+                        let index = k.fine.index(fx0 + dx as u32 - 1, fy0 + dy as u32 - 1);
                         lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]])
                     })
                 });
-                let cells = m.iter().flatten();
-                let delta_rho = 0.25 * cells.clone().map(|c| c.delta_rho).sum::<f32>();
-                let jx = 0.25 * cells.clone().map(|c| c.rho() * c.ux).sum::<f32>();
-                let jy = 0.25 * cells.map(|c| c.rho() * c.uy).sum::<f32>();
+                let m = [[g[1][1], g[1][2]], [g[2][1], g[2][2]]];
+                // Density and momentum: cubic interpolation to the block centre
+                // over the 4x4 stencil; the plain 2x2 average smooths every mode
+                // a little at each restriction, which adds up at the interface.
+                let mut sums = [0.0f32; 3];
+                for (dy, wy) in CENTRE4.iter().enumerate() {
+                    for (dx, wx) in CENTRE4.iter().enumerate() {
+                        let c = g[dy][dx];
+                        let w = wx * wy;
+                        for (sum, value) in sums.iter_mut().zip([c.delta_rho, c.rho() * c.ux, c.rho() * c.uy]) {
+                            *sum += w * value;
+                        }
+                    }
+                }
+                let [delta_rho, jx, jy] = sums;
                 let rho = 1.0 + delta_rho;
                 // Differences across the 2x2 block are centred on the parent cell;
                 // one fine spacing is half a parent spacing, hence no 1/2 here.
@@ -666,6 +703,15 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
                     std::array::from_fn(|f| (v(0, 1, f) + v(1, 1, f)) - (v(0, 0, f) + v(1, 0, f))),
                     std::array::from_fn(|f| (v(1, 0, f) + v(1, 1, f)) - (v(0, 0, f) + v(0, 1, f))),
                 ];
+                // Second differences centred on the block, times four for parent
+                // lattice units.
+                let curvature: [[f32; 3]; 2] = std::array::from_fn(|component| {
+                    let u = |dy: usize, dx: usize| gradient_field(&g[dy][dx], component);
+                    let d2x = (u(1, 0) - u(1, 1) - u(1, 2) + u(1, 3)) + (u(2, 0) - u(2, 1) - u(2, 2) + u(2, 3));
+                    let d2y = (u(0, 1) - u(1, 1) - u(2, 1) + u(3, 1)) + (u(0, 2) - u(1, 2) - u(2, 2) + u(3, 2));
+                    let dxy = (u(2, 2) - u(2, 1)) - (u(1, 2) - u(1, 1));
+                    [2.0 * d2x, 2.0 * d2y, 4.0 * dxy]
+                });
                 let post = rebuild_post_collision(
                     delta_rho,
                     [
@@ -674,6 +720,7 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
                     ],
                     [k.tau_plus, k.tau_minus],
                     gradients,
+                    curvature,
                 );
                 band.set(k.coarse.index(cx, cy), &post);
             }

@@ -181,6 +181,32 @@ pub fn non_equilibrium_odd(tau_minus: f32, grad_p: [[f32; 3]; 2]) -> [f32; Q] {
     fneq
 }
 
+/// Second-order odd non-equilibrium part of a *pre*-collision population,
+/// `τ⁻ Λ⁺ w_i ρ [c_iα c_iβ c_iγ ∂_α∂_β u_γ / c_s² - c_iγ ∇²u_γ - 2 c_iγ ∂_γ(∇·u)]`
+/// with `Λ⁺ = τ⁺ - ½`: the curvature of the velocity seen by the odd moments,
+/// from the Taylor expansion of the lattice Boltzmann equation (the viscous part
+/// of `∂_t(ρu)` folded in). The last term vanishes for a divergence-free field;
+/// it is kept so that discrete second differences, which are not exactly
+/// divergence-free, add no momentum. `d2u[γ]` holds `[∂xx, ∂yy, ∂xy]` of `u_γ`.
+/// Relative to the strain part it is of order `Λ⁻ k`, large for TRT at small τ⁺.
+#[inline]
+pub fn non_equilibrium_odd_curvature(rho: f32, tau_plus: f32, tau_minus: f32, d2u: [[f32; 3]; 2]) -> [f32; Q] {
+    let scale = tau_minus * (tau_plus - 0.5) * rho;
+    let [ux, uy] = d2u;
+    let laplacian = [ux[0] + ux[1], uy[0] + uy[1]];
+    let grad_div = [ux[0] + uy[2], ux[2] + uy[1]];
+    let mut fneq = [0.0f32; Q];
+    for i in 0..Q {
+        let cx = C[i][0] as f32;
+        let cy = C[i][1] as f32;
+        let along = |d: [f32; 3]| cx * cx * d[0] + cy * cy * d[1] + 2.0 * cx * cy * d[2];
+        let third = cx * along(ux) + cy * along(uy);
+        let linear = cx * (laplacian[0] + 2.0 * grad_div[0]) + cy * (laplacian[1] + 2.0 * grad_div[1]);
+        fneq[i] = scale * W[i] * (third / CS2 - linear);
+    }
+    fneq
+}
+
 /// One TRT collision (BGK when ω⁻ = ω⁺) with Guo forcing, in place on shifted
 /// populations; `force` is the body-force density in lattice units.
 #[inline]
@@ -276,6 +302,18 @@ mod tests {
         let mass: f32 = fneq.iter().sum();
         let jx: f32 = (0..Q).map(|i| fneq[i] * C[i][0] as f32).sum();
         assert!(mass.abs() < 1e-9 && jx.abs() < 1e-9);
+    }
+
+    #[test]
+    fn curvature_non_equilibrium_carries_no_mass_or_momentum() {
+        let fneq = non_equilibrium_odd_curvature(1.01, 0.65, 1.75, [[2e-4, -1e-4, 3e-5], [-5e-5, 7e-5, 1e-4]]);
+        let mass: f32 = fneq.iter().sum();
+        let jx: f32 = (0..Q).map(|i| fneq[i] * C[i][0] as f32).sum();
+        let jy: f32 = (0..Q).map(|i| fneq[i] * C[i][1] as f32).sum();
+        assert!(
+            mass.abs() < 1e-10 && jx.abs() < 1e-10 && jy.abs() < 1e-10,
+            "{mass} {jx} {jy}"
+        );
     }
 
     #[test]
