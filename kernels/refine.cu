@@ -254,7 +254,8 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
         d_dx[f] = (v01 + v11) - (v00 + v10);
         d_dy[f] = (v10 + v11) - (v00 + v01);
     }
-    // Second differences centred on the block, times four for parent lattice units.
+    // Second differences centred on the block (cpu::restrict_to_parent): the sum
+    // over the two middle rows of u0 - u1 - u2 + u3 is already in parent units.
     float d2u[2][3];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -269,8 +270,8 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
         const float d2x = (u[1][0] - u[1][1] - u[1][2] + u[1][3]) + (u[2][0] - u[2][1] - u[2][2] + u[2][3]);
         const float d2y = (u[0][1] - u[1][1] - u[2][1] + u[3][1]) + (u[0][2] - u[1][2] - u[2][2] + u[3][2]);
         const float dxy = (u[2][2] - u[2][1]) - (u[1][2] - u[1][1]);
-        d2u[c][0] = 2.0f * d2x;
-        d2u[c][1] = 2.0f * d2y;
+        d2u[c][0] = d2x;
+        d2u[c][1] = d2y;
         d2u[c][2] = 4.0f * dxy;
     }
     float post[LBM_Q];

@@ -703,14 +703,17 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
                     std::array::from_fn(|f| (v(0, 1, f) + v(1, 1, f)) - (v(0, 0, f) + v(1, 0, f))),
                     std::array::from_fn(|f| (v(1, 0, f) + v(1, 1, f)) - (v(0, 0, f) + v(0, 1, f))),
                 ];
-                // Second differences centred on the block, times four for parent
-                // lattice units.
+                // Second differences centred on the block: each row's
+                // `u0 - u1 - u2 + u3` is twice the fine second derivative, so the
+                // sum over the two middle rows is four times it, which is the
+                // second derivative in parent lattice units; the mixed one is
+                // one fine difference of differences, times four.
                 let curvature: [[f32; 3]; 2] = std::array::from_fn(|component| {
                     let u = |dy: usize, dx: usize| gradient_field(&g[dy][dx], component);
                     let d2x = (u(1, 0) - u(1, 1) - u(1, 2) + u(1, 3)) + (u(2, 0) - u(2, 1) - u(2, 2) + u(2, 3));
                     let d2y = (u(0, 1) - u(1, 1) - u(2, 1) + u(3, 1)) + (u(0, 2) - u(1, 2) - u(2, 2) + u(3, 2));
                     let dxy = (u(2, 2) - u(2, 1)) - (u(1, 2) - u(1, 1));
-                    [2.0 * d2x, 2.0 * d2y, 4.0 * dxy]
+                    [d2x, d2y, 4.0 * dxy]
                 });
                 let post = rebuild_post_collision(
                     delta_rho,
