@@ -8,3 +8,4 @@
 #include "refine.cu"
 #include "reflux.cu"
 #include "exchange.cu"
+#include "boundary.cu"

@@ -10,8 +10,15 @@
 // kernel computes the same bits as the CPU reference. Populations are stored
 // minus their weights (f_i - w_i), exactly as on the CPU.
 //
+// It also holds the one boundary rule two kernel families share: Bouzidi's
+// interpolated bounce-back (lbm_core::cpu::bouzidi), which `stream_collide`
+// applies on body links and `accumulate_exchange` needs for the population a
+// wall returns.
+//
 // What it does not do: no kernel lives here, nothing touches global memory
-// except through the index helpers, and no boundary logic (that is lbm.cu's).
+// except through the index helpers and the Bouzidi rule's reads, and no side
+// rules of the active region (walls, inlet, outflow, free slip, wrap: those
+// are lbm.cu's).
 #pragma once
 
 #define LBM_Q 9
@@ -24,13 +31,18 @@
 #define LBM_EDGE_PERIODIC 0u
 #define LBM_EDGE_WALL 1u
 #define LBM_EDGE_GHOST 2u
+#define LBM_EDGE_INLET 3u
+#define LBM_EDGE_OUTFLOW 4u
+#define LBM_EDGE_SYMMETRY 5u
 
 // Ghost band width, lbm_core::hierarchy::GHOST.
 #define LBM_GHOST 4u
 
-// Words per link and per body accumulator, lbm_core::launch::{LINK_WORDS, EXCHANGE_WORDS}.
-#define LBM_LINK_WORDS 4u
+// Words per link and per body accumulator, lbm_core::launch::{LINK_WORDS, EXCHANGE_WORDS},
+// and the link word for "no fluid cell behind" (lbm_core::launch::NO_CELL).
+#define LBM_LINK_WORDS 6u
 #define LBM_EXCHANGE_WORDS 4u
+#define LBM_NO_CELL 0xFFFFFFFFu
 
 // Lattice velocities c_i: rest, the four axis directions, then the diagonals.
 // Written as selects rather than tables so that every unrolled use folds to a
@@ -44,6 +56,14 @@ __device__ __forceinline__ int lbm_cy(int i) {
 // Index of the opposite velocity: 0 3 4 1 2 7 8 5 6.
 __device__ __forceinline__ int lbm_opp(int i) {
     return i == 0 ? 0 : (i < 5 ? ((i + 1) & 3) + 1 : ((i - 3) & 3) + 5);
+}
+// The direction with the x (resp. y) component of c_i negated: a free-slip
+// side mirrors populations in its wall.
+__device__ __forceinline__ int lbm_mirror_x(int i) {
+    return i == 1 ? 3 : (i == 3 ? 1 : (i == 5 ? 6 : (i == 6 ? 5 : (i == 7 ? 8 : (i == 8 ? 7 : i)))));
+}
+__device__ __forceinline__ int lbm_mirror_y(int i) {
+    return i == 2 ? 4 : (i == 4 ? 2 : (i == 5 ? 8 : (i == 8 ? 5 : (i == 6 ? 7 : (i == 7 ? 6 : i)))));
 }
 // Lattice weights, each the correctly rounded f32 of its fraction (as in Rust).
 __device__ __forceinline__ float lbm_w(int i) {
@@ -287,6 +307,26 @@ __device__ __forceinline__ void write_cell(float* __restrict__ f, size_t plane, 
     for (int i = 0; i < LBM_Q; ++i) {
         f[(size_t)i * plane + index] = value[i];
     }
+}
+
+// cpu::bouzidi: Bouzidi's linear interpolated bounce-back for the population
+// arriving at `index` along `i` from a wall at fraction `q` of the link. For
+// q < 1/2 it interpolates between the leaving populations (along opp(i)) of
+// the cell and of the fluid cell `behind` it (`has_behind`; half-way
+// bounce-back without one), for q >= 1/2 between the leaving population and
+// the cell's own along `i`. A NaN q takes the second branch, as on the CPU.
+// Reads only what the CPU reads: `behind` only when q < 1/2 and it exists.
+__device__ __forceinline__ float bouzidi(const float* __restrict__ f, size_t plane, size_t index, bool has_behind,
+                                         size_t behind, int i, float q) {
+    const int toward = lbm_opp(i);
+    const float leaving = f[(size_t)toward * plane + index];
+    if (q < 0.5f) {
+        if (!has_behind) {
+            return leaving;
+        }
+        return 2.0f * q * leaving + (1.0f - 2.0f * q) * f[(size_t)toward * plane + behind];
+    }
+    return leaving / (2.0f * q) + (2.0f * q - 1.0f) / (2.0f * q) * f[(size_t)i * plane + index];
 }
 
 // The global thread index of a one-dimensional launch.

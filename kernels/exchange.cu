@@ -1,18 +1,23 @@
 // exchange.cu: `accumulate_exchange`, the momentum exchange on body links.
 //
 // One thread per link of the link table (lbm_core::launch::LINK_WORDS words per
-// link: storage cell index, direction plus 16 x body slot, lever arm x and y as
-// f32 bits). Each link gives its body 2 c_i f_i* (f_i* the post-collision
-// population, un-shifted by its weight) and the torque r x F about the body
-// centre; the contributions are added in f64 with atomicAdd to the interval
-// accumulator and, when `window_on`, to the window accumulator
-// (lbm_core::launch::EXCHANGE_WORDS doubles per body: Fx, Fy, torque, unused).
+// link: the fluid cell's storage index; the direction d pointing into the body
+// plus 16 x the body slot; the lever arm x and y as f32 bits; the wall distance
+// q as f32 bits; the storage index of the fluid cell behind, or LBM_NO_CELL).
+// `f` holds the post-collision populations that the hop's streaming reads. Each
+// link gives its body c_d (f*_d + f_in) in real populations (un-shifted by their
+// weights, hence the 2 w_d), f_in being what `bouzidi` returns along opp(d), and
+// the torque r x F about the body centre; the contributions are added in f64
+// with atomicAdd to the interval accumulator and, when `window_on`, to the
+// window accumulator (lbm_core::launch::EXCHANGE_WORDS doubles per body: Fx, Fy,
+// torque, unused).
 //
-// It mirrors lbm_core::cpu::accumulate_exchange per link. What it does not do:
-// it does not sum in link order (atomics land in any order, so sums agree with
-// the CPU to rounding, not bit for bit), it does not zero the accumulators (the
-// plan's memset does), and it does not check that a body slot fits the
-// accumulator (the link table is built by lbm_core::geometry::links).
+// It mirrors lbm_core::cpu::accumulate_exchange per link, each contribution bit
+// for bit. What it does not do: it does not sum in link order (atomics land in
+// any order, so sums agree with the CPU to rounding, not bit for bit), it does
+// not zero the accumulators (the plan's memset does), and it does not check that
+// a body slot fits the accumulator (the link table is built by
+// lbm_core::geometry::wall_tables).
 #include "common.cuh"
 
 extern "C" __global__ void accumulate_exchange(const float* __restrict__ f, unsigned int plane_cells,
@@ -24,18 +29,22 @@ extern "C" __global__ void accumulate_exchange(const float* __restrict__ f, unsi
     }
     const unsigned int* link = links + t * LBM_LINK_WORDS;
     const unsigned int cell = link[0];
-    const int dir = (int)(link[1] & 15u);
+    const int d = (int)(link[1] & 15u);
     const unsigned int body = link[1] >> 4;
-    if (cell >= plane_cells || dir >= LBM_Q) {
+    const unsigned int behind = link[5];
+    const bool has_behind = behind != LBM_NO_CELL;
+    if (cell >= plane_cells || d >= LBM_Q || (has_behind && behind >= plane_cells)) {
         // A malformed link would read outside the population planes; the CPU
         // reference panics on it, here it contributes nothing.
         return;
     }
     const double rx = (double)__uint_as_float(link[2]);
     const double ry = (double)__uint_as_float(link[3]);
-    const double population = (double)(f[(size_t)dir * plane_cells + cell] + lbm_w(dir));
-    const double fx = 2.0 * (double)lbm_cx(dir) * population;
-    const double fy = 2.0 * (double)lbm_cy(dir) * population;
+    const float q = __uint_as_float(link[4]);
+    const float returned = bouzidi(f, plane_cells, cell, has_behind, behind, lbm_opp(d), q);
+    const double both = (double)(f[(size_t)d * plane_cells + cell] + returned + 2.0f * lbm_w(d));
+    const double fx = (double)lbm_cx(d) * both;
+    const double fy = (double)lbm_cy(d) * both;
     const double torque = rx * fy - ry * fx;
     double* out = interval + (size_t)body * LBM_EXCHANGE_WORDS;
     atomicAdd(out + 0, fx);

@@ -8,6 +8,9 @@
 // for a kernel that synchronises its block, as real threads meeting at a
 // barrier. Kernel parameters arrive as cuLaunchKernel takes them: an array of
 // pointers to the values, a buffer argument being a pointer-sized address.
+// Math functions (sinf, fminf) are the host libm's, the very ones Rust's f32
+// methods call, so the sine amplitude of boundary.cu matches the CPU bit for
+// bit here, though CUDA's sinf on the GPU need not.
 // Built without FMA contraction, it rounds every f32 operation exactly as the
 // GPU build (-fmad=false) and the Rust reference do.
 //
@@ -42,6 +45,11 @@ static inline float __uint_as_float(unsigned int u) {
     float f;
     std::memcpy(&f, &u, sizeof f);
     return f;
+}
+static inline unsigned int __float_as_uint(float f) {
+    unsigned int u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
 }
 static inline double atomicAdd(double* address, double value) {
     const double old = *address;
@@ -82,6 +90,7 @@ static const EmuKernel EMU_KERNELS[] = {
     {"accumulate_fine_flux", [](void** p) { emu_call(accumulate_fine_flux, p); }, false},
     {"correct_interface_mass", [](void** p) { emu_call(correct_interface_mass, p); }, true},
     {"accumulate_exchange", [](void** p) { emu_call(accumulate_exchange, p); }, false},
+    {"update_boundary_state", [](void** p) { emu_call(update_boundary_state, p); }, false},
 };
 
 // `__shared__` statics and the block barrier allow one block in flight.

@@ -1,35 +1,98 @@
 // lbm.cu: `stream_collide`, the per-hop update of one patch (pull streaming with
 // boundaries, then TRT collision with Guo forcing), `current -> spare`.
 //
-// It mirrors lbm_core::cpu::stream_collide and cpu::pull cell by cell: one thread
-// per active cell, row-major over the active region; solid cells are copied
-// unchanged; a population that would come from beyond a wall side is bounced
-// back with the wall's velocity (the first wall side in the order x, y wins);
-// periodic sides wrap within the active region; ghost sides read the ghost band;
-// a population from a solid cell is bounced back half-way without velocity.
+// It mirrors lbm_core::cpu::stream_collide, cpu::pull, cpu::body_wall and
+// cpu::anti_bounce_back cell by cell: one thread per active cell, row-major over
+// the active region; solid cells are copied unchanged. A population that would
+// come from beyond a side of the active region takes that side's rule, the first
+// match in this order winning at a corner: wall or inlet (bounce-back with the
+// wall's velocity, or with the inlet profile of the row times the amplitude
+// factor in `boundary_state`, the momentum term scaled by the cell's own
+// density), outflow (anti-bounce-back at rest density with the velocity
+// extrapolated from the cell and its upstream neighbour), free slip (the
+// population mirrored in the wall, from the same row or column), then the
+// periodic wrap within the active region or the ghost band's value. A population
+// from a solid cell is returned by the body: Bouzidi's interpolated bounce-back
+// with the wall distance of the link when `interpolated_walls` is set, else
+// half-way bounce-back.
 //
-// What it does not do: no interpolated (q-weighted) bounce-back, no inlet or
-// outlet, no momentum exchange (exchange.cu), no coupling between levels
-// (refine.cu). It never reads outside the allocation as long as ghost sides have
-// at least one cell of band, which the host (lbm-cuda's launch validation) checks.
+// What it does not do: no momentum exchange (exchange.cu), no coupling between
+// levels (refine.cu), no update of the inlet factor (boundary.cu), and no reads
+// of a buffer the launch does not use: `wall_distance` only with interpolated
+// walls, `inlet_profile` and `boundary_state` only with an inlet side, which is
+// what lbm-cuda's launch validation sizes. It never reads outside the allocation
+// as long as ghost sides have at least one cell of band, which that validation
+// also checks.
 #include "common.cuh"
 
-// The kind of side `side` (0 x-min, 1 x-max, 2 y-min, 3 y-max).
+// No side: a source inside the active region along that axis.
+#define LBM_EDGE_NONE 0xFFFFFFFFu
+
+// The kind of side `side` (0 x-min, 1 x-max, 2 y-min, 3 y-max), or LBM_EDGE_NONE for -1.
 __device__ __forceinline__ unsigned int edge_kind(int side, unsigned int e0, unsigned int e1, unsigned int e2,
                                                   unsigned int e3) {
-    return side == 0 ? e0 : (side == 1 ? e1 : (side == 2 ? e2 : e3));
+    return side < 0 ? LBM_EDGE_NONE : (side == 0 ? e0 : (side == 1 ? e1 : (side == 2 ? e2 : e3)));
 }
 
-extern "C" __global__ void stream_collide(const float* __restrict__ src, float* __restrict__ dst,
-                                          const unsigned char* __restrict__ flags, unsigned int nx,
-                                          unsigned int ny, unsigned int tile_x, unsigned int tile_y,
-                                          unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1,
-                                          unsigned int edge_x_min, unsigned int edge_x_max,
-                                          unsigned int edge_y_min, unsigned int edge_y_max, float wall_x_min_ux,
-                                          float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy,
-                                          float wall_y_min_ux, float wall_y_min_uy, float wall_y_max_ux,
-                                          float wall_y_max_uy, float omega_plus, float omega_minus,
-                                          float force_x, float force_y) {
+// Whether (x, y) lies next to a side of kind `kind`, i.e. some population
+// arrives there from beyond that side.
+__device__ __forceinline__ bool next_to(unsigned int kind, unsigned int x, unsigned int y, unsigned int x0,
+                                        unsigned int y0, unsigned int x1, unsigned int y1, unsigned int e0,
+                                        unsigned int e1, unsigned int e2, unsigned int e3) {
+    return (x == x0 && e0 == kind) || (x + 1 == x1 && e1 == kind) || (y == y0 && e2 == kind) ||
+           (y + 1 == y1 && e3 == kind);
+}
+
+// cpu::body_wall: the population the body returns into (x, y) along `i`, the
+// neighbour (x, y) - c_i being solid. The cell behind, (x, y) + c_i, counts only
+// inside the active region and when fluid.
+__device__ __forceinline__ float body_wall(const float* __restrict__ src, const unsigned char* __restrict__ flags,
+                                           const float* __restrict__ wall_distance, Layout layout, unsigned int x0,
+                                           unsigned int y0, unsigned int x1, unsigned int y1,
+                                           unsigned int interpolated_walls, unsigned int x, unsigned int y, int i,
+                                           size_t index, size_t plane) {
+    const float q = interpolated_walls != 0 ? wall_distance[(size_t)i * plane + index] : 0.5f;
+    const int bx = (int)x + lbm_cx(i);
+    const int by = (int)y + lbm_cy(i);
+    bool has_behind = false;
+    size_t behind = 0;
+    if (bx >= (int)x0 && by >= (int)y0 && bx < (int)x1 && by < (int)y1) {
+        behind = cell_index(layout, (unsigned int)bx, (unsigned int)by);
+        has_behind = flags[behind] == LBM_FLAG_FLUID;
+    }
+    return bouzidi(src, plane, index, has_behind, behind, i, q);
+}
+
+// The boundary velocity of cpu::anti_bounce_back for the cell (x, y): its
+// velocity (the force taken back out of the post-collision momentum),
+// extrapolated half a cell from the upstream neighbour (x - 1, y) when that lies
+// in the active region.
+__device__ __forceinline__ void outflow_velocity(const float* __restrict__ src, Layout layout, size_t plane,
+                                                 size_t index, unsigned int x, unsigned int y, unsigned int x0,
+                                                 float force_x, float force_y, float* ux, float* uy) {
+    float cell[LBM_Q];
+    read_cell(src, plane, index, cell);
+    const Moments here = moments(cell, -force_x, -force_y);
+    if (x > x0) {
+        read_cell(src, plane, cell_index(layout, x - 1, y), cell);
+        const Moments upstream = moments(cell, -force_x, -force_y);
+        *ux = 1.5f * here.ux - 0.5f * upstream.ux;
+        *uy = 1.5f * here.uy - 0.5f * upstream.uy;
+    } else {
+        *ux = here.ux;
+        *uy = here.uy;
+    }
+}
+
+extern "C" __global__ void stream_collide(
+    const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
+    const float* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
+    const float* __restrict__ boundary_state, unsigned int nx, unsigned int ny, unsigned int tile_x,
+    unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int edge_x_min,
+    unsigned int edge_x_max, unsigned int edge_y_min, unsigned int edge_y_max, float wall_x_min_ux,
+    float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
+    float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
+    unsigned int interpolated_walls) {
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     const unsigned long long t = thread_index();
@@ -49,6 +112,33 @@ extern "C" __global__ void stream_collide(const float* __restrict__ src, float* 
         return;
     }
 
+    // A population comes from beyond a side only in a cell next to it, so what
+    // the side rules need of the cell (its density for a moving wall or an
+    // inlet, the row's inlet velocity, the outflow velocity) is computed once,
+    // in those cells: bit for bit what the CPU computes per population.
+    const bool near_inlet =
+        next_to(LBM_EDGE_INLET, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
+    const bool near_wall =
+        next_to(LBM_EDGE_WALL, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
+    const bool near_outflow =
+        next_to(LBM_EDGE_OUTFLOW, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
+    const float inlet_ux = near_inlet ? inlet_profile[y - y0] * boundary_state[1] : 0.0f;
+    float rho = 1.0f;
+    if (near_inlet || near_wall) {
+        // 1 + the populations summed in order, as `1.0 + iter().sum()` on the CPU.
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < LBM_Q; ++i) {
+            sum += src[(size_t)i * plane + index];
+        }
+        rho = 1.0f + sum;
+    }
+    float outflow_ux = 0.0f;
+    float outflow_uy = 0.0f;
+    if (near_outflow) {
+        outflow_velocity(src, layout, plane, index, x, y, x0, force_x, force_y, &outflow_ux, &outflow_uy);
+    }
+
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
         // cpu::pull, in signed arithmetic because a source may lie before x0 or y0.
@@ -56,33 +146,74 @@ extern "C" __global__ void stream_collide(const float* __restrict__ src, float* 
         int sy = (int)y - lbm_cy(i);
         const int side_x = sx < (int)x0 ? 0 : (sx >= (int)x1 ? 1 : -1);
         const int side_y = sy < (int)y0 ? 2 : (sy >= (int)y1 ? 3 : -1);
-        int wall = -1;
-        if (side_x >= 0 && edge_kind(side_x, edge_x_min, edge_x_max, edge_y_min, edge_y_max) == LBM_EDGE_WALL) {
-            wall = side_x;
-        } else if (side_y >= 0 &&
-                   edge_kind(side_y, edge_x_min, edge_x_max, edge_y_min, edge_y_max) == LBM_EDGE_WALL) {
-            wall = side_y;
+        const unsigned int kind_x = edge_kind(side_x, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
+        const unsigned int kind_y = edge_kind(side_y, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
+        const float cx = (float)lbm_cx(i);
+        const float cy = (float)lbm_cy(i);
+
+        // Wall or inlet: bounce-back carrying the side's velocity; at a corner
+        // the y side wins, so a lid's two diagonal terms cancel (cpu::pull).
+        int bounce = -1;
+        unsigned int bounce_kind = LBM_EDGE_NONE;
+        if (kind_y == LBM_EDGE_WALL || kind_y == LBM_EDGE_INLET) {
+            bounce = side_y;
+            bounce_kind = kind_y;
+        } else if (kind_x == LBM_EDGE_WALL || kind_x == LBM_EDGE_INLET) {
+            bounce = side_x;
+            bounce_kind = kind_x;
         }
-        const float bounced = src[(size_t)lbm_opp(i) * plane + index];
-        if (wall >= 0) {
-            const float wx = wall == 0 ? wall_x_min_ux
-                                       : (wall == 1 ? wall_x_max_ux : (wall == 2 ? wall_y_min_ux : wall_y_max_ux));
-            const float wy = wall == 0 ? wall_x_min_uy
-                                       : (wall == 1 ? wall_x_max_uy : (wall == 2 ? wall_y_min_uy : wall_y_max_uy));
-            const float cu = (float)lbm_cx(i) * wx + (float)lbm_cy(i) * wy;
-            f[i] = bounced + lbm_w(i) * cu / (0.5f * LBM_CS2);
+        if (bounce >= 0) {
+            float ux;
+            float uy;
+            if (bounce_kind == LBM_EDGE_INLET) {
+                ux = inlet_ux;
+                uy = 0.0f;
+            } else {
+                ux = bounce == 0 ? wall_x_min_ux
+                                 : (bounce == 1 ? wall_x_max_ux : (bounce == 2 ? wall_y_min_ux : wall_y_max_ux));
+                uy = bounce == 0 ? wall_x_min_uy
+                                 : (bounce == 1 ? wall_x_max_uy : (bounce == 2 ? wall_y_min_uy : wall_y_max_uy));
+            }
+            const float leaving = src[(size_t)lbm_opp(i) * plane + index];
+            if (ux == 0.0f && uy == 0.0f) {
+                f[i] = leaving;
+            } else {
+                const float cu = cx * ux + cy * uy;
+                f[i] = leaving + lbm_w(i) * rho * cu / (0.5f * LBM_CS2);
+            }
             continue;
         }
-        if (side_x >= 0 &&
-            edge_kind(side_x, edge_x_min, edge_x_max, edge_y_min, edge_y_max) == LBM_EDGE_PERIODIC) {
+
+        // Outflow: anti-bounce-back at rest density.
+        if (kind_x == LBM_EDGE_OUTFLOW || kind_y == LBM_EDGE_OUTFLOW) {
+            const float cu = cx * outflow_ux + cy * outflow_uy;
+            f[i] = -src[(size_t)lbm_opp(i) * plane + index] +
+                   2.0f * lbm_w(i) *
+                       (4.5f * cu * cu - 1.5f * (outflow_ux * outflow_ux + outflow_uy * outflow_uy));
+            continue;
+        }
+
+        // Free slip: the population that left this row (column) towards the wall, mirrored.
+        int direction = i;
+        if (kind_x == LBM_EDGE_SYMMETRY) {
+            direction = lbm_mirror_x(direction);
+            sx = (int)x;
+        }
+        if (kind_y == LBM_EDGE_SYMMETRY) {
+            direction = lbm_mirror_y(direction);
+            sy = (int)y;
+        }
+        if (kind_x == LBM_EDGE_PERIODIC) {
             sx += side_x == 0 ? (int)width : -(int)width;
         }
-        if (side_y >= 0 &&
-            edge_kind(side_y, edge_x_min, edge_x_max, edge_y_min, edge_y_max) == LBM_EDGE_PERIODIC) {
+        if (kind_y == LBM_EDGE_PERIODIC) {
             sy += side_y == 2 ? (int)height : -(int)height;
         }
         const size_t source = cell_index(layout, (unsigned int)sx, (unsigned int)sy);
-        f[i] = flags[source] != LBM_FLAG_FLUID ? bounced : src[(size_t)i * plane + source];
+        f[i] = flags[source] != LBM_FLAG_FLUID
+                   ? body_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i,
+                               index, plane)
+                   : src[(size_t)direction * plane + source];
     }
     collide(f, omega_plus, omega_minus, force_x, force_y);
     write_cell(dst, plane, index, f);

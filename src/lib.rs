@@ -4,6 +4,7 @@
 //! numerics live in `lbm-core` and the device code in `lbm-cuda`.
 
 pub mod run;
+pub mod validate;
 
 use thiserror::Error;
 

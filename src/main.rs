@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use lbm::run::{BackendChoice, RunOptions, run_case};
+use lbm::validate::{Benchmark, DEFAULT_RESOLUTION, ValidateOptions, validate};
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +36,18 @@ enum Command {
         #[arg(long)]
         steps: Option<u64>,
     },
+    /// Run a DFG cylinder benchmark to its criterion and write report.json and report.md.
+    Validate {
+        benchmark: Benchmark,
+        /// Cells per diameter on the finest level (a multiple of 40).
+        #[arg(long, default_value_t = DEFAULT_RESOLUTION)]
+        resolution: u32,
+        #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+        backend: BackendChoice,
+        /// Output directory; must not exist or be empty.
+        #[arg(long, default_value = "out/validate")]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -51,6 +64,42 @@ fn main() -> ExitCode {
             out,
             steps,
         }),
+        Command::Validate {
+            benchmark,
+            resolution,
+            backend,
+            out,
+        } => {
+            let options = ValidateOptions {
+                benchmark,
+                resolution: Some(resolution),
+                backend,
+                out: out.clone(),
+            };
+            return match validate(&options) {
+                Ok(report) => {
+                    for q in &report.quantities {
+                        let mark = if q.within { "within" } else { "OUTSIDE" };
+                        println!(
+                            "{:>8} {:>12.6}  reference {} ({} - {}) {mark}",
+                            q.name, q.value, q.reference, q.low, q.high
+                        );
+                    }
+                    println!(
+                        "{} steps in {:.1} s on {}; wrote {}",
+                        report.steps,
+                        report.wall_seconds,
+                        report.backend,
+                        out.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     match result {
         Ok(summary) => {

@@ -63,12 +63,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     if let Some(steps) = options.steps {
         resolved.steps = steps;
     }
-    let use_cuda = match options.backend {
-        BackendChoice::Cpu => false,
-        BackendChoice::Cuda => true,
-        BackendChoice::Auto => lbm_cuda::device_available(),
-    };
-    if use_cuda {
+    if use_cuda(options.backend) {
         let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
         prepare_output(&options.out)?;
         advance(driver, &case, &resolved, &options.out)
@@ -78,7 +73,17 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     }
 }
 
-fn prepare_output(out: &Path) -> Result<(), AppError> {
+/// Whether a run on `backend` goes to CUDA: auto picks it when a device is there.
+pub fn use_cuda(backend: BackendChoice) -> bool {
+    match backend {
+        BackendChoice::Cpu => false,
+        BackendChoice::Cuda => true,
+        BackendChoice::Auto => lbm_cuda::device_available(),
+    }
+}
+
+/// Creates the output directory, refusing one that already holds files.
+pub fn prepare_output(out: &Path) -> Result<(), AppError> {
     let write_error = |source| AppError::Write {
         path: out.display().to_string(),
         source,
@@ -94,7 +99,7 @@ fn prepare_output(out: &Path) -> Result<(), AppError> {
     std::fs::create_dir_all(out).map_err(write_error)
 }
 
-fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
+pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
     let text = serde_json::to_string_pretty(value).expect("plain data serialises");
     std::fs::write(path, text + "\n").map_err(|source| AppError::Write {
         path: path.display().to_string(),

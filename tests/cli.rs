@@ -121,3 +121,60 @@ fn asking_for_cuda_without_a_driver_is_an_error_not_a_panic() {
     assert!(message.contains("CUDA") && !message.contains("panicked"), "{message}");
     let _ = std::fs::remove_dir_all(out);
 }
+
+#[test]
+fn validate_refuses_a_resolution_the_channel_cannot_hold() {
+    let out = scratch("validate-bad");
+    let output = lbm(&[
+        "validate",
+        "dfg-2d1",
+        "--resolution",
+        "50",
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("--resolution") && stderr(&output).contains("multiple of 40"));
+    assert!(!out.exists());
+}
+
+/// The coarse DFG 2D-1 on the CPU: drag and pressure difference within 5% of
+/// the benchmark (measured: cd +1.9%, delta_p +2.1% at 40 cells per diameter).
+#[test]
+fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
+    let out = scratch("validate");
+    let output = lbm(&[
+        "validate",
+        "dfg-2d1",
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["case"], "dfg-2d1");
+    assert_eq!(report["converged"], true);
+    for q in report["quantities"].as_array().unwrap() {
+        let (name, value, reference) = (
+            &q["name"],
+            q["value"].as_f64().unwrap(),
+            q["reference"].as_f64().unwrap(),
+        );
+        if name == "cd" || name == "delta_p" {
+            assert!(
+                (value / reference - 1.0).abs() < 0.05,
+                "{name} = {value}, reference {reference}"
+            );
+        }
+    }
+    assert!(
+        std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("| cd |")
+    );
+    std::fs::remove_dir_all(out).unwrap();
+}

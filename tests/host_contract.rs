@@ -12,8 +12,9 @@
 use lbm_core::geometry::{Body, Shape};
 use lbm_core::hierarchy::{HierarchySpec, Rect};
 use lbm_core::lattice::{Collision, Moments};
-use lbm_core::launch::Edge;
+use lbm_core::launch::{Amplitude, Edge};
 use lbm_core::plan::Action;
+use lbm_core::stepper::{InletSpec, Profile};
 use lbm_core::{CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Status, Stepper};
 use mock_driver::{Event, EventKind, LoggedArg, MockDriver, MockHandle, render};
 
@@ -78,6 +79,7 @@ impl Fixture {
             force: [0.0, 0.0],
             edges: [Edge::Wall; 4],
             wall_velocity: [[0.0; 2]; 4],
+            inlet: None,
             bodies: vec![Body {
                 shape: Shape::Circle { center, radius },
                 level: self.body_level(),
@@ -166,8 +168,8 @@ fn stream_collides_per_level(events: &[Event], n_levels: usize) -> Vec<usize> {
 }
 
 /// Checks the log of one `step(1)`: the interval integral is zeroed first, level
-/// l stream-collides 2^l times, the body level exchanges once per hop, and the
-/// one wait is the last event.
+/// l stream-collides 2^l times, the body level exchanges once per hop, nothing
+/// updates an inlet that is not there, and the one wait is the last event.
 fn check_step1(fixture: Fixture, window_on: bool) {
     let context = format!("{} window {window_on}", fixture.name);
     let (stepper, handle) = fixture.build(window_on);
@@ -197,6 +199,7 @@ fn check_step1(fixture: Fixture, window_on: bool) {
         "{context}"
     );
     assert_eq!(count(Kernel::AccumulateExchange) as u64, fixture.hops(), "{context}");
+    assert_eq!(count(Kernel::UpdateBoundaryState), 0, "{context}: no inlet, no update");
     assert_eq!(
         (stepper.step_count(), stepper.status()),
         (1, Status::Ready),
@@ -499,6 +502,97 @@ fn an_executing_mock_matches_the_cpu_backend_bit_for_bit() {
         assert!(f.iter().any(|v| *v != 0.0), "level {level} holds data");
     }
     assert_eq!(exec_force, cpu.read_exchange_window(BODY).unwrap().force);
+}
+
+/// `TWO_LEVEL` as a channel: a ramped parabolic inlet on x-min and an outflow
+/// on x-max.
+fn inlet_channel() -> LatticeConfig {
+    let mut lattice = TWO_LEVEL.lattice();
+    lattice.edges = [Edge::Inlet, Edge::Outflow, Edge::Wall, Edge::Wall];
+    lattice.inlet = Some(InletSpec {
+        profile: Profile::Parabolic,
+        velocity: 0.05,
+        amplitude: Amplitude::Ramp { duration: 10.0 },
+    });
+    lattice
+}
+
+#[test]
+fn an_inlet_updates_its_state_once_per_interval_right_after_the_zeroing() {
+    let driver = MockDriver::new();
+    let handle = driver.handle();
+    let stepper = Stepper::new(driver, inlet_channel(), TWO_LEVEL.exec(false)).expect("a valid channel");
+    handle.clear_log();
+    step(&stepper, 3);
+    let log = handle.log();
+    let interval = format!("L{}.exchange.interval", TWO_LEVEL.body_level());
+    let mut updates = 0;
+    for (k, event) in log.iter().enumerate() {
+        match event {
+            Event::Memset { buffer, .. } => {
+                assert_eq!(buffer.label.as_deref(), Some(interval.as_str()), "{event}");
+                assert!(
+                    matches!(
+                        &log[k + 1],
+                        Event::Launch {
+                            kernel: Kernel::UpdateBoundaryState,
+                            ..
+                        }
+                    ),
+                    "the update follows the zeroing, got {}",
+                    log[k + 1]
+                );
+            }
+            Event::Launch {
+                kernel: Kernel::UpdateBoundaryState,
+                args,
+                ..
+            } => {
+                updates += 1;
+                let labels: Vec<String> = args.iter().map(ToString::to_string).collect();
+                assert!(labels[0].contains("\"boundary.state\""), "{event}");
+                assert!(labels[1].contains("\"boundary.amplitude_table\""), "{event}");
+            }
+            Event::Launch {
+                kernel: Kernel::StreamCollide,
+                args,
+                ..
+            } => {
+                let labels: Vec<String> = args.iter().map(ToString::to_string).collect();
+                assert!(labels[4].contains("\"boundary.inlet_profile\""), "{event}");
+                assert!(labels[5].contains("\"boundary.state\""), "{event}");
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        matches!(&log[0], Event::Memset { .. }),
+        "the zeroing comes first: {}",
+        log[0]
+    );
+    assert_eq!(updates, 3, "one update per interval");
+    assert_eq!(handle.count(EventKind::Memset), 3);
+
+    // Executing the same run gives the CPU backend's populations bit for bit.
+    let executing = Stepper::new(MockDriver::executing(), inlet_channel(), TWO_LEVEL.exec(false)).unwrap();
+    let cpu = Stepper::new(CpuDriver::new(), inlet_channel(), TWO_LEVEL.exec(false)).unwrap();
+    run_from_rest(&executing, 3);
+    run_from_rest(&cpu, 3);
+    for level in 0..TWO_LEVEL.n_levels() {
+        let (got, want) = (executing.download(level, 0).unwrap(), cpu.download(level, 0).unwrap());
+        assert!(
+            got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "level {level}"
+        );
+    }
+    let inflow = cpu.fields(0, 0).unwrap().ux;
+    assert!(inflow.iter().any(|u| *u > 0.0), "the inlet drives a flow");
+}
+
+/// Starts `stepper` at rest and steps `n` intervals.
+fn run_from_rest<D: Driver>(stepper: &Stepper<D>, n: u64) {
+    stepper.initialize(|_, _, _| Moments::default()).expect("initialize");
+    stepper.step(n).expect("step");
 }
 
 /// The step(1) log of `fixture`, each line prefixed with the name of the plan

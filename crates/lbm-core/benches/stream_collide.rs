@@ -30,6 +30,9 @@ fn bench(c: &mut Criterion) {
             src,
             dst,
             flags,
+            wall_distance: flags,
+            inlet_profile: flags,
+            boundary_state: flags,
             layout: Layout {
                 nx: n,
                 ny: n,
@@ -41,6 +44,7 @@ fn bench(c: &mut Criterion) {
             omega_plus: 1.6,
             omega_minus: 1.0 / (0.5 + 0.1875 / (1.0 / 1.6 - 0.5)),
             force: [0.0, 0.0],
+            interpolated_walls: false,
         }
         .launch();
         group.bench_with_input(BenchmarkId::new("stream_collide", n), &launch, |b, launch| {

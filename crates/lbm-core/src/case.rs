@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::geometry::{Body, Shape};
 use crate::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect};
 use crate::lattice::Collision;
-use crate::launch::Edge;
-use crate::stepper::LatticeConfig;
+use crate::launch::{Amplitude, Edge};
+use crate::stepper::{InletSpec, LatticeConfig, Profile};
 use crate::units::UnitSystem;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -76,13 +76,30 @@ fn default_lattice_velocity() -> f64 {
 }
 
 /// One side of the domain.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Side {
     Periodic,
     Wall,
     /// A wall sliding with this velocity, m/s.
     MovingWall([f64; 2]),
+    /// A velocity inlet (x_min only).
+    Inlet(InletSide),
+    /// A pressure outlet (x_max only).
+    Outflow,
+    /// A free-slip wall.
+    Symmetry,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InletSide {
+    pub profile: Profile,
+    /// Peak velocity of a parabolic profile, or the uniform velocity, m/s.
+    pub velocity: f64,
+    /// Time dependence of the velocity; times in s.
+    #[serde(default)]
+    pub amplitude: Amplitude,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -169,42 +186,55 @@ impl Case {
         };
         let validated = hierarchy.validate(&[])?;
         let sides = [
-            self.boundaries.x_min,
-            self.boundaries.x_max,
-            self.boundaries.y_min,
-            self.boundaries.y_max,
+            &self.boundaries.x_min,
+            &self.boundaries.x_max,
+            &self.boundaries.y_min,
+            &self.boundaries.y_max,
         ];
         let edges = sides.map(|s| match s {
             Side::Periodic => Edge::Periodic,
             Side::Wall | Side::MovingWall(_) => Edge::Wall,
+            Side::Inlet(_) => Edge::Inlet,
+            Side::Outflow => Edge::Outflow,
+            Side::Symmetry => Edge::Symmetry,
         });
         let wall_velocity = sides.map(|s| match s {
-            Side::MovingWall([u, v]) => [units.velocity_to_lattice(u), units.velocity_to_lattice(v)],
+            Side::MovingWall([u, v]) => [units.velocity_to_lattice(*u), units.velocity_to_lattice(*v)],
             _ => [0.0, 0.0],
         });
+        let inlet = match &self.boundaries.x_min {
+            Side::Inlet(side) => Some(InletSpec {
+                profile: side.profile,
+                velocity: units.velocity_to_lattice(side.velocity),
+                amplitude: side.amplitude.rescaled(1.0 / units.dt),
+            }),
+            _ => None,
+        };
         let mut bodies = Vec::new();
         for (b, shape) in self.bodies.iter().enumerate() {
-            let Shape::Circle { center, radius } = shape;
-            let lattice_shape = Shape::Circle {
-                center: center.map(|c| units.length_to_lattice(c)),
-                radius: units.length_to_lattice(*radius),
-            };
+            let lattice_shape = shape.scaled(units.length_to_lattice(1.0));
             bodies.push(Body {
                 level: body_level(&validated, &lattice_shape, b)?,
                 shape: lattice_shape,
             });
         }
         let tiles = self.run.tiles.iter().map(|t| Some(*t)).collect();
+        let lattice = LatticeConfig {
+            hierarchy,
+            collision: self.flow.collision,
+            tau: units.tau(self.fluid.viscosity),
+            force: self.flow.acceleration.map(|g| units.acceleration_to_lattice(g)),
+            edges,
+            wall_velocity,
+            inlet,
+            bodies,
+        };
+        let speed = units
+            .velocity_to_lattice(self.flow.reference_velocity)
+            .max(lattice.prescribed_speed());
+        lattice.check_stability(speed)?;
         Ok(Resolved {
-            lattice: LatticeConfig {
-                hierarchy,
-                collision: self.flow.collision,
-                tau: units.tau(self.fluid.viscosity),
-                force: self.flow.acceleration.map(|g| units.acceleration_to_lattice(g)),
-                edges,
-                wall_velocity,
-                bodies,
-            },
+            lattice,
             units,
             steps: self.run.steps,
             tiles,
@@ -216,12 +246,12 @@ impl Case {
 /// `PARENT_MARGIN` cells of that level around it; a body that crosses the edge of
 /// a finer patch is refused because its links would span two levels.
 fn body_level(hierarchy: &crate::hierarchy::Hierarchy, shape: &Shape, body: usize) -> Result<usize> {
-    let Shape::Circle { center, radius } = shape;
+    let [x0, y0, x1, y1] = shape.bounds();
     let mut chosen = 0;
     for (level, patches) in hierarchy.levels.iter().enumerate().skip(1) {
         let scale = 2f64.powi(level as i32);
-        let lo = [(center[0] - radius) * scale, (center[1] - radius) * scale];
-        let hi = [(center[0] + radius) * scale, (center[1] + radius) * scale];
+        let lo = [x0 * scale, y0 * scale];
+        let hi = [x1 * scale, y1 * scale];
         let margin = PARENT_MARGIN as f64;
         for patch in patches {
             let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
@@ -293,6 +323,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fluid.viscosity"), "{e}");
+    }
+
+    #[test]
+    fn unstable_cases_are_refused_with_the_level_and_the_remedy() {
+        let fast = CAVITY.replace("lattice_velocity = 0.1", "lattice_velocity = 0.2");
+        let e = Case::from_toml(&fast).unwrap().resolve().unwrap_err().to_string();
+        assert!(
+            e.contains("Mach") && e.contains("0.346") && e.contains("lower the lattice velocity"),
+            "{e}"
+        );
+        let thin = CAVITY.replace("viscosity = 0.01", "viscosity = 1e-6");
+        let e = Case::from_toml(&thin).unwrap().resolve().unwrap_err().to_string();
+        assert!(e.contains("level 0") && e.contains("raise the resolution"), "{e}");
+        let bgk = CAVITY.replace(
+            "lattice_velocity = 0.1",
+            "lattice_velocity = 0.1\ncollision = { model = \"bgk\" }",
+        );
+        let nearly = bgk.replace("viscosity = 0.01", "viscosity = 0.0005");
+        let e = Case::from_toml(&nearly).unwrap().resolve().unwrap_err().to_string();
+        assert!(e.contains("0.510") && e.contains("Bgk"), "{e}");
+        assert!(
+            Case::from_toml(&nearly.replace("{ model = \"bgk\" }", "{ model = \"trt\" }"))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::error::{Error, Result};
 use crate::hierarchy::{GHOST, Layout, Rect};
 use crate::lattice::{self, C, CS2, Moments, OPP, Q, W};
 use crate::launch::{
-    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
-    RestrictToParent, StreamCollide, fine_covered, ring_cell, ring_cells,
+    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS, NO_CELL,
+    RestrictToParent, StreamCollide, UpdateBoundaryState, amplitude_factor, fine_covered, ring_cell, ring_cells,
 };
 
 /// Cell flag values shared with `kernels/common.cuh`.
@@ -202,7 +202,34 @@ impl Driver for CpuDriver {
                     check_len(launch.kernel, "src", src.len(), Q * plane)?;
                     check_len(launch.kernel, "dst", dst.f32s().len(), Q * plane)?;
                     check_len(launch.kernel, "flags", flags.len(), plane)?;
-                    stream_collide(&k, src, dst.f32s_mut(), flags);
+                    let wall_distance = if k.interpolated_walls {
+                        let q = me.get(k.wall_distance)?.f32s();
+                        check_len(launch.kernel, "wall_distance", q.len(), Q * plane)?;
+                        q
+                    } else {
+                        &[]
+                    };
+                    let inlet = if k.edges.contains(&Edge::Inlet) {
+                        let profile = me.get(k.inlet_profile)?.f32s();
+                        let state = me.get(k.boundary_state)?.f32s();
+                        check_len(
+                            launch.kernel,
+                            "inlet_profile",
+                            profile.len(),
+                            k.active.height() as usize,
+                        )?;
+                        check_len(launch.kernel, "boundary_state", state.len(), 2)?;
+                        Inlet {
+                            profile,
+                            factor: state[1],
+                        }
+                    } else {
+                        Inlet {
+                            profile: &[],
+                            factor: 0.0,
+                        }
+                    };
+                    stream_collide(&k, src, dst.f32s_mut(), flags, wall_distance, &inlet);
                     Ok(())
                 })
             }
@@ -266,6 +293,15 @@ impl Driver for CpuDriver {
                 });
                 self.put(k.flux, flux);
                 result
+            }
+            Kernel::UpdateBoundaryState => {
+                let k = UpdateBoundaryState::decode(launch)?;
+                let table: Vec<f32> = self.get(k.table)?.f32s().to_vec();
+                check_len(launch.kernel, "table", table.len(), 2 * k.table_points as usize)?;
+                let state = self.get_mut(k.state)?;
+                check_len(launch.kernel, "state", state.f32s().len(), 2)?;
+                update_boundary_state(&k, &table[..2 * k.table_points as usize], state.f32s_mut());
+                Ok(())
             }
             Kernel::AccumulateExchange => {
                 let k = AccumulateExchange::decode(launch)?;
@@ -370,7 +406,21 @@ fn read_cell(f: &[f32], plane: usize, index: usize) -> [f32; Q] {
 }
 
 /// Pull streaming with boundaries, then collision, for every active cell.
-pub fn stream_collide(k: &StreamCollide, src: &[f32], dst: &mut [f32], flags: &[u8]) {
+/// What an inlet side reads: the velocity shape per active row and the
+/// current amplitude factor.
+pub struct Inlet<'a> {
+    pub profile: &'a [f32],
+    pub factor: f32,
+}
+
+pub fn stream_collide(
+    k: &StreamCollide,
+    src: &[f32],
+    dst: &mut [f32],
+    flags: &[u8],
+    wall_distance: &[f32],
+    inlet: &Inlet,
+) {
     let layout = k.layout;
     let plane = layout.plane_cells();
     let a = k.active;
@@ -393,12 +443,12 @@ pub fn stream_collide(k: &StreamCollide, src: &[f32], dst: &mut [f32], flags: &[
                     Some(offsets) if interior_row && x > a.x0 && x + 1 < a.x1 => std::array::from_fn(|i| {
                         let source = (index as isize + offsets[i]) as usize;
                         if flags[source] != FLAG_FLUID {
-                            src[OPP[i] * plane + index]
+                            body_wall(k, src, flags, wall_distance, x, y, i, index, plane)
                         } else {
                             src[i * plane + source]
                         }
                     }),
-                    _ => std::array::from_fn(|i| pull(k, src, flags, x, y, i, index, plane)),
+                    _ => std::array::from_fn(|i| pull(k, src, flags, wall_distance, inlet, x, y, i, index, plane)),
                 };
                 lattice::collide(&mut f, k.omega_plus, k.omega_minus, k.force);
                 band.set(index, &f);
@@ -407,10 +457,25 @@ pub fn stream_collide(k: &StreamCollide, src: &[f32], dst: &mut [f32], flags: &[
     });
 }
 
-/// The population arriving at (x, y) in direction `i`.
+/// The population arriving at (x, y) in direction `i`, from the neighbour
+/// `(x, y) - c_i` or, where that lies beyond a side of the active region, from
+/// the side's rule. At a corner the first matching rule in this order wins:
+/// wall or inlet (bounce-back, the y side before the x side), outflow,
+/// free-slip, then periodic wrap or ghost.
 #[inline]
 #[allow(clippy::too_many_arguments)]
-fn pull(k: &StreamCollide, src: &[f32], flags: &[u8], x: u32, y: u32, i: usize, index: usize, plane: usize) -> f32 {
+fn pull(
+    k: &StreamCollide,
+    src: &[f32],
+    flags: &[u8],
+    wall_distance: &[f32],
+    inlet: &Inlet,
+    x: u32,
+    y: u32,
+    i: usize,
+    index: usize,
+    plane: usize,
+) -> f32 {
     let a = k.active;
     let mut sx = x as i64 - C[i][0] as i64;
     let mut sy = y as i64 - C[i][1] as i64;
@@ -428,14 +493,49 @@ fn pull(k: &StreamCollide, src: &[f32], flags: &[u8], x: u32, y: u32, i: usize, 
     } else {
         None
     };
-    let wall = [side_x, side_y]
-        .into_iter()
-        .flatten()
-        .find(|&s| k.edges[s] == Edge::Wall);
-    if let Some(side) = wall {
-        let [wx, wy] = k.wall_velocity[side];
-        let cu = C[i][0] as f32 * wx + C[i][1] as f32 * wy;
-        return src[OPP[i] * plane + index] + W[i] * cu / (0.5 * CS2);
+    let sides = [side_x, side_y];
+    // A moving wall or an inlet adds 2 w_i ρ (c_i·u_w) / c_s² with the cell's own
+    // density: with ρ0 instead, a pressure gradient along a channel would
+    // change the inflow rate by the density variation.
+    let bounce = |u: [f32; 2]| {
+        let leaving = src[OPP[i] * plane + index];
+        if u == [0.0, 0.0] {
+            return leaving;
+        }
+        let rho = 1.0 + read_cell(src, plane, index).iter().sum::<f32>();
+        leaving + W[i] * rho * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) / (0.5 * CS2)
+    };
+    // At a corner the y side's velocity wins: a lid's two diagonal terms then
+    // cancel in the corner cell, so a moving lid adds no mass there.
+    for side in [side_y, side_x].into_iter().flatten() {
+        match k.edges[side] {
+            Edge::Wall => return bounce(k.wall_velocity[side]),
+            Edge::Inlet => return bounce([inlet.profile[(y - a.y0) as usize] * inlet.factor, 0.0]),
+            _ => {}
+        }
+    }
+    if sides.into_iter().flatten().any(|side| k.edges[side] == Edge::Outflow) {
+        return anti_bounce_back(k, src, x, y, i, index, plane);
+    }
+    // A free-slip side mirrors the direction's normal component: the arriving
+    // population left the same row (or column) towards the wall.
+    let mut direction = i;
+    for (axis, side) in sides.into_iter().enumerate() {
+        if let Some(side) = side
+            && k.edges[side] == Edge::Symmetry
+        {
+            let mut mirrored = C[direction];
+            mirrored[axis] = -mirrored[axis];
+            direction = C
+                .iter()
+                .position(|c| *c == mirrored)
+                .expect("D2Q9 is closed under mirroring");
+            if axis == 0 {
+                sx = x as i64;
+            } else {
+                sy = y as i64;
+            }
+        }
     }
     if let Some(side) = side_x
         && k.edges[side] == Edge::Periodic
@@ -457,10 +557,85 @@ fn pull(k: &StreamCollide, src: &[f32], flags: &[u8], x: u32, y: u32, i: usize, 
     }
     let source = k.layout.index(sx as u32, sy as u32);
     if flags[source] != FLAG_FLUID {
-        src[OPP[i] * plane + index]
+        body_wall(k, src, flags, wall_distance, x, y, i, index, plane)
     } else {
-        src[i * plane + source]
+        src[direction * plane + source]
     }
+}
+
+/// The population a body returns into (x, y) along `i`, its neighbour
+/// `(x, y) - c_i` being solid: interpolated bounce-back with the link's wall
+/// distance when the launch has them, else half-way bounce-back.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn body_wall(
+    k: &StreamCollide,
+    src: &[f32],
+    flags: &[u8],
+    wall_distance: &[f32],
+    x: u32,
+    y: u32,
+    i: usize,
+    index: usize,
+    plane: usize,
+) -> f32 {
+    let q = if k.interpolated_walls {
+        wall_distance[i * plane + index]
+    } else {
+        0.5
+    };
+    let (bx, by) = (x as i64 + C[i][0] as i64, y as i64 + C[i][1] as i64);
+    let a = k.active;
+    let behind = (bx >= a.x0 as i64 && by >= a.y0 as i64 && bx < a.x1 as i64 && by < a.y1 as i64)
+        .then(|| k.layout.index(bx as u32, by as u32))
+        .filter(|b| flags[*b] == FLAG_FLUID);
+    bouzidi(src, plane, index, behind, i, q)
+}
+
+/// Bouzidi's linear interpolated bounce-back for the population arriving at
+/// `index` along `i` from a wall at fraction `q` of the link: for q < 1/2 it
+/// interpolates between the leaving populations of the cell and of the fluid
+/// cell `behind` it (half-way bounce-back when there is none), for q >= 1/2
+/// between the leaving and the cell's own post-collision population along `i`.
+/// The weights sum to one, so shifted populations need no correction.
+#[inline]
+pub fn bouzidi(f: &[f32], plane: usize, index: usize, behind: Option<usize>, i: usize, q: f32) -> f32 {
+    let toward = OPP[i];
+    let leaving = f[toward * plane + index];
+    if q < 0.5 {
+        match behind {
+            Some(b) => 2.0 * q * leaving + (1.0 - 2.0 * q) * f[toward * plane + b],
+            None => leaving,
+        }
+    } else {
+        leaving / (2.0 * q) + (2.0 * q - 1.0) / (2.0 * q) * f[i * plane + index]
+    }
+}
+
+/// Pressure outlet at rest density, `f_i = -f*_opp(i) + 2 w_i ρ0 (4.5 (c_i·u_b)²
+/// − 1.5 u_b²)` in shifted populations, with the boundary velocity `u_b`
+/// extrapolated half a cell from the last two cells of the row. It pins the
+/// mean pressure, which channel flows need; acoustic waves reflect from it.
+#[inline]
+fn anti_bounce_back(k: &StreamCollide, src: &[f32], x: u32, y: u32, i: usize, index: usize, plane: usize) -> f32 {
+    let reverse = [-k.force[0], -k.force[1]];
+    let here = lattice::moments(&read_cell(src, plane, index), reverse);
+    let u = if x > k.active.x0 {
+        let upstream = lattice::moments(&read_cell(src, plane, k.layout.index(x - 1, y)), reverse);
+        [1.5 * here.ux - 0.5 * upstream.ux, 1.5 * here.uy - 0.5 * upstream.uy]
+    } else {
+        [here.ux, here.uy]
+    };
+    let cu = C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1];
+    -src[OPP[i] * plane + index] + 2.0 * W[i] * (4.5 * cu * cu - 1.5 * (u[0] * u[0] + u[1] * u[1]))
+}
+
+/// Advances the interval counter of `state` (`[u32 interval, f32 factor]`) and
+/// stores the inlet factor for the end of the new interval.
+pub fn update_boundary_state(k: &UpdateBoundaryState, table: &[f32], state: &mut [f32]) {
+    let interval = state[0].to_bits() + 1;
+    state[0] = f32::from_bits(interval);
+    state[1] = amplitude_factor(k.kind, k.parameter, table, interval as f32);
 }
 
 /// Mixed-in-time moments of a parent cell, with the physical velocity (the
@@ -807,9 +982,12 @@ pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f3
     }
 }
 
-/// Momentum exchange on half-way bounce-back links: each link gives the body
-/// `2 c_i f_i*`; torque is taken about the body centre with the lever arm stored
-/// in the link table. Sums run in link order so the result is reproducible.
+/// Momentum exchange on body links for the streaming that leaves `f`: a link
+/// from a fluid cell along `d` into the body gives it `c_d (f*_d + f_in)` in
+/// real populations, `f_in` being what [`bouzidi`] returns along `-d` (the
+/// stationary-wall form of the Galilean-invariant exchange). Torque is taken
+/// about the body centre with the lever arm in the table. Sums run in link
+/// order so the result is reproducible.
 pub fn accumulate_exchange(
     k: &AccumulateExchange,
     f: &[f32],
@@ -820,12 +998,15 @@ pub fn accumulate_exchange(
     let plane = k.plane_cells as usize;
     for link in links.chunks_exact(LINK_WORDS).take(k.n_links as usize) {
         let cell = link[0] as usize;
-        let dir = (link[1] & 15) as usize;
+        let d = (link[1] & 15) as usize;
         let body = (link[1] >> 4) as usize;
         let (rx, ry) = (f32::from_bits(link[2]) as f64, f32::from_bits(link[3]) as f64);
-        let population = (f[dir * plane + cell] + W[dir]) as f64;
-        let fx = 2.0 * C[dir][0] as f64 * population;
-        let fy = 2.0 * C[dir][1] as f64 * population;
+        let q = f32::from_bits(link[4]);
+        let behind = (link[5] != NO_CELL).then_some(link[5] as usize);
+        let returned = bouzidi(f, plane, cell, behind, OPP[d], q);
+        let both = (f[d * plane + cell] + returned + 2.0 * W[d]) as f64;
+        let fx = C[d][0] as f64 * both;
+        let fy = C[d][1] as f64 * both;
         let contribution = [fx, fy, rx * fy - ry * fx];
         let base = body * EXCHANGE_WORDS;
         for (slot, value) in interval[base..base + 3].iter_mut().zip(contribution) {

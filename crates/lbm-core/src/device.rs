@@ -36,16 +36,19 @@ pub enum Kernel {
     CorrectInterfaceMass,
     /// Momentum exchange on body links, added to the interval and window integrals.
     AccumulateExchange,
+    /// Advance the interval counter and the inlet amplitude factor.
+    UpdateBoundaryState,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 6] = [
+    pub const ALL: [Kernel; 7] = [
         Kernel::StreamCollide,
         Kernel::FillGhost,
         Kernel::RestrictToParent,
         Kernel::AccumulateFineFlux,
         Kernel::CorrectInterfaceMass,
         Kernel::AccumulateExchange,
+        Kernel::UpdateBoundaryState,
     ];
 
     /// The name of the `__global__` function in `kernels/`.
@@ -57,6 +60,7 @@ impl Kernel {
             Kernel::AccumulateFineFlux => "accumulate_fine_flux",
             Kernel::CorrectInterfaceMass => "correct_interface_mass",
             Kernel::AccumulateExchange => "accumulate_exchange",
+            Kernel::UpdateBoundaryState => "update_boundary_state",
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Bodies and their footprint on a patch: which cells are solid and which
-//! fluid-to-solid links carry momentum exchange.
+//! Bodies and their footprint on a patch: which cells are solid, the wall
+//! distance of every fluid-to-solid link (for interpolated bounce-back), and
+//! the momentum-exchange link table.
 //!
 //! Shapes are given in base-level lattice units (one base cell = 1), so one body
 //! description serves every level. This module builds host tables only; the
@@ -9,14 +10,26 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::{FLAG_FLUID, FLAG_SOLID};
 use crate::hierarchy::Patch;
-use crate::lattice::{C, Q};
-use crate::launch::LINK_WORDS;
+use crate::lattice::{C, OPP, Q};
+use crate::launch::{LINK_WORDS, NO_CELL};
 
 /// A rigid, stationary body.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "shape", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Shape {
-    Circle { center: [f64; 2], radius: f64 },
+    Circle {
+        center: [f64; 2],
+        radius: f64,
+    },
+    /// Axis-aligned rectangle between two corners.
+    Rectangle {
+        min: [f64; 2],
+        max: [f64; 2],
+    },
+    /// Simple polygon, vertices in order (either orientation).
+    Polygon {
+        points: Vec<[f64; 2]>,
+    },
 }
 
 impl Shape {
@@ -26,14 +39,121 @@ impl Shape {
                 let (dx, dy) = (p[0] - center[0], p[1] - center[1]);
                 dx * dx + dy * dy <= radius * radius
             }
+            Shape::Rectangle { min, max } => p[0] >= min[0] && p[0] <= max[0] && p[1] >= min[1] && p[1] <= max[1],
+            Shape::Polygon { points } => {
+                // Even-odd rule by a ray towards +x.
+                let mut inside = false;
+                for (a, b) in edges(points) {
+                    if (a[1] > p[1]) != (b[1] > p[1]) {
+                        let x = a[0] + (p[1] - a[1]) / (b[1] - a[1]) * (b[0] - a[0]);
+                        if p[0] < x {
+                            inside = !inside;
+                        }
+                    }
+                }
+                inside
+            }
         }
     }
 
+    /// The reference point for torques: the centre of a circle or rectangle,
+    /// the area centroid of a polygon.
     pub fn center(&self) -> [f64; 2] {
         match self {
             Shape::Circle { center, .. } => *center,
+            Shape::Rectangle { min, max } => [0.5 * (min[0] + max[0]), 0.5 * (min[1] + max[1])],
+            Shape::Polygon { points } => {
+                let (mut area, mut cx, mut cy) = (0.0, 0.0, 0.0);
+                for (a, b) in edges(points) {
+                    let cross = a[0] * b[1] - b[0] * a[1];
+                    area += cross;
+                    cx += (a[0] + b[0]) * cross;
+                    cy += (a[1] + b[1]) * cross;
+                }
+                [cx / (3.0 * area), cy / (3.0 * area)]
+            }
         }
     }
+
+    /// `[x0, y0, x1, y1]` enclosing the shape.
+    pub fn bounds(&self) -> [f64; 4] {
+        match self {
+            Shape::Circle { center, radius } => [
+                center[0] - radius,
+                center[1] - radius,
+                center[0] + radius,
+                center[1] + radius,
+            ],
+            Shape::Rectangle { min, max } => [min[0], min[1], max[0], max[1]],
+            Shape::Polygon { points } => points.iter().fold(
+                [f64::INFINITY, f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY],
+                |b, p| [b[0].min(p[0]), b[1].min(p[1]), b[2].max(p[0]), b[3].max(p[1])],
+            ),
+        }
+    }
+
+    /// The same shape with every length multiplied by `scale`.
+    pub fn scaled(&self, scale: f64) -> Shape {
+        let s = |p: &[f64; 2]| [p[0] * scale, p[1] * scale];
+        match self {
+            Shape::Circle { center, radius } => Shape::Circle {
+                center: s(center),
+                radius: radius * scale,
+            },
+            Shape::Rectangle { min, max } => Shape::Rectangle {
+                min: s(min),
+                max: s(max),
+            },
+            Shape::Polygon { points } => Shape::Polygon {
+                points: points.iter().map(s).collect(),
+            },
+        }
+    }
+
+    /// The fraction `t` in `[0, 1]` of the segment `from -> from + step` at which
+    /// it first meets the boundary, if it does.
+    pub fn crossing(&self, from: [f64; 2], step: [f64; 2]) -> Option<f64> {
+        let hits = |t: f64| (-1e-12..=1.0 + 1e-12).contains(&t);
+        match self {
+            Shape::Circle { center, radius } => {
+                let (ox, oy) = (from[0] - center[0], from[1] - center[1]);
+                let a = step[0] * step[0] + step[1] * step[1];
+                let b = 2.0 * (ox * step[0] + oy * step[1]);
+                let c = ox * ox + oy * oy - radius * radius;
+                let disc = b * b - 4.0 * a * c;
+                if disc < 0.0 {
+                    return None;
+                }
+                let root = disc.sqrt();
+                [(-b - root) / (2.0 * a), (-b + root) / (2.0 * a)]
+                    .into_iter()
+                    .filter(|t| hits(*t))
+                    .reduce(f64::min)
+                    .map(|t| t.clamp(0.0, 1.0))
+            }
+            Shape::Rectangle { min, max } => {
+                let corners = vec![*min, [max[0], min[1]], *max, [min[0], max[1]]];
+                Shape::Polygon { points: corners }.crossing(from, step)
+            }
+            Shape::Polygon { points } => edges(points)
+                .filter_map(|(a, b)| {
+                    let e = [b[0] - a[0], b[1] - a[1]];
+                    let denom = step[0] * e[1] - step[1] * e[0];
+                    if denom.abs() < 1e-15 {
+                        return None;
+                    }
+                    let w = [a[0] - from[0], a[1] - from[1]];
+                    let t = (w[0] * e[1] - w[1] * e[0]) / denom;
+                    let u = (w[0] * step[1] - w[1] * step[0]) / denom;
+                    (hits(t) && (0.0..=1.0).contains(&u)).then_some(t.clamp(0.0, 1.0))
+                })
+                .reduce(f64::min),
+        }
+    }
+}
+
+fn edges(points: &[[f64; 2]]) -> impl Iterator<Item = ([f64; 2], [f64; 2])> + '_ {
+    points.iter().zip(points.iter().cycle().skip(1)).map(|(a, b)| (*a, *b))
 }
 
 /// A body and the level whose patches resolve it.
@@ -71,27 +191,42 @@ pub fn rasterize(patch: &Patch, bodies: &[(usize, &Shape)]) -> (Vec<u8>, Vec<Opt
     (flags, owner)
 }
 
-/// Link table of the fluid cells of the active region that have a solid
-/// neighbour: the words of [`crate::launch::AccumulateExchange`], with the lever
-/// arm from the owning body's centre to the link midpoint in the patch's lattice
-/// units. `slot` maps a body index to its slot in the level's accumulator.
-pub fn links(
+/// What a patch's bodies give its kernels.
+pub struct WallTables {
+    /// The momentum-exchange links, `LINK_WORDS` words each.
+    pub links: Vec<u32>,
+    /// Nine planes of wall distances for `stream_collide` (0 where unused).
+    pub wall_distance: Vec<f32>,
+}
+
+/// Links and wall distances of the fluid cells of the active region that have
+/// a solid neighbour. The wall distance q of a link is the fraction of it, from
+/// the fluid cell, that lies in fluid; where the segment misses the shape (a
+/// grazing link) q falls back to 1/2, i.e. half-way bounce-back. `slot` maps a
+/// body index to its slot in the level's accumulator.
+pub fn wall_tables(
     patch: &Patch,
     owner: &[Option<usize>],
     bodies: &[(usize, &Shape)],
     slot: impl Fn(usize) -> u32,
-) -> Vec<u32> {
+) -> WallTables {
     let layout = patch.layout;
+    let plane = layout.plane_cells();
     let scale = 2f64.powi(patch.level as i32);
-    let mut table = Vec::new();
     let a = patch.active;
+    let mut links = Vec::new();
+    let mut wall_distance = vec![0.0f32; Q * plane];
+    let fluid_at = |x: i64, y: i64| {
+        let inside = x >= a.x0 as i64 && y >= a.y0 as i64 && x < a.x1 as i64 && y < a.y1 as i64;
+        (inside && owner[layout.index(x as u32, y as u32)].is_none()).then(|| layout.index(x as u32, y as u32))
+    };
     for y in a.y0..a.y1 {
         for x in a.x0..a.x1 {
             let index = layout.index(x, y);
             if owner[index].is_some() {
                 continue;
             }
-            for (i, c) in C.iter().enumerate().take(Q).skip(1) {
+            for (d, c) in C.iter().enumerate().skip(1) {
                 let (nx, ny) = (x as i64 + c[0] as i64, y as i64 + c[1] as i64);
                 if nx < 0 || ny < 0 || nx >= layout.nx as i64 || ny >= layout.ny as i64 {
                     continue;
@@ -105,13 +240,52 @@ pub fn links(
                     .expect("owner is a listed body")
                     .1;
                 let p = cell_center(patch, x, y);
+                // The link in base units: one level cell along c_d.
+                let step = [c[0] as f64 / scale, c[1] as f64 / scale];
+                let q = shape.crossing(p, step).unwrap_or(0.5).max(1e-3);
                 let center = shape.center();
-                let rx = ((p[0] - center[0]) * scale + 0.5 * c[0] as f64) as f32;
-                let ry = ((p[1] - center[1]) * scale + 0.5 * c[1] as f64) as f32;
-                table.extend([index as u32, i as u32 | (slot(body) << 4), rx.to_bits(), ry.to_bits()]);
+                let rx = ((p[0] - center[0]) * scale + q * c[0] as f64) as f32;
+                let ry = ((p[1] - center[1]) * scale + q * c[1] as f64) as f32;
+                let behind = fluid_at(x as i64 - c[0] as i64, y as i64 - c[1] as i64).map_or(NO_CELL, |b| b as u32);
+                links.extend([
+                    index as u32,
+                    d as u32 | (slot(body) << 4),
+                    rx.to_bits(),
+                    ry.to_bits(),
+                    (q as f32).to_bits(),
+                    behind,
+                ]);
+                wall_distance[OPP[d] * plane + index] = q as f32;
             }
         }
     }
-    debug_assert_eq!(table.len() % LINK_WORDS, 0);
-    table
+    debug_assert_eq!(links.len() % LINK_WORDS, 0);
+    WallTables { links, wall_distance }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crossings_land_on_the_boundary() {
+        let circle = Shape::Circle {
+            center: [0.0, 0.0],
+            radius: 1.0,
+        };
+        assert!((circle.crossing([-2.0, 0.0], [2.0, 0.0]).unwrap() - 0.5).abs() < 1e-12);
+        assert_eq!(circle.crossing([-3.0, 0.0], [1.0, 0.0]), None);
+        let square = Shape::Rectangle {
+            min: [0.0, 0.0],
+            max: [1.0, 1.0],
+        };
+        assert!((square.crossing([-0.25, 0.5], [1.0, 0.0]).unwrap() - 0.25).abs() < 1e-12);
+        let triangle = Shape::Polygon {
+            points: vec![[0.0, 0.0], [2.0, 0.0], [0.0, 2.0]],
+        };
+        assert!(triangle.contains([0.5, 0.5]) && !triangle.contains([1.5, 1.5]));
+        assert!((triangle.crossing([1.5, 1.5], [-1.0, -1.0]).unwrap() - 0.5).abs() < 1e-12);
+        let c = triangle.center();
+        assert!((c[0] - 2.0 / 3.0).abs() < 1e-12 && (c[1] - 2.0 / 3.0).abs() < 1e-12);
+    }
 }

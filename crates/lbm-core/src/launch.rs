@@ -22,6 +22,15 @@ pub enum Edge {
     Wall = 1,
     /// The allocation's ghost band holds valid populations.
     Ghost = 2,
+    /// Velocity inlet (x-min only): bounce-back carrying the inlet profile
+    /// times the current amplitude factor, flowing in +x.
+    Inlet = 3,
+    /// Pressure outlet (x-max only): anti-bounce-back at rest density with the
+    /// velocity extrapolated to the boundary. Vortices leave through it; it
+    /// pins the mean pressure, so acoustic waves reflect.
+    Outflow = 4,
+    /// Free-slip wall: populations are mirrored in the wall.
+    Symmetry = 5,
 }
 
 impl Edge {
@@ -30,7 +39,10 @@ impl Edge {
             0 => Ok(Edge::Periodic),
             1 => Ok(Edge::Wall),
             2 => Ok(Edge::Ghost),
-            other => Err(args_error(kernel, format!("edge kind {other} is not 0, 1 or 2"))),
+            3 => Ok(Edge::Inlet),
+            4 => Ok(Edge::Outflow),
+            5 => Ok(Edge::Symmetry),
+            other => Err(args_error(kernel, format!("edge kind {other} is not in 0..=5"))),
         }
     }
 }
@@ -126,6 +138,15 @@ pub struct StreamCollide {
     pub src: BufferId,
     pub dst: BufferId,
     pub flags: BufferId,
+    /// Wall distances: plane `i` holds, at a fluid cell whose neighbour
+    /// `(x, y) - c_i` is solid, the fraction q of that link lying in fluid.
+    /// Read only when `interpolated_walls` is set.
+    pub wall_distance: BufferId,
+    /// Inlet velocity shape per active row (f32), scaled by the factor in
+    /// `boundary_state`; read only when a side is an inlet.
+    pub inlet_profile: BufferId,
+    /// `[u32 interval, f32 inlet factor]`, written by `update_boundary_state`.
+    pub boundary_state: BufferId,
     pub layout: Layout,
     pub active: Rect,
     /// Sides in the order x-min, x-max, y-min, y-max.
@@ -134,11 +155,20 @@ pub struct StreamCollide {
     pub omega_plus: f32,
     pub omega_minus: f32,
     pub force: [f32; 2],
+    /// Bouzidi interpolated bounce-back on body links (else half-way).
+    pub interpolated_walls: bool,
 }
 
 impl StreamCollide {
     pub fn launch(&self) -> Launch {
-        let mut args = vec![Arg::buffer(self.src), Arg::buffer(self.dst), Arg::buffer(self.flags)];
+        let mut args = vec![
+            Arg::buffer(self.src),
+            Arg::buffer(self.dst),
+            Arg::buffer(self.flags),
+            Arg::buffer(self.wall_distance),
+            Arg::buffer(self.inlet_profile),
+            Arg::buffer(self.boundary_state),
+        ];
         push_layout(&mut args, &self.layout);
         push_rect(&mut args, &self.active);
         args.extend(self.edges.iter().map(|e| Arg::U32(*e as u32)));
@@ -148,6 +178,7 @@ impl StreamCollide {
             Arg::F32(self.omega_minus),
             Arg::F32(self.force[0]),
             Arg::F32(self.force[1]),
+            Arg::U32(self.interpolated_walls as u32),
         ]);
         Launch::linear(Kernel::StreamCollide, self.active.cells(), args)
     }
@@ -155,7 +186,8 @@ impl StreamCollide {
     pub fn decode(launch: &Launch) -> Result<Self> {
         let kernel = Kernel::StreamCollide;
         let mut r = ArgReader::new(launch, kernel)?;
-        let (src, dst, flags) = (r.buffer()?, r.buffer()?, r.buffer()?);
+        let (src, dst, flags, wall_distance) = (r.buffer()?, r.buffer()?, r.buffer()?, r.buffer()?);
+        let (inlet_profile, boundary_state) = (r.buffer()?, r.buffer()?);
         let layout = r.layout()?;
         let active = r.rect()?;
         let mut edges = [Edge::Periodic; 4];
@@ -170,6 +202,9 @@ impl StreamCollide {
             src,
             dst,
             flags,
+            wall_distance,
+            inlet_profile,
+            boundary_state,
             layout,
             active,
             edges,
@@ -177,6 +212,7 @@ impl StreamCollide {
             omega_plus: r.f32()?,
             omega_minus: r.f32()?,
             force: [r.f32()?, r.f32()?],
+            interpolated_walls: r.u32()? != 0,
         };
         r.finish()?;
         Ok(decoded)
@@ -301,6 +337,139 @@ impl RestrictToParent {
     }
 }
 
+/// How the inlet amplitude factor varies with time (base intervals in a
+/// `LatticeConfig`, seconds in a case file).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Amplitude {
+    /// Always 1.
+    #[default]
+    Constant,
+    /// From 0 to 1 linearly over `duration`, then 1.
+    Ramp { duration: f64 },
+    /// `sin(2π t / period)`.
+    Sine { period: f64 },
+    /// Piecewise linear through `(t, factor)` points, constant beyond the ends.
+    Table { points: Vec<[f64; 2]> },
+}
+
+impl Amplitude {
+    /// The same amplitude with every time multiplied by `scale`.
+    pub fn rescaled(&self, scale: f64) -> Amplitude {
+        match self {
+            Amplitude::Constant => Amplitude::Constant,
+            Amplitude::Ramp { duration } => Amplitude::Ramp {
+                duration: duration * scale,
+            },
+            Amplitude::Sine { period } => Amplitude::Sine { period: period * scale },
+            Amplitude::Table { points } => Amplitude::Table {
+                points: points.iter().map(|[t, f]| [t * scale, *f]).collect(),
+            },
+        }
+    }
+
+    /// The largest factor the amplitude reaches, for the Mach number check.
+    pub fn peak(&self) -> f64 {
+        match self {
+            Amplitude::Table { points } => points.iter().map(|p| p[1].abs()).fold(0.0, f64::max),
+            _ => 1.0,
+        }
+    }
+
+    fn code(&self) -> u32 {
+        match self {
+            Amplitude::Constant => 0,
+            Amplitude::Ramp { .. } => 1,
+            Amplitude::Sine { .. } => 2,
+            Amplitude::Table { .. } => 3,
+        }
+    }
+
+    fn parameter(&self) -> f32 {
+        match self {
+            Amplitude::Ramp { duration } => *duration as f32,
+            Amplitude::Sine { period } => *period as f32,
+            Amplitude::Constant | Amplitude::Table { .. } => 0.0,
+        }
+    }
+}
+
+/// The amplitude factor at time `t` (base intervals) for the kernel's encoding:
+/// `kind` 0 constant, 1 ramp over `parameter`, 2 sine of period `parameter`,
+/// 3 table of `(t, factor)` pairs.
+pub fn amplitude_factor(kind: u32, parameter: f32, table: &[f32], t: f32) -> f32 {
+    match kind {
+        1 if parameter > 0.0 => (t / parameter).min(1.0),
+        2 => (2.0 * std::f32::consts::PI * t / parameter).sin(),
+        3 if table.len() >= 2 => {
+            let points = table.len() / 2;
+            if t <= table[0] {
+                return table[1];
+            }
+            for k in 1..points {
+                let (t0, f0, t1, f1) = (table[2 * k - 2], table[2 * k - 1], table[2 * k], table[2 * k + 1]);
+                if t <= t1 {
+                    return f0 + (f1 - f0) * ((t - t0) / (t1 - t0));
+                }
+            }
+            table[2 * points - 1]
+        }
+        _ => 1.0,
+    }
+}
+
+/// `update_boundary_state`: one thread. Advances the interval counter in
+/// `state` and stores the inlet factor for the interval's end time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpdateBoundaryState {
+    pub state: BufferId,
+    /// `(t, factor)` pairs as f32 for the table amplitude (any buffer otherwise).
+    pub table: BufferId,
+    pub table_points: u32,
+    pub kind: u32,
+    pub parameter: f32,
+}
+
+impl UpdateBoundaryState {
+    pub fn new(state: BufferId, table: BufferId, amplitude: &Amplitude) -> Self {
+        let table_points = match amplitude {
+            Amplitude::Table { points } => points.len() as u32,
+            _ => 0,
+        };
+        UpdateBoundaryState {
+            state,
+            table,
+            table_points,
+            kind: amplitude.code(),
+            parameter: amplitude.parameter(),
+        }
+    }
+
+    pub fn launch(&self) -> Launch {
+        let args = vec![
+            Arg::buffer(self.state),
+            Arg::buffer(self.table),
+            Arg::U32(self.table_points),
+            Arg::U32(self.kind),
+            Arg::F32(self.parameter),
+        ];
+        Launch::linear(Kernel::UpdateBoundaryState, 1, args)
+    }
+
+    pub fn decode(launch: &Launch) -> Result<Self> {
+        let mut r = ArgReader::new(launch, Kernel::UpdateBoundaryState)?;
+        let decoded = UpdateBoundaryState {
+            state: r.buffer()?,
+            table: r.buffer()?,
+            table_points: r.u32()?,
+            kind: r.u32()?,
+            parameter: r.f32()?,
+        };
+        r.finish()?;
+        Ok(decoded)
+    }
+}
+
 /// Number of parent cells in the ring around a covered rectangle of `w x h`
 /// parent cells: those at Chebyshev distance exactly one from it.
 pub fn ring_cells(w: u32, h: u32) -> usize {
@@ -410,16 +579,23 @@ impl CorrectInterfaceMass {
     }
 }
 
-/// Words per body link in the link table: storage cell index, direction plus
-/// 16 x body index, and the lever arm (x, y) from the body centre as f32 bits.
-pub const LINK_WORDS: usize = 4;
+/// Words per body link in the link table: the fluid cell's storage index; the
+/// direction pointing into the body plus 16 x the body's accumulator slot; the
+/// lever arm (x, y) from the body centre to the link's wall point as f32 bits;
+/// the wall distance q as f32 bits; and the storage index of the fluid cell
+/// behind (`cell - c_dir`), or `u32::MAX` when that is not fluid.
+pub const LINK_WORDS: usize = 6;
+/// `LINK_WORDS` value for "no fluid cell behind".
+pub const NO_CELL: u32 = u32::MAX;
 /// f64 words per body in an exchange accumulator: Fx, Fy, torque, unused.
 pub const EXCHANGE_WORDS: usize = 4;
 
-/// `accumulate_exchange`: one thread per body link.
+/// `accumulate_exchange`: one thread per body link. The exchange of the
+/// streaming that leaves `f`: each link gives the body `c_d (f*_d + f_in)`
+/// (real populations), `f_in` being the population the wall rule returns.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AccumulateExchange {
-    /// Post-collision populations of the body's patch.
+    /// Post-collision populations of the body's patch before the hop's streaming.
     pub f: BufferId,
     pub plane_cells: u32,
     pub links: BufferId,
@@ -475,13 +651,17 @@ mod tests {
             src: BufferId(1),
             dst: BufferId(2),
             flags: BufferId(3),
+            wall_distance: BufferId(6),
+            inlet_profile: BufferId(4),
+            boundary_state: BufferId(5),
             layout,
             active: Rect::new(4, 4, 8, 6),
-            edges: [Edge::Periodic, Edge::Wall, Edge::Ghost, Edge::Wall],
+            edges: [Edge::Inlet, Edge::Outflow, Edge::Symmetry, Edge::Wall],
             wall_velocity: [[0.0, 0.0], [0.1, 0.0], [0.0, 0.2], [0.3, 0.4]],
             omega_plus: 1.2,
             omega_minus: 1.5,
             force: [1e-5, -2e-5],
+            interpolated_walls: true,
         };
         assert_eq!(StreamCollide::decode(&sc.launch()).unwrap(), sc);
         let fg = FillGhost {
@@ -533,6 +713,26 @@ mod tests {
             covered: Rect::new(3, 3, 7, 6),
         };
         assert_eq!(CorrectInterfaceMass::decode(&cm.launch()).unwrap(), cm);
+        let ub = UpdateBoundaryState::new(BufferId(1), BufferId(2), &Amplitude::Sine { period: 400.0 });
+        assert_eq!(UpdateBoundaryState::decode(&ub.launch()).unwrap(), ub);
+    }
+
+    #[test]
+    fn amplitude_factors_follow_their_definitions() {
+        let table = [0.0f32, 0.0, 10.0, 1.0, 20.0, 0.5];
+        for (kind, parameter, t, want) in [
+            (0, 0.0, 7.0, 1.0),
+            (1, 100.0, 25.0, 0.25),
+            (1, 100.0, 250.0, 1.0),
+            (2, 400.0, 100.0, 1.0),
+            (3, 0.0, 5.0, 0.5),
+            (3, 0.0, 15.0, 0.75),
+            (3, 0.0, 99.0, 0.5),
+            (3, 0.0, -1.0, 0.0),
+        ] {
+            let got = amplitude_factor(kind, parameter, &table, t);
+            assert!((got - want).abs() < 1e-6, "kind {kind} at t {t}: {got} vs {want}");
+        }
     }
 
     #[test]

@@ -13,6 +13,9 @@
 //!    `correct_interface_mass` (reflux) on the parent cells around it;
 //! 4. swap `current` and `spare` of level `l` (host handles only).
 //!
+//! Each interval starts with zeroing the raw-exchange integral (when observed)
+//! and, when a side is an inlet, `update_boundary_state`.
+//!
 //! Level 0 takes one hop per interval, so its ping-pong parity alternates and the
 //! plan is built for both parities; every finer level takes an even number of
 //! hops and starts each interval on the same buffer. The plan is data: it is
@@ -48,6 +51,18 @@ pub struct PatchBuffers {
     pub flags: BufferId,
     /// Interface mass flux per parent ring cell (refined patches only).
     pub flux: Option<BufferId>,
+    /// Wall distances of body links (patches with bodies only).
+    pub wall_distance: Option<BufferId>,
+}
+
+/// Buffers every `stream_collide` receives for inlet handling, and the
+/// boundary-state update that runs once per interval when there is an inlet.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BoundaryBuffers {
+    pub inlet_profile: BufferId,
+    pub state: BufferId,
+    /// The amplitude's update, present when a side is an inlet.
+    pub update: Option<Launch>,
 }
 
 /// Body links of one patch and the accumulators of its level.
@@ -83,6 +98,7 @@ pub struct PlanInputs<'a> {
     pub physics: &'a [LevelPhysics],
     pub base_edges: [Edge; 4],
     pub wall_velocity: [[f32; 2]; 4],
+    pub boundary: &'a BoundaryBuffers,
     pub exchange: &'a [ExchangeBuffers],
     pub accumulators: &'a [Accumulators],
     /// Zero each interval's integral first (observing raw exchange).
@@ -116,6 +132,12 @@ impl HopPlan {
                         },
                     });
                 }
+            }
+            if let Some(update) = &inputs.boundary.update {
+                builder.steps.push(PlanStep {
+                    name: "L0.update_boundary_state".into(),
+                    action: Action::Launch(update.clone()),
+                });
             }
             builder.hop(0);
             builder.steps
@@ -159,6 +181,7 @@ impl Builder<'_> {
         let hierarchy = inputs.hierarchy;
         let physics = inputs.physics[level];
         for patch in &hierarchy.levels[level] {
+            let buffers = inputs.buffers[level][patch.index];
             let edges = if level == 0 {
                 inputs.base_edges
             } else {
@@ -168,6 +191,10 @@ impl Builder<'_> {
                 src: self.current(patch),
                 dst: self.spare(patch),
                 flags: inputs.buffers[level][patch.index].flags,
+                // Without bodies nothing reads it; any buffer serves.
+                wall_distance: buffers.wall_distance.unwrap_or(buffers.flags),
+                inlet_profile: inputs.boundary.inlet_profile,
+                boundary_state: inputs.boundary.state,
                 layout: patch.layout,
                 active: patch.active,
                 edges,
@@ -175,6 +202,7 @@ impl Builder<'_> {
                 omega_plus: physics.relaxation.omega_plus(),
                 omega_minus: physics.relaxation.omega_minus(),
                 force: physics.force,
+                interpolated_walls: buffers.wall_distance.is_some(),
             }
             .launch();
             self.push(format!("{}.stream_collide", patch.name()), launch);
@@ -188,7 +216,9 @@ impl Builder<'_> {
                     .find(|a| a.level == level)
                     .expect("a level with links has accumulators");
                 let launch = AccumulateExchange {
-                    f: self.spare(patch),
+                    // The streaming just enqueued left `current`, which still
+                    // holds the populations it read.
+                    f: self.current(patch),
                     plane_cells: patch.layout.plane_cells() as u32,
                     links: ex.links,
                     n_links: ex.n_links,

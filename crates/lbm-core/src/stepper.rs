@@ -19,9 +19,11 @@ use crate::error::{Error, Result};
 use crate::geometry::{self, Body};
 use crate::hierarchy::{Hierarchy, HierarchySpec, Patch};
 use crate::lattice::{self, Collision, Moments, Q, Relaxation};
-use crate::launch::{EXCHANGE_WORDS, Edge, LINK_WORDS, fine_covered, ring_cells};
+use crate::launch::{Amplitude, EXCHANGE_WORDS, Edge, LINK_WORDS, UpdateBoundaryState, fine_covered, ring_cells};
 use crate::ledger::{ExchangeRecord, MemoryLedger};
-use crate::plan::{Accumulators, Action, ExchangeBuffers, HopPlan, LevelPhysics, PatchBuffers, PlanInputs};
+use crate::plan::{
+    Accumulators, Action, BoundaryBuffers, ExchangeBuffers, HopPlan, LevelPhysics, PatchBuffers, PlanInputs,
+};
 
 /// The physics of a run, in lattice units of the base level.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,10 +38,105 @@ pub struct LatticeConfig {
     pub edges: [Edge; 4],
     /// Velocity of each wall side (ignored for periodic sides).
     pub wall_velocity: [[f64; 2]; 4],
+    /// The velocity inlet, required exactly when the x-min side is `Inlet`.
+    #[serde(default)]
+    pub inlet: Option<InletSpec>,
     pub bodies: Vec<Body>,
 }
 
+/// Shape of the inlet velocity across the x-min side.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    Uniform,
+    /// `4 U y (H - y) / H²` between walls at y = 0 and y = H (the base height).
+    Parabolic,
+}
+
+/// A velocity inlet in lattice units; amplitude times are in base intervals.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InletSpec {
+    pub profile: Profile,
+    /// Peak (parabolic) or uniform velocity, lattice units.
+    pub velocity: f64,
+    pub amplitude: Amplitude,
+}
+
+impl InletSpec {
+    /// The velocity at the centre of each base row.
+    pub fn row_velocities(&self, ny: u32) -> Vec<f32> {
+        let h = ny as f64;
+        (0..ny)
+            .map(|j| {
+                let y = j as f64 + 0.5;
+                let shape = match self.profile {
+                    Profile::Uniform => 1.0,
+                    Profile::Parabolic => 4.0 * y * (h - y) / (h * h),
+                };
+                (self.velocity * shape) as f32
+            })
+            .collect()
+    }
+}
+
+/// The lowest lattice Mach number (speed / c_s) refused.
+pub const MAX_MACH: f64 = 0.3;
+
 impl LatticeConfig {
+    /// The smallest τ⁺ − ½ the collision model is run with: BGK turns unstable
+    /// near τ = ½ much sooner than TRT with its free odd rate.
+    pub fn min_tau_excess(&self) -> f64 {
+        match self.collision {
+            Collision::Bgk => 0.01,
+            Collision::Trt { .. } => 0.002,
+        }
+    }
+
+    /// The fastest speed the configuration itself prescribes (inlet at its
+    /// peak amplitude, moving walls), lattice units.
+    pub fn prescribed_speed(&self) -> f64 {
+        let inlet = self
+            .inlet
+            .as_ref()
+            .map_or(0.0, |i| i.velocity.abs() * i.amplitude.peak());
+        self.wall_velocity
+            .iter()
+            .zip(self.edges)
+            .filter(|(_, e)| *e == Edge::Wall)
+            .map(|(v, _)| v[0].hypot(v[1]))
+            .fold(inlet, f64::max)
+    }
+
+    /// Refuses, before any work, a run whose lattice Mach number for
+    /// `max_speed` exceeds [`MAX_MACH`] or whose τ⁺ on some level is too close
+    /// to ½, naming the level and the number and what to change.
+    pub fn check_stability(&self, max_speed: f64) -> Result<()> {
+        let mach = max_speed * 3f64.sqrt();
+        if mach > MAX_MACH {
+            return Err(Error::parameter(
+                "lattice Mach number",
+                format!("{mach:.3} (speed {max_speed:.4} / c_s)"),
+                &format!("at most {MAX_MACH}: lower the lattice velocity"),
+            ));
+        }
+        let min = self.min_tau_excess();
+        for level in 0..=self.hierarchy.levels.len() {
+            let tau = self.tau_at(level);
+            if tau.is_nan() || tau - 0.5 < min {
+                return Err(Error::parameter(
+                    &format!("level {level} relaxation time"),
+                    format!("{tau:.5}"),
+                    &format!(
+                        "at least {:.3} for {:?}: raise the resolution or the lattice velocity",
+                        0.5 + min,
+                        self.collision
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// τ⁺ of `level` for the same physical viscosity: ν doubles per level
     /// under acoustic scaling, so τ_l − ½ = 2^l (τ₀ − ½).
     pub fn tau_at(&self, level: usize) -> f64 {
@@ -91,6 +188,7 @@ struct Inner<D: Driver> {
     accumulators: Vec<Accumulators>,
     /// Body indices in each level's accumulator slot order.
     body_slots: Vec<Vec<usize>>,
+    boundary: BoundaryBuffers,
     plan: HopPlan,
     status: Status,
     step_count: u64,
@@ -111,10 +209,8 @@ impl<D: Driver> Stepper<D> {
     /// link tables, fills the lattice at rest and builds the hop plan.
     pub fn new(driver: D, lattice: LatticeConfig, exec: ExecConfig) -> Result<Self> {
         let hierarchy = lattice.hierarchy.validate(&exec.tiles)?;
-        if lattice.tau.is_nan() || lattice.tau <= 0.5 {
-            return Err(Error::parameter("tau", lattice.tau, "must exceed 1/2"));
-        }
-        check_edges(&lattice.edges)?;
+        lattice.check_stability(lattice.prescribed_speed())?;
+        check_edges(&lattice.edges, lattice.inlet.is_some())?;
         for (b, body) in lattice.bodies.iter().enumerate() {
             if body.level >= hierarchy.n_levels() {
                 return Err(Error::parameter(
@@ -133,6 +229,11 @@ impl<D: Driver> Stepper<D> {
             exchange: Vec::new(),
             accumulators: Vec::new(),
             body_slots: Vec::new(),
+            boundary: BoundaryBuffers {
+                inlet_profile: BufferId(u32::MAX),
+                state: BufferId(u32::MAX),
+                update: None,
+            },
             plan: HopPlan {
                 intervals: [Vec::new(), Vec::new()],
             },
@@ -158,6 +259,7 @@ impl<D: Driver> Stepper<D> {
             physics: &inner.physics,
             base_edges: inner.lattice.edges,
             wall_velocity: inner.lattice.wall_velocity.map(|v| v.map(|c| c as f32)),
+            boundary: &inner.boundary,
             exchange: &inner.exchange,
             accumulators: &inner.accumulators,
             zero_interval: inner.exec.observe_raw_exchange,
@@ -305,6 +407,57 @@ impl<D: Driver> Stepper<D> {
         inner.download_current(level, patch)
     }
 
+    /// Density minus one at `point` (base lattice units) on a body surface or a
+    /// wall, seen from the fluid side `outward` (a unit axis vector pointing
+    /// from the surface into the fluid): taken on the finest patch holding the
+    /// point, interpolated linearly across the axis and extrapolated linearly
+    /// along it from the first two fluid cell centres.
+    pub fn surface_density(&self, point: [f64; 2], outward: [i32; 2]) -> Result<f64> {
+        let mut inner = self.lock();
+        inner.require_ready("download")?;
+        let (level, index) = inner.finest_patch_at(point)?;
+        let fields = inner.fields(level, index)?;
+        let patch = &inner.hierarchy.levels[level][index];
+        let scale = 2f64.powi(level as i32);
+        let [gx0, gy0, _, _] = patch.global_active();
+        // Active-region coordinates in which cell (i, j) has its centre at (i, j).
+        let local = [point[0] * scale - gx0 as f64 - 0.5, point[1] * scale - gy0 as f64 - 0.5];
+        let along = if outward[0] != 0 { 0 } else { 1 };
+        let across = 1 - along;
+        let sign = (outward[0] + outward[1]) as f64;
+        let base = local[across].floor();
+        let weight = local[across] - base;
+        let solid = |c: [f64; 2]| {
+            let p = [(c[0] + gx0 as f64 + 0.5) / scale, (c[1] + gy0 as f64 + 0.5) / scale];
+            inner.lattice.bodies.iter().any(|b| b.shape.contains(p))
+        };
+        let (h, w) = fields.delta_rho.dim();
+        let mut value = 0.0;
+        for (offset, share) in [(0.0, 1.0 - weight), (1.0, weight)] {
+            // The first two fluid cell centres beyond the point along the normal.
+            let mut samples = Vec::with_capacity(2);
+            let mut k = (sign * local[along]).floor() * sign;
+            while samples.len() < 2 {
+                k += sign;
+                let mut c = [0.0; 2];
+                c[along] = k;
+                c[across] = base + offset;
+                if c[0] < 0.0 || c[1] < 0.0 || c[0] >= w as f64 || c[1] >= h as f64 {
+                    return Err(Error::NotAvailable {
+                        what: format!("surface density at ({:.3}, {:.3})", point[0], point[1]),
+                        reason: "the fluid cells beside it leave the patch; refine around the point".into(),
+                    });
+                }
+                if !solid(c) {
+                    samples.push((k, fields.delta_rho[(c[1] as usize, c[0] as usize)] as f64));
+                }
+            }
+            let [(k1, d1), (k2, d2)] = [samples[0], samples[1]];
+            value += share * (d1 + (d2 - d1) * (local[along] - k1) / (k2 - k1));
+        }
+        Ok(value)
+    }
+
     /// Total mass in base-cell units: every level's active cells not covered by
     /// a finer patch, each weighted by its area `4^-level`.
     pub fn total_mass(&self) -> Result<f64> {
@@ -364,7 +517,29 @@ impl<D: Driver> Drop for Stepper<D> {
     }
 }
 
-fn check_edges(edges: &[Edge; 4]) -> Result<()> {
+fn check_edges(edges: &[Edge; 4], has_inlet: bool) -> Result<()> {
+    const SIDES: [&str; 4] = ["x_min", "x_max", "y_min", "y_max"];
+    for (side, edge) in edges.iter().enumerate() {
+        let allowed = match edge {
+            Edge::Inlet => side == 0,
+            Edge::Outflow => side == 1,
+            _ => true,
+        };
+        if !allowed {
+            return Err(Error::parameter(
+                SIDES[side],
+                format!("{edge:?}"),
+                "an inlet only on x_min and an outflow only on x_max",
+            ));
+        }
+    }
+    if (edges[0] == Edge::Inlet) != has_inlet {
+        return Err(Error::parameter(
+            "inlet",
+            if has_inlet { "given" } else { "missing" },
+            "an inlet description exactly when x_min is an inlet",
+        ));
+    }
     for (axis, pair) in [("x", [0, 1]), ("y", [2, 3])] {
         let [a, b] = pair.map(|s| edges[s]);
         if a == Edge::Ghost || b == Edge::Ghost {
@@ -408,6 +583,7 @@ impl<D: Driver> Inner<D> {
     }
 
     fn allocate(&mut self) -> Result<()> {
+        self.allocate_boundary()?;
         let patches: Vec<Patch> = self.hierarchy.patches().cloned().collect();
         let bodies = self.lattice.bodies.clone();
         self.body_slots = vec![Vec::new(); self.hierarchy.n_levels()];
@@ -441,11 +617,25 @@ impl<D: Driver> Inner<D> {
             } else {
                 None
             };
-            self.buffers[patch.level].push(PatchBuffers { f, flags, flux });
             let slots = &self.body_slots[patch.level];
-            let table = geometry::links(patch, &owner, &level_bodies, |b| {
+            let tables = geometry::wall_tables(patch, &owner, &level_bodies, |b| {
                 slots.iter().position(|s| *s == b).expect("body has a slot") as u32
             });
+            let wall_distance = if tables.links.is_empty() {
+                None
+            } else {
+                let buffer = self.alloc(format!("{name}.wall_distance"), tables.wall_distance.len() * 4)?;
+                self.driver
+                    .upload(buffer, 0, bytemuck::cast_slice(&tables.wall_distance))?;
+                Some(buffer)
+            };
+            self.buffers[patch.level].push(PatchBuffers {
+                f,
+                flags,
+                flux,
+                wall_distance,
+            });
+            let table = tables.links;
             if !table.is_empty() {
                 let links = self.alloc(format!("{name}.links"), table.len() * 4)?;
                 self.driver.upload(links, 0, bytemuck::cast_slice(&table))?;
@@ -476,6 +666,39 @@ impl<D: Driver> Inner<D> {
                 bytes,
             });
         }
+        Ok(())
+    }
+
+    /// The inlet profile, the boundary state and the amplitude table. Every
+    /// `stream_collide` takes the first two, so they exist (as small zeroed
+    /// buffers) even without an inlet.
+    fn allocate_boundary(&mut self) -> Result<()> {
+        let ny = self.hierarchy.base().layout.ny;
+        let inlet = self.lattice.inlet.clone();
+        let profile = match &inlet {
+            Some(inlet) => inlet.row_velocities(ny),
+            None => vec![0.0],
+        };
+        let inlet_profile = self.alloc("boundary.inlet_profile".into(), profile.len() * 4)?;
+        self.driver.upload(inlet_profile, 0, bytemuck::cast_slice(&profile))?;
+        let state = self.alloc("boundary.state".into(), 8)?;
+        let update = match &inlet {
+            Some(inlet) => {
+                let table: Vec<f32> = match &inlet.amplitude {
+                    Amplitude::Table { points } => points.iter().flatten().map(|v| *v as f32).collect(),
+                    _ => vec![0.0],
+                };
+                let buffer = self.alloc("boundary.amplitude_table".into(), table.len() * 4)?;
+                self.driver.upload(buffer, 0, bytemuck::cast_slice(&table))?;
+                Some(UpdateBoundaryState::new(state, buffer, &inlet.amplitude).launch())
+            }
+            None => None,
+        };
+        self.boundary = BoundaryBuffers {
+            inlet_profile,
+            state,
+            update,
+        };
         Ok(())
     }
 
@@ -543,6 +766,22 @@ impl<D: Driver> Inner<D> {
                     "an existing level and patch of the hierarchy",
                 )
             })
+    }
+
+    /// The finest patch whose active region holds `point` (base lattice units).
+    fn finest_patch_at(&self, point: [f64; 2]) -> Result<(usize, usize)> {
+        let mut found = None;
+        for (level, patches) in self.hierarchy.levels.iter().enumerate() {
+            let scale = 2f64.powi(level as i32);
+            for p in patches {
+                let [x0, y0, x1, y1] = p.global_active().map(|v| v as f64);
+                let (x, y) = (point[0] * scale, point[1] * scale);
+                if x >= x0 && x < x1 && y >= y0 && y < y1 {
+                    found = Some((level, p.index));
+                }
+            }
+        }
+        found.ok_or_else(|| Error::parameter("point", format!("{point:?}"), "a point inside the domain"))
     }
 
     fn download_current(&mut self, level: usize, patch: usize) -> Result<Vec<f32>> {

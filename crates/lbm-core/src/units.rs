@@ -69,11 +69,18 @@ impl UnitSystem {
         g * self.dt * self.dt / self.dx
     }
 
-    /// A lattice force on `level` (2D: per unit depth) in N/m.
+    /// A lattice force on `level` in N per metre of depth: a lattice cell has
+    /// mass ρ dx³, so a lattice force is ρ dx⁴/dt² on one cell of depth dx.
     pub fn force_to_physical(&self, level: usize, force: f64) -> f64 {
         let scale = 0.5f64.powi(level as i32);
         let (dx, dt) = (self.dx * scale, self.dt * scale);
-        force * self.density * dx * dx * dx / (dt * dt) / dx
+        force * self.density * dx * dx * dx / (dt * dt)
+    }
+
+    /// A lattice density deviation as a pressure deviation in Pa (p = c_s² ρ).
+    pub fn pressure_to_physical(&self, delta_rho: f64) -> f64 {
+        let c = self.dx / self.dt;
+        delta_rho / 3.0 * self.density * c * c
     }
 
     /// A length in base lattice units.
@@ -102,6 +109,18 @@ mod tests {
         // nu = 1e-3 m^2/s: nu_lat = 1e-3 * dt / dx^2 with dt = 2.5e-4.
         assert!((units.viscosity_to_lattice(1e-3) - 0.01).abs() < 1e-12);
         assert!((units.tau(1e-3) - 0.53).abs() < 1e-12);
+    }
+
+    #[test]
+    fn forces_scale_with_the_dynamic_pressure_and_length() {
+        let units = UnitSystem::new(0.1, 40.0, 0.3, 0.1, 1.0).unwrap();
+        // A lattice drag coefficient is the physical one: F = cd ρ U² D / 2 in
+        // both unit systems, with D = 40 cells and U = 0.1.
+        let lattice = 5.58 * 0.5 * 0.1 * 0.1 * 40.0;
+        let physical = 5.58 * 0.5 * 0.3 * 0.3 * 0.1;
+        assert!((units.force_to_physical(0, lattice) / physical - 1.0).abs() < 1e-12);
+        // Two levels finer: D is 160 cells, the force in lattice units 4x larger.
+        assert!((units.force_to_physical(2, 4.0 * lattice) / physical - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -18,6 +18,7 @@ fn config(nx: u32, ny: u32, tau: f64, edges: [Edge; 4]) -> LatticeConfig {
         force: [0.0, 0.0],
         edges,
         wall_velocity: [[0.0; 2]; 4],
+        inlet: None,
         bodies: Vec::new(),
     }
 }

@@ -9,10 +9,15 @@
 //! both written and read (the CPU driver refuses that too), and that the grid
 //! covers every work item (the CPU processes them all regardless of the grid).
 //!
-//! What it cannot check: the contents of a link table. A link's cell and
-//! direction are bounds-checked by the kernel itself, but its body slot indexes
-//! the accumulators unchecked (the launch carries no body count), so link
-//! tables are trusted to come from `lbm_core::geometry::links`.
+//! Buffers a launch passes but its kernel does not read are only required to
+//! exist: `stream_collide` reads its wall distances only with interpolated
+//! walls, and its inlet profile and boundary state only when a side is an
+//! inlet; `update_boundary_state` reads its table only for a table amplitude.
+//!
+//! What it cannot check: the contents of a link table. A link's cell, behind
+//! cell and direction are bounds-checked by the kernel itself, but its body
+//! slot indexes the accumulators unchecked (the launch carries no body count),
+//! so link tables are trusted to come from `lbm_core::geometry::wall_tables`.
 //! Nothing here touches the device.
 
 use lbm_core::device::BLOCK_THREADS;
@@ -20,7 +25,7 @@ use lbm_core::hierarchy::{GHOST, Layout};
 use lbm_core::lattice::Q;
 use lbm_core::launch::{
     AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
-    RestrictToParent, StreamCollide, fine_covered, ring_cells,
+    RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, ring_cells,
 };
 use lbm_core::{Arg, BufferId, Error, Kernel, Launch, Result};
 
@@ -95,7 +100,17 @@ pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Re
             region(0, "src", Q * plane * 4, 4)?;
             region(1, "dst", Q * plane * 4, 4)?;
             region(2, "flags", plane, 1)?;
-            distinct(1, &[0, 2])?;
+            let mut read = vec![0, 2];
+            if k.interpolated_walls {
+                region(3, "wall_distance", Q * plane * 4, 4)?;
+                read.push(3);
+            }
+            if k.edges.contains(&Edge::Inlet) {
+                region(4, "inlet_profile", a.height() as usize * 4, 4)?;
+                region(5, "boundary_state", 8, 4)?;
+                read.extend([4, 5]);
+            }
+            distinct(1, &read)?;
             a.cells()
         }
         Kernel::FillGhost => {
@@ -219,6 +234,16 @@ pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Re
             }
             k.n_links as usize
         }
+        Kernel::UpdateBoundaryState => {
+            let k = UpdateBoundaryState::decode(&at_zero)?;
+            region(0, "state", 8, 4)?;
+            let table = 2 * k.table_points as usize * 4;
+            region(1, "table", table, 4)?;
+            if table > 0 {
+                distinct(0, &[1])?;
+            }
+            1
+        }
     };
 
     let [gx, gy, gz] = launch.grid;
@@ -257,6 +282,7 @@ fn parent_floor(offset: u32, f: u32) -> f32 {
 mod tests {
     use super::*;
     use lbm_core::hierarchy::Rect;
+    use lbm_core::launch::Amplitude;
 
     const SIZES: [usize; 8] = [8000, 8000, 1000, 16000, 16000, 64000, 64, 64];
 
@@ -277,6 +303,10 @@ mod tests {
             src: BufferId(0),
             dst: BufferId(1),
             flags: BufferId(2),
+            // Not read: no interpolated walls, no inlet side.
+            wall_distance: BufferId(6),
+            inlet_profile: BufferId(6),
+            boundary_state: BufferId(6),
             layout: layout(),
             active: Rect::new(1, 1, 11, 9),
             edges: [Edge::Ghost, Edge::Ghost, Edge::Wall, Edge::Periodic],
@@ -284,6 +314,7 @@ mod tests {
             omega_plus: 1.0,
             omega_minus: 1.0,
             force: [0.0; 2],
+            interpolated_walls: false,
         }
     }
 
@@ -324,6 +355,64 @@ mod tests {
         let mut k = stream_collide();
         k.layout.tile = [0, 4];
         expect(&k.launch(), &["tile sides must be at least 1"]);
+    }
+
+    #[test]
+    fn stream_collide_sizes_the_buffers_it_reads_only() {
+        // Wall distances: nine planes of 144 cells (5184 bytes), only with interpolated walls.
+        let mut k = stream_collide();
+        k.interpolated_walls = true;
+        expect(&k.launch(), &["wall_distance", "holds 64 bytes", "needs 5184"]);
+        k.wall_distance = BufferId(3);
+        expect(&k.launch(), &["ok"]);
+        k.wall_distance = BufferId(1);
+        expect(&k.launch(), &["both read and written"]);
+        // The inlet: one f32 per active row (8 rows) and the 8-byte state.
+        let mut k = stream_collide();
+        k.edges[0] = Edge::Inlet;
+        k.edges[1] = Edge::Outflow;
+        k.inlet_profile = BufferId(42);
+        expect(&k.launch(), &["unknown buffer 42"]);
+        k.inlet_profile = BufferId(7);
+        expect(&k.launch(), &["ok"]);
+        let mut launch = k.launch();
+        launch.args[4] = Arg::Buffer {
+            id: BufferId(7),
+            byte_offset: 40,
+        };
+        expect(&launch, &["inlet_profile", "holds 24 bytes", "needs 32"]);
+        launch.args[4] = Arg::buffer(BufferId(7));
+        launch.args[5] = Arg::Buffer {
+            id: BufferId(6),
+            byte_offset: 60,
+        };
+        expect(&launch, &["boundary_state", "holds 4 bytes", "needs 8"]);
+        k.boundary_state = BufferId(1);
+        expect(&k.launch(), &["both read and written"]);
+    }
+
+    #[test]
+    fn update_boundary_state_needs_its_state_and_table() {
+        let update = |state: u32, table: u32, amplitude: &Amplitude| {
+            UpdateBoundaryState::new(BufferId(state), BufferId(table), amplitude).launch()
+        };
+        let table = |n: usize| Amplitude::Table {
+            points: vec![[0.0, 1.0]; n],
+        };
+        expect(&update(6, 0, &Amplitude::Constant), &["ok"]);
+        expect(&update(6, 6, &Amplitude::Sine { period: 10.0 }), &["ok"]);
+        expect(&update(6, 7, &table(8)), &["ok"]);
+        expect(&update(6, 7, &table(9)), &["table", "holds 64 bytes", "needs 72"]);
+        expect(&update(6, 6, &table(2)), &["both read and written"]);
+        let mut launch = update(6, 0, &Amplitude::Constant);
+        launch.args[0] = Arg::Buffer {
+            id: BufferId(6),
+            byte_offset: 58,
+        };
+        expect(&launch, &["state", "multiple of 4"]);
+        launch.grid = [0, 1, 1];
+        launch.args[0] = Arg::buffer(BufferId(6));
+        expect(&launch, &["covers fewer than the 1 work items"]);
     }
 
     #[test]

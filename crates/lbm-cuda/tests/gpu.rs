@@ -11,7 +11,13 @@
 //! compared with a tolerance (1e-5 relative and absolute for f32, 1e-9 for the
 //! f64 exchange sums, whose atomic order differs); how many values agree bit for
 //! bit is printed as well, since the kernels are meant to round exactly like the
-//! CPU. What these tests do not do: time anything (that is `cargo xtask bench`).
+//! CPU. The one exception is the sine amplitude of `update_boundary_state`:
+//! CUDA's `sinf` is not the host libm's, so its factor is compared within 1e-6
+//! while every other amplitude must match bit for bit. Buffers a launch passes
+//! but must not read (wall distances without interpolated walls, the inlet
+//! buffers without an inlet side, the table of a non-table amplitude) hold NaN,
+//! so a kernel that reads them fails. What these tests do not do: time anything
+//! (that is `cargo xtask bench`).
 
 use bytemuck::Pod;
 use lbm_core::cpu::{FLAG_FLUID, FLAG_SOLID};
@@ -19,10 +25,11 @@ use lbm_core::geometry::{Body, Shape};
 use lbm_core::hierarchy::{HierarchySpec, Layout, Rect};
 use lbm_core::lattice::{self, Collision, Moments, Q};
 use lbm_core::launch::{
-    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
-    RestrictToParent, StreamCollide, fine_covered, ring_cells,
+    AccumulateExchange, AccumulateFineFlux, Amplitude, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost,
+    LINK_WORDS, NO_CELL, RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, ring_cells,
 };
 use lbm_core::plan::Action;
+use lbm_core::stepper::{InletSpec, Profile};
 use lbm_core::{BufferId, CpuDriver, Driver, ExecConfig, Kernel, LatticeConfig, Launch, Result, Stepper};
 use lbm_cuda::CudaDriver;
 
@@ -287,6 +294,32 @@ fn garbage(rng: &mut Rng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.range(-1e-2, 1e-2)).collect()
 }
 
+/// A wall distance in (0, 1], now and then exactly 1/2 or 1 (the branch point
+/// of Bouzidi's rule and the largest q).
+fn wall_q(rng: &mut Rng) -> f32 {
+    match rng.below(8) {
+        0 => 0.5,
+        1 => 1.0,
+        _ => (1.0 - rng.unit()) as f32,
+    }
+}
+
+/// Cell flags: a solid disc of radius 3 in the middle of the allocation and
+/// 8% scattered solid cells, some of them next to the sides.
+fn body_flags(rng: &mut Rng, layout: &Layout) -> Vec<u8> {
+    let mut flags = vec![FLAG_FLUID; layout.plane_cells()];
+    let (cx, cy) = (layout.nx as f64 / 2.0, layout.ny as f64 / 2.0);
+    for y in 0..layout.ny {
+        for x in 0..layout.nx {
+            let (dx, dy) = (x as f64 + 0.5 - cx, y as f64 + 0.5 - cy);
+            if dx * dx + dy * dy <= 9.0 || rng.below(100) < 8 {
+                flags[layout.index(x, y)] = FLAG_SOLID;
+            }
+        }
+    }
+    flags
+}
+
 /// The same buffers on both backends, allocated in the same order so that their
 /// ids agree and one `Launch` serves both.
 struct Twin {
@@ -382,13 +415,15 @@ const TRT_OMEGA_MINUS: f32 = 1.0 / (0.5 + 0.1875 / 0.3);
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
-    use Edge::{Ghost as G, Periodic as P, Wall as W};
+    use Edge::{Ghost as G, Inlet as I, Outflow as O, Periodic as P, Symmetry as S, Wall as W};
     let mut twin = Twin::new();
     let mut rng = Rng(1);
     let (nx, ny) = (21, 19);
     let inner = Rect::new(2, 3, 19, 17);
     let whole = Rect::new(0, 0, nx, ny);
-    let cases: [([Edge; 4], Rect); 8] = [
+    // Every kind on every side it may take (an inlet on x-min, an outflow on
+    // x-max), and corners where two different rules meet.
+    let cases: [([Edge; 4], Rect); 16] = [
         ([P, P, P, P], inner),
         ([P, P, P, P], whole),
         ([W, W, W, W], inner),
@@ -397,23 +432,52 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
         ([P, P, W, W], inner),
         ([W, G, P, P], inner),
         ([G, W, W, G], inner),
+        ([I, O, W, W], inner),
+        ([I, O, W, W], whole),
+        ([I, O, S, S], whole),
+        ([I, O, P, P], inner),
+        ([I, O, G, S], inner),
+        ([S, S, S, S], inner),
+        ([S, G, W, S], inner),
+        ([G, O, S, P], inner),
     ];
     for tile in [[nx, ny], [4, 4], [8, 3]] {
         let layout = Layout { nx, ny, tile };
         let plane = layout.plane_cells();
         for (case, (edges, active)) in cases.iter().enumerate() {
-            for force in [[0.0, 0.0], [1e-4, -5e-5]] {
-                let flags: Vec<u8> = (0..plane)
-                    .map(|_| if rng.below(100) < 8 { FLAG_SOLID } else { FLAG_FLUID })
-                    .collect();
+            for (force, interpolated_walls) in [
+                ([0.0, 0.0], false),
+                ([0.0, 0.0], true),
+                ([1e-4, -5e-5], false),
+                ([1e-4, -5e-5], true),
+            ] {
+                let flags = body_flags(&mut rng, &layout);
                 let src = twin.buffer("src", &random_populations(&mut rng, plane));
                 let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
                 let flags = twin.buffer("flags", &flags);
+                let q: Vec<f32> = if interpolated_walls {
+                    (0..Q * plane).map(|_| wall_q(&mut rng)).collect()
+                } else {
+                    vec![f32::NAN; Q * plane]
+                };
+                let wall_distance = twin.buffer("wall_distance", &q);
+                let rows = active.height() as usize;
+                let (profile, state) = if edges.contains(&Edge::Inlet) {
+                    let profile: Vec<f32> = (0..rows).map(|_| rng.range(0.0, 0.08)).collect();
+                    (profile, [rng.below(1000), rng.range(0.0, 1.2).to_bits()])
+                } else {
+                    (vec![f32::NAN; rows], [f32::NAN.to_bits(); 2])
+                };
+                let inlet_profile = twin.buffer("inlet_profile", &profile);
+                let boundary_state = twin.buffer("boundary_state", &state);
                 let wall_velocity = std::array::from_fn(|_| [rng.range(-0.05, 0.05), rng.range(-0.05, 0.05)]);
                 let launch = StreamCollide {
                     src,
                     dst,
                     flags,
+                    wall_distance,
+                    inlet_profile,
+                    boundary_state,
                     layout,
                     active: *active,
                     edges: *edges,
@@ -421,12 +485,67 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                     omega_plus: TRT_OMEGA_PLUS,
                     omega_minus: TRT_OMEGA_MINUS,
                     force,
+                    interpolated_walls,
                 }
                 .launch();
                 twin.launch(&launch);
-                let what = format!("stream_collide tile {tile:?} case {case} edges {edges:?} force {force:?}");
+                let what = format!(
+                    "stream_collide tile {tile:?} case {case} edges {edges:?} force {force:?} \
+                     interpolated {interpolated_walls}"
+                );
                 twin.compare_f32(&what, dst, Q * plane);
             }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn update_boundary_state_matches_the_cpu_for_every_amplitude() {
+    let mut twin = Twin::new();
+    let mut rng = Rng(5);
+    let amplitudes = [
+        Amplitude::Constant,
+        Amplitude::Ramp { duration: 37.0 },
+        Amplitude::Ramp { duration: 0.0 },
+        Amplitude::Sine { period: 23.5 },
+        Amplitude::Sine { period: 4000.0 },
+        Amplitude::Table {
+            points: vec![[5.0, -0.5], [12.0, 1.0], [12.5, 0.25], [40.0, 0.75]],
+        },
+        Amplitude::Table {
+            points: vec![[3.0, 0.6]],
+        },
+    ];
+    for amplitude in &amplitudes {
+        let values: Vec<f32> = match amplitude {
+            Amplitude::Table { points } => points.iter().flatten().map(|v| *v as f32).collect(),
+            // Not read: poisoned.
+            _ => vec![f32::NAN; 2],
+        };
+        let table = twin.buffer("table", &values);
+        let (mut cpu_factors, mut gpu_factors) = (Vec::new(), Vec::new());
+        for start in [0, 1, 2, 4, 11, 12, 35, 36, 37, 39, 40, 1000 + rng.below(100_000)] {
+            // The counter, and a garbage factor the update must overwrite.
+            let state = twin.buffer("state", &[start, rng.range(-5.0, 5.0).to_bits()]);
+            let launch = UpdateBoundaryState::new(state, table, amplitude).launch();
+            for n in 1..=3 {
+                twin.launch(&launch);
+                let (cpu, gpu) = twin.download::<u32>(state, 2);
+                assert_eq!(cpu[0], start + n, "{amplitude:?}: the CPU counts intervals");
+                assert_eq!(gpu[0], cpu[0], "{amplitude:?} from {start}: interval counter");
+                cpu_factors.push(f32::from_bits(cpu[1]));
+                gpu_factors.push(f32::from_bits(gpu[1]));
+            }
+        }
+        let what = format!("update_boundary_state {amplitude:?}");
+        if let Amplitude::Sine { .. } = amplitude {
+            // CUDA's sinf and the host libm's sinf may differ in the last bits.
+            assert_close(&what, &cpu_factors, &gpu_factors, 1e-6);
+        } else {
+            assert_close(&what, &cpu_factors, &gpu_factors, 0.0);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&gpu_factors), bits(&cpu_factors), "{what}: must match bit for bit");
         }
     }
 }
@@ -446,6 +565,7 @@ fn refined_lattice(bodies: Vec<Body>) -> LatticeConfig {
         force: [2e-6, -1e-6],
         edges: [Edge::Periodic, Edge::Periodic, Edge::Wall, Edge::Wall],
         wall_velocity: [[0.0; 2], [0.0; 2], [0.0; 2], [0.03, 0.0]],
+        inlet: None,
         bodies,
     }
 }
@@ -541,11 +661,18 @@ fn accumulate_exchange_matches_the_cpu() {
         let f = twin.buffer("f", &random_populations(&mut rng, plane));
         let links: Vec<u32> = (0..n_links)
             .flat_map(|_| {
+                let behind = if rng.below(10) < 3 {
+                    NO_CELL
+                } else {
+                    rng.below(plane as u32)
+                };
                 [
                     rng.below(plane as u32),
                     (1 + rng.below(8)) | (rng.below(n_bodies as u32) << 4),
                     rng.range(-6.0, 6.0).to_bits(),
                     rng.range(-6.0, 6.0).to_bits(),
+                    wall_q(&mut rng).to_bits(),
+                    behind,
                 ]
             })
             .collect();
@@ -662,17 +789,45 @@ fn initial_flow(_level: usize, x: f64, y: f64) -> Moments {
     }
 }
 
+/// A refined channel: a parabolic inlet ramped up over four intervals on
+/// x-min, an outflow on x-max, walls at rest on y, and the cylinder of
+/// [`body_lattice`] on level 1 with interpolated walls.
+fn channel_lattice() -> LatticeConfig {
+    let mut lattice = body_lattice();
+    lattice.force = [0.0, 0.0];
+    lattice.edges = [Edge::Inlet, Edge::Outflow, Edge::Wall, Edge::Wall];
+    lattice.wall_velocity = [[0.0; 2]; 4];
+    lattice.inlet = Some(InletSpec {
+        profile: Profile::Parabolic,
+        velocity: 0.06,
+        amplitude: Amplitude::Ramp { duration: 4.0 },
+    });
+    lattice
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn stepper_runs_match_the_cpu_on_a_refined_case_with_a_body() {
+    check_stepper_runs(body_lattice);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn stepper_runs_match_the_cpu_on_a_refined_channel_with_an_inlet() {
+    check_stepper_runs(channel_lattice);
+}
+
+/// Runs `lattice` on both backends for seven intervals in batches and compares
+/// populations, fields, both exchange ledgers and the total mass after each.
+fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
     for tiles in [TILINGS[0], TILINGS[2]] {
         let exec = ExecConfig {
             tiles: tiles.to_vec(),
             observe_raw_exchange: true,
             observe_window_exchange: true,
         };
-        let cpu = Stepper::new(CpuDriver::new(), body_lattice(), exec.clone()).unwrap();
-        let gpu = Stepper::new(Device::open(), body_lattice(), exec).unwrap();
+        let cpu = Stepper::new(CpuDriver::new(), lattice(), exec.clone()).unwrap();
+        let gpu = Stepper::new(Device::open(), lattice(), exec).unwrap();
         assert_eq!(gpu.plan(), cpu.plan(), "both backends must replay the same plan");
         cpu.initialize(initial_flow).unwrap();
         gpu.initialize(initial_flow).unwrap();

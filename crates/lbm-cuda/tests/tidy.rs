@@ -20,7 +20,8 @@ use std::path::PathBuf;
 
 use lbm_core::hierarchy::{Layout, Rect};
 use lbm_core::launch::{
-    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, Edge, FillGhost, RestrictToParent, StreamCollide,
+    AccumulateExchange, AccumulateFineFlux, Amplitude, CorrectInterfaceMass, Edge, FillGhost, RestrictToParent,
+    StreamCollide, UpdateBoundaryState,
 };
 use lbm_core::{Arg, BufferId, Kernel, Launch};
 
@@ -155,6 +156,9 @@ fn sample(kernel: Kernel) -> Launch {
             src: a,
             dst: b,
             flags: c,
+            wall_distance: d,
+            inlet_profile: d,
+            boundary_state: d,
             layout,
             active: rect,
             edges: [Edge::Periodic; 4],
@@ -162,6 +166,7 @@ fn sample(kernel: Kernel) -> Launch {
             omega_plus: 1.0,
             omega_minus: 1.0,
             force: [0.0; 2],
+            interpolated_walls: false,
         }
         .launch(),
         Kernel::FillGhost => FillGhost {
@@ -213,6 +218,7 @@ fn sample(kernel: Kernel) -> Launch {
             window_on: true,
         }
         .launch(),
+        Kernel::UpdateBoundaryState => UpdateBoundaryState::new(a, b, &Amplitude::Constant).launch(),
     }
 }
 

@@ -43,7 +43,12 @@
 //!   block, an argument list that the typed decoders of [`lbm_core::launch`]
 //!   refuse, a buffer argument that is unknown or too small for the layout the
 //!   launch declares, or an open exchange window sharing the interval
-//!   accumulator ([`Error::LaunchArgs`]).
+//!   accumulator ([`Error::LaunchArgs`]). Sizes are checked for the buffers the
+//!   kernel reads: `stream_collide`'s wall distances (nine planes) only with
+//!   interpolated walls, its inlet profile (one f32 per active row) and
+//!   boundary state (8 bytes) only when a side is an inlet, and
+//!   `update_boundary_state`'s table (two f32 per point) only for a table
+//!   amplitude; a buffer passed but not read need only be live.
 //!
 //! # What it deliberately does not do
 //!
@@ -57,8 +62,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lbm_core::lattice::Q;
 use lbm_core::launch::{
-    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, FillGhost, LINK_WORDS,
-    RestrictToParent, StreamCollide, fine_covered, ring_cells,
+    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
+    RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, ring_cells,
 };
 use lbm_core::{Arg, BufferId, CpuDriver, Driver, Error, Kernel, Launch, Result};
 use serde::{Serialize, Serializer};
@@ -600,11 +605,19 @@ impl Recorder {
             Kernel::StreamCollide => {
                 let k = StreamCollide::decode(launch)?;
                 let plane = k.layout.plane_cells();
-                vec![
+                let mut needs = vec![
                     ("src", k.src, populations(plane)),
                     ("dst", k.dst, populations(plane)),
                     ("flags", k.flags, plane),
-                ]
+                ];
+                if k.interpolated_walls {
+                    needs.push(("wall_distance", k.wall_distance, populations(plane)));
+                }
+                if k.edges.contains(&Edge::Inlet) {
+                    needs.push(("inlet_profile", k.inlet_profile, 4 * k.active.height() as usize));
+                    needs.push(("boundary_state", k.boundary_state, 8));
+                }
+                needs
             }
             Kernel::FillGhost => {
                 let k = FillGhost::decode(launch)?;
@@ -653,6 +666,13 @@ impl Recorder {
                     ("links", k.links, LINK_WORDS * 4 * k.n_links as usize),
                     ("interval", k.interval, accumulator),
                     ("window", k.window, accumulator),
+                ]
+            }
+            Kernel::UpdateBoundaryState => {
+                let k = UpdateBoundaryState::decode(launch)?;
+                vec![
+                    ("state", k.state, 8),
+                    ("table", k.table, 2 * 4 * k.table_points as usize),
                 ]
             }
         };
@@ -863,7 +883,7 @@ impl MockHandle {
 mod tests {
     use super::*;
     use lbm_core::hierarchy::{Layout, Rect};
-    use lbm_core::launch::Edge;
+    use lbm_core::launch::{Amplitude, Edge};
 
     fn stream_collide(src: BufferId, dst: BufferId, flags: BufferId) -> Launch {
         let layout = Layout {
@@ -875,6 +895,9 @@ mod tests {
             src,
             dst,
             flags,
+            wall_distance: flags,
+            inlet_profile: flags,
+            boundary_state: flags,
             layout,
             active: Rect::new(0, 0, 4, 4),
             edges: [Edge::Periodic; 4],
@@ -882,6 +905,7 @@ mod tests {
             omega_plus: 1.25,
             omega_minus: 1.5,
             force: [1e-5, 0.0],
+            interpolated_walls: false,
         }
         .launch()
     }
@@ -919,8 +943,9 @@ mod tests {
             "memset buf#0 \"p.f.a\" [4, 12) = 0xff",
             "copy buf#0 \"p.f.a\" [0, 16) -> buf#1 \"p.f.b\" [0, 16)",
             "launch stream_collide grid [1, 1, 1] block [256, 1, 1] (buf#0 \"p.f.a\", buf#1 \"p.f.b\", \
-             buf#2 \"p.flags\", 4u32, 4u32, 4u32, 4u32, 0u32, 0u32, 4u32, 4u32, 0u32, 0u32, 0u32, 0u32, \
-             0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 1.25f32, 1.5f32, 1e-5f32, 0.0f32)",
+             buf#2 \"p.flags\", buf#2 \"p.flags\", buf#2 \"p.flags\", buf#2 \"p.flags\", 4u32, 4u32, 4u32, 4u32, \
+             0u32, 0u32, 4u32, 4u32, 0u32, 0u32, 0u32, 0u32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, \
+             0.0f32, 1.25f32, 1.5f32, 1e-5f32, 0.0f32, 0u32)",
             "synchronize",
             "download buf#1 \"p.f.b\" [0, 4)",
             "free buf#2 \"p.flags\"",
@@ -995,6 +1020,44 @@ mod tests {
                 d.launch(&launch)
             },
             &["stream_collide", "too few arguments"],
+        );
+        check_refused(
+            |d, [a, b, f]| {
+                let mut k = StreamCollide::decode(&stream_collide(a, b, f))?;
+                k.interpolated_walls = true;
+                d.launch(&k.launch())
+            },
+            &["wall_distance buf#2 \"p.flags\" holds 16 bytes, the launch needs 576"],
+        );
+        check_refused(
+            |d, [a, b, f]| {
+                let mut k = StreamCollide::decode(&stream_collide(a, b, f))?;
+                k.edges[0] = Edge::Inlet;
+                k.inlet_profile = d.alloc("tiny", 4)?;
+                d.launch(&k.launch())
+            },
+            &["inlet_profile buf#3 \"tiny\" holds 4 bytes, the launch needs 16"],
+        );
+        check_refused(
+            |d, [_, _, f]| {
+                let tiny = d.alloc("tiny", 4)?;
+                d.launch(&UpdateBoundaryState::new(f, tiny, &Amplitude::Constant).launch())?;
+                let table = Amplitude::Table {
+                    points: vec![[0.0, 0.0], [1.0, 1.0], [2.0, 0.5]],
+                };
+                d.launch(&UpdateBoundaryState::new(f, tiny, &table).launch())
+            },
+            &[
+                "update_boundary_state",
+                "table buf#3 \"tiny\" holds 4 bytes, the launch needs 24",
+            ],
+        );
+        check_refused(
+            |d, [_, _, f]| {
+                let tiny = d.alloc("tiny", 4)?;
+                d.launch(&UpdateBoundaryState::new(tiny, f, &Amplitude::Constant).launch())
+            },
+            &["state buf#3 \"tiny\" holds 4 bytes, the launch needs 8"],
         );
         check_refused(
             |d, [a, b, f]| {

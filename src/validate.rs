@@ -1,0 +1,344 @@
+//! `lbm validate dfg-2d1|dfg-2d2`: the DFG "flow around a cylinder" benchmarks
+//! (Schäfer & Turek 1996) run to the criterion each defines, compared with the
+//! published reference values and intervals, written as `report.json` and
+//! `report.md`.
+//!
+//! 2D-1 is steady: the forces are averaged over windows one acoustic period of
+//! the channel long (the velocity inlet and pressure outlet make it a
+//! quarter-wave resonator that rings after the start), and the run stops when
+//! two consecutive windows agree. 2D-2 is periodic: after the start-up the
+//! lift is sampled until its period repeats, and the maxima, the Strouhal number
+//! and the pressure difference half a period after the lift maximum are taken
+//! over the last whole period.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+use lbm_core::case::{Case, Resolved};
+use lbm_core::units::UnitSystem;
+use lbm_core::{CpuDriver, Driver, ExecConfig, Stepper};
+
+use crate::AppError;
+use crate::run::{BackendChoice, prepare_output, write_json};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+pub enum Benchmark {
+    #[value(name = "dfg-2d1")]
+    #[serde(rename = "dfg-2d1")]
+    Dfg2d1,
+    #[value(name = "dfg-2d2")]
+    #[serde(rename = "dfg-2d2")]
+    Dfg2d2,
+}
+
+pub struct ValidateOptions {
+    pub benchmark: Benchmark,
+    /// Cells per diameter on the finest level; a multiple of 40.
+    pub resolution: Option<u32>,
+    pub backend: BackendChoice,
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Quantity {
+    pub name: &'static str,
+    pub value: f64,
+    pub reference: f64,
+    pub low: f64,
+    pub high: f64,
+    pub within: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub case: Benchmark,
+    pub quantities: Vec<Quantity>,
+    /// Cells per diameter on the finest level.
+    pub resolution: u32,
+    pub steps: u64,
+    pub wall_seconds: f64,
+    pub backend: String,
+    /// Whether the stopping criterion was met before the time limit.
+    pub converged: bool,
+}
+
+const DIAMETER: f64 = 0.1;
+const CENTER: [f64; 2] = [0.2, 0.2];
+/// Refinement levels in the benchmark case files.
+const LEVELS: u32 = 2;
+/// The default resolution, sized for the CPU backend.
+pub const DEFAULT_RESOLUTION: u32 = 40;
+
+fn quantity(name: &'static str, value: f64, reference: f64, low: f64, high: f64) -> Quantity {
+    Quantity {
+        name,
+        value,
+        reference,
+        low,
+        high,
+        within: (low..=high).contains(&value),
+    }
+}
+
+pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
+    let resolution = options.resolution.unwrap_or(DEFAULT_RESOLUTION);
+    if resolution == 0 || resolution % 40 != 0 {
+        return Err(lbm_core::Error::parameter(
+            "--resolution",
+            resolution,
+            "a multiple of 40 cells per diameter on the finest level (the base grid must fit the 0.41 m channel exactly)",
+        )
+        .into());
+    }
+    let text = match options.benchmark {
+        Benchmark::Dfg2d1 => include_str!("../cases/dfg-2d1.toml"),
+        Benchmark::Dfg2d2 => include_str!("../cases/dfg-2d2.toml"),
+    };
+    let mut case = Case::from_toml(text)?;
+    case.domain.resolution = (resolution >> LEVELS) as f64;
+    let resolved = case.resolve()?;
+    if crate::run::use_cuda(options.backend) {
+        let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
+        prepare_output(&options.out)?;
+        measure(driver, options, &resolved, resolution)
+    } else {
+        prepare_output(&options.out)?;
+        measure(CpuDriver::new(), options, &resolved, resolution)
+    }
+}
+
+/// What is measured on the cylinder at one instant or over a window.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    time: f64,
+    cd: f64,
+    cl: f64,
+    delta_p: f64,
+}
+
+struct Probe<'a, D: Driver> {
+    stepper: &'a Stepper<D>,
+    units: UnitSystem,
+    level: usize,
+    /// Mean inflow velocity, m/s: two thirds of the parabola's peak.
+    u_mean: f64,
+}
+
+impl<D: Driver> Probe<'_, D> {
+    fn coefficients(&self, force: [f64; 2]) -> [f64; 2] {
+        let scale = 2.0 / (self.units.density * self.u_mean * self.u_mean * DIAMETER);
+        force.map(|f| scale * self.units.force_to_physical(self.level, f))
+    }
+
+    /// p(front) - p(back) on the cylinder's horizontal diameter, Pa.
+    fn delta_p(&self) -> Result<f64, AppError> {
+        let at = |x: f64| [self.units.length_to_lattice(x), self.units.length_to_lattice(CENTER[1])];
+        let r = 0.5 * DIAMETER;
+        let front = self.stepper.surface_density(at(CENTER[0] - r), [-1, 0])?;
+        let back = self.stepper.surface_density(at(CENTER[0] + r), [1, 0])?;
+        Ok(self.units.pressure_to_physical(front - back))
+    }
+
+    fn instant(&self) -> Result<Sample, AppError> {
+        let record = self.stepper.read_raw_exchange(0)?;
+        let [cd, cl] = self.coefficients(record.mean_force());
+        Ok(Sample {
+            time: self.stepper.step_count() as f64 * self.units.dt,
+            cd,
+            cl,
+            delta_p: self.delta_p()?,
+        })
+    }
+}
+
+fn measure<D: Driver>(
+    driver: D,
+    options: &ValidateOptions,
+    resolved: &Resolved,
+    resolution: u32,
+) -> Result<Report, AppError> {
+    let backend = driver.backend().to_owned();
+    let exec = ExecConfig {
+        observe_raw_exchange: true,
+        observe_window_exchange: true,
+        ..ExecConfig::default()
+    };
+    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec)?;
+    let units = resolved.units;
+    let inlet_peak = resolved.lattice.inlet.as_ref().map_or(0.0, |i| i.velocity) * units.dx / units.dt;
+    let probe = Probe {
+        stepper: &stepper,
+        units,
+        level: resolved.lattice.bodies[0].level,
+        u_mean: 2.0 / 3.0 * inlet_peak,
+    };
+    let start = Instant::now();
+    let (quantities, converged) = match options.benchmark {
+        Benchmark::Dfg2d1 => steady(&probe)?,
+        Benchmark::Dfg2d2 => periodic(&probe)?,
+    };
+    let report = Report {
+        case: options.benchmark,
+        quantities,
+        resolution,
+        steps: stepper.step_count(),
+        wall_seconds: start.elapsed().as_secs_f64(),
+        backend,
+        converged,
+    };
+    stepper.close()?;
+    write_report(&options.out, &report)?;
+    Ok(report)
+}
+
+/// 2D-1: averages over windows of one acoustic period until two agree.
+fn steady<D: Driver>(probe: &Probe<D>) -> Result<(Vec<Quantity>, bool), AppError> {
+    let units = probe.units;
+    let channel_length = 2.2;
+    let sound = units.dx / units.dt / 3f64.sqrt();
+    let window = (4.0 * channel_length / sound / units.dt).round() as u64;
+    let samples_per_window = 16;
+    let chunk = (window / samples_per_window).max(1);
+    let time_limit = 60.0;
+    let mut previous: Option<Sample> = None;
+    loop {
+        probe.stepper.start_exchange_window()?;
+        let mut delta_p = 0.0;
+        for _ in 0..samples_per_window {
+            probe.stepper.step(chunk)?;
+            delta_p += probe.delta_p()?;
+        }
+        let record = probe.stepper.read_exchange_window(0)?;
+        let [cd, cl] = probe.coefficients(record.mean_force());
+        let mean = Sample {
+            time: probe.stepper.step_count() as f64 * units.dt,
+            cd,
+            cl,
+            delta_p: delta_p / samples_per_window as f64,
+        };
+        let settled = previous.is_some_and(|p| {
+            (mean.cd - p.cd).abs() < 1e-4 * mean.cd
+                && (mean.cl - p.cl).abs() < 1e-4
+                && (mean.delta_p - p.delta_p).abs() < 1e-4 * mean.delta_p.abs()
+        });
+        if settled || mean.time > time_limit {
+            let quantities = vec![
+                quantity("cd", mean.cd, 5.57953523384, 5.57, 5.59),
+                quantity("cl", mean.cl, 0.010618948146, 0.0104, 0.0110),
+                quantity("delta_p", mean.delta_p, 0.11752016697, 0.1172, 0.1176),
+            ];
+            return Ok((quantities, settled));
+        }
+        previous = Some(mean);
+    }
+}
+
+/// 2D-2: samples after the start-up until the lift period repeats.
+fn periodic<D: Driver>(probe: &Probe<D>) -> Result<(Vec<Quantity>, bool), AppError> {
+    let units = probe.units;
+    let startup = 8.0;
+    let time_limit = 30.0;
+    // About a hundred samples per shedding period (Strouhal 0.3 at U = 1 m/s).
+    let chunk = ((DIAMETER / (0.3 * probe.u_mean) / 100.0) / units.dt).round().max(1.0) as u64;
+    probe.stepper.step((startup / units.dt).round() as u64)?;
+    let mut series: Vec<Sample> = Vec::new();
+    loop {
+        probe.stepper.step(chunk)?;
+        series.push(probe.instant()?);
+        let crossings = upward_crossings(&series);
+        let periods: Vec<f64> = crossings.windows(2).map(|w| w[1] - w[0]).collect();
+        let repeating = periods.len() >= 3 && {
+            let [a, b] = [periods[periods.len() - 2], periods[periods.len() - 1]];
+            (a - b).abs() < 0.01 * b
+        };
+        let time = series.last().expect("just pushed").time;
+        if repeating || time > time_limit {
+            if crossings.len() < 2 {
+                return Err(lbm_core::Error::NotAvailable {
+                    what: "DFG 2D-2 shedding period".into(),
+                    reason: format!("the lift did not oscillate within {time_limit} s"),
+                }
+                .into());
+            }
+            let (t_start, t_end) = (crossings[crossings.len() - 2], crossings[crossings.len() - 1]);
+            let period: Vec<&Sample> = series.iter().filter(|s| s.time >= t_start && s.time <= t_end).collect();
+            let cd_max = period.iter().map(|s| s.cd).fold(f64::MIN, f64::max);
+            let top = period
+                .iter()
+                .max_by(|a, b| a.cl.total_cmp(&b.cl))
+                .expect("a period has samples");
+            let strouhal = DIAMETER / (t_end - t_start) / probe.u_mean;
+            let half = top.time + 0.5 * (t_end - t_start);
+            let delta_p = interpolate(&series, half, |s| s.delta_p);
+            let quantities = vec![
+                quantity("cd_max", cd_max, 3.23, 3.22, 3.24),
+                quantity("cl_max", top.cl, 1.0, 0.99, 1.01),
+                quantity("strouhal", strouhal, 0.3, 0.295, 0.305),
+                quantity("delta_p", delta_p, 2.48, 2.46, 2.50),
+            ];
+            return Ok((quantities, repeating));
+        }
+    }
+}
+
+/// Times at which the lift crosses its running mean upwards, interpolated.
+fn upward_crossings(series: &[Sample]) -> Vec<f64> {
+    if series.len() < 3 {
+        return Vec::new();
+    }
+    let mean = series.iter().map(|s| s.cl).sum::<f64>() / series.len() as f64;
+    series
+        .windows(2)
+        .filter(|w| w[0].cl < mean && w[1].cl >= mean)
+        .map(|w| w[0].time + (mean - w[0].cl) / (w[1].cl - w[0].cl) * (w[1].time - w[0].time))
+        .collect()
+}
+
+fn interpolate(series: &[Sample], time: f64, value: impl Fn(&Sample) -> f64) -> f64 {
+    series
+        .windows(2)
+        .find(|w| w[0].time <= time && w[1].time >= time)
+        .map_or_else(
+            || series.last().map_or(f64::NAN, &value),
+            |w| value(&w[0]) + (value(&w[1]) - value(&w[0])) * (time - w[0].time) / (w[1].time - w[0].time),
+        )
+}
+
+fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
+    write_json(&out.join("report.json"), report)?;
+    let mut md = format!(
+        "# {} at {} cells per diameter\n\n{} base intervals, {:.1} s on {}, {}.\n\n\
+         | quantity | value | reference | interval | within |\n| --- | --- | --- | --- | --- |\n",
+        match report.case {
+            Benchmark::Dfg2d1 => "DFG 2D-1",
+            Benchmark::Dfg2d2 => "DFG 2D-2",
+        },
+        report.resolution,
+        report.steps,
+        report.wall_seconds,
+        report.backend,
+        if report.converged {
+            "criterion met"
+        } else {
+            "stopped at the time limit before the criterion was met"
+        }
+    );
+    for q in &report.quantities {
+        md += &format!(
+            "| {} | {:.6} | {} | {} – {} | {} |\n",
+            q.name,
+            q.value,
+            q.reference,
+            q.low,
+            q.high,
+            if q.within { "yes" } else { "no" }
+        );
+    }
+    std::fs::write(out.join("report.md"), md).map_err(|source| AppError::Write {
+        path: out.join("report.md").display().to_string(),
+        source,
+    })
+}
