@@ -118,9 +118,8 @@ struct Moments {
     float uy;
 };
 
-__device__ __forceinline__ float moments_rho(Moments m) { return 1.0f + m.delta_rho; }
 
-// lattice::moments: density and velocity with half the force added to the momentum.
+// lattice::moments: density and velocity u = j / rho0 with half the force added.
 __device__ __forceinline__ Moments moments(const float f[LBM_Q], float force_x, float force_y) {
     float delta_rho = 0.0f;
     float jx = 0.0f;
@@ -131,34 +130,31 @@ __device__ __forceinline__ Moments moments(const float f[LBM_Q], float force_x, 
         jx += f[i] * (float)lbm_cx(i);
         jy += f[i] * (float)lbm_cy(i);
     }
-    float rho = 1.0f + delta_rho;
     Moments m;
     m.delta_rho = delta_rho;
-    m.ux = (jx + 0.5f * force_x) / rho;
-    m.uy = (jy + 0.5f * force_y) / rho;
+    m.ux = jx + 0.5f * force_x;
+    m.uy = jy + 0.5f * force_y;
     return m;
 }
 
-// lattice::equilibrium: shifted equilibrium f_i^eq - w_i.
+// lattice::equilibrium: shifted incompressible (He-Luo) equilibrium f_i^eq - w_i.
 __device__ __forceinline__ void equilibrium(Moments m, float feq[LBM_Q]) {
-    float rho = moments_rho(m);
     float usq = m.ux * m.ux + m.uy * m.uy;
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
         float cu = (float)lbm_cx(i) * m.ux + (float)lbm_cy(i) * m.uy;
-        feq[i] = lbm_w(i) * (m.delta_rho + rho * (3.0f * cu + 4.5f * cu * cu - 1.5f * usq));
+        feq[i] = lbm_w(i) * (m.delta_rho + (3.0f * cu + 4.5f * cu * cu - 1.5f * usq));
     }
 }
 
-// lattice::non_equilibrium: -w_i rho tau / cs2 * Q_i : S for strain (sxx, syy, sxy).
-__device__ __forceinline__ void non_equilibrium(float rho, float tau, float sxx, float syy, float sxy,
-                                                float fneq[LBM_Q]) {
+// lattice::non_equilibrium: -w_i rho0 tau / cs2 * Q_i : S for strain (sxx, syy, sxy).
+__device__ __forceinline__ void non_equilibrium(float tau, float sxx, float syy, float sxy, float fneq[LBM_Q]) {
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
         float cx = (float)lbm_cx(i);
         float cy = (float)lbm_cy(i);
         float q_s = (cx * cx - LBM_CS2) * sxx + (cy * cy - LBM_CS2) * syy + 2.0f * cx * cy * sxy;
-        fneq[i] = -lbm_w(i) * rho * tau / LBM_CS2 * q_s;
+        fneq[i] = -lbm_w(i) * tau / LBM_CS2 * q_s;
     }
 }
 
@@ -210,7 +206,7 @@ __device__ __forceinline__ void collide(float f[LBM_Q], float omega_plus, float 
 
 // lattice::non_equilibrium_odd: first-order odd non-equilibrium part of a
 // pre-collision population, -tau- w_i [-c_ia d_b P_ab / cs2 + Q_iab c_ig d_g P_ab / (2 cs2^2)]
-// with P = rho u u; dx and dy hold d/dx and d/dy of (P_xx, P_yy, P_xy).
+// with P = rho0 u u; dx and dy hold d/dx and d/dy of (P_xx, P_yy, P_xy).
 __device__ __forceinline__ void non_equilibrium_odd(float tau_minus, const float dx[3], const float dy[3],
                                                     float fneq[LBM_Q]) {
     const float div_x = dx[0] + dy[2];
@@ -231,13 +227,13 @@ __device__ __forceinline__ void non_equilibrium_odd(float tau_minus, const float
 }
 
 // lattice::non_equilibrium_odd_curvature: second-order odd non-equilibrium part
-// of a pre-collision population, tau- (tau+ - 1/2) w_i rho [c_ia c_ib c_ig
+// of a pre-collision population, tau- (tau+ - 1/2) w_i rho0 [c_ia c_ib c_ig
 // d_a d_b u_g / cs2 - c_ig lap u_g - 2 c_ig d_g div u]; d2ux and d2uy hold
 // (d_xx, d_yy, d_xy) of ux and uy.
-__device__ __forceinline__ void non_equilibrium_odd_curvature(float rho, float tau_plus, float tau_minus,
+__device__ __forceinline__ void non_equilibrium_odd_curvature(float tau_plus, float tau_minus,
                                                               const float d2ux[3], const float d2uy[3],
                                                               float fneq[LBM_Q]) {
-    const float scale = tau_minus * (tau_plus - 0.5f) * rho;
+    const float scale = tau_minus * (tau_plus - 0.5f);
     const float lap_x = d2ux[0] + d2ux[1];
     const float lap_y = d2uy[0] + d2uy[1];
     const float grad_div_x = d2ux[0] + d2uy[2];
@@ -255,12 +251,11 @@ __device__ __forceinline__ void non_equilibrium_odd_curvature(float rho, float t
 }
 
 // The fields whose gradients rebuild the non-equilibrium part (cpu::gradient_field):
-// ux, uy, rho ux ux, rho uy uy, rho ux uy.
+// ux, uy, ux ux, uy uy, ux uy (rho0 = 1).
 #define LBM_GRADIENT_FIELDS 5
 
 __device__ __forceinline__ float gradient_field(Moments m, int field) {
-    const float rho = moments_rho(m);
-    return field == 0 ? m.ux : (field == 1 ? m.uy : (field == 2 ? rho * m.ux * m.ux : (field == 3 ? rho * m.uy * m.uy : rho * m.ux * m.uy)));
+    return field == 0 ? m.ux : (field == 1 ? m.uy : (field == 2 ? m.ux * m.ux : (field == 3 ? m.uy * m.uy : m.ux * m.uy)));
 }
 
 // cpu::rebuild_post_collision: equilibrium plus the non-equilibrium parts
@@ -279,11 +274,11 @@ __device__ __forceinline__ void rebuild_post_collision(float delta_rho, float ux
     float feq[LBM_Q];
     equilibrium(m, feq);
     float even[LBM_Q];
-    non_equilibrium(moments_rho(m), tau_plus, d_dx[0], d_dy[1], 0.5f * (d_dy[0] + d_dx[1]), even);
+    non_equilibrium(tau_plus, d_dx[0], d_dy[1], 0.5f * (d_dy[0] + d_dx[1]), even);
     float odd[LBM_Q];
     non_equilibrium_odd(tau_minus, d_dx + 2, d_dy + 2, odd);
     float curved[LBM_Q];
-    non_equilibrium_odd_curvature(moments_rho(m), tau_plus, tau_minus, d2ux, d2uy, curved);
+    non_equilibrium_odd_curvature(tau_plus, tau_minus, d2ux, d2uy, curved);
     const float keep_even = 1.0f - 1.0f / tau_plus;
     const float keep_odd = 1.0f - 1.0f / tau_minus;
 #pragma unroll

@@ -113,26 +113,14 @@ extern "C" __global__ void stream_collide(
     }
 
     // A population comes from beyond a side only in a cell next to it, so what
-    // the side rules need of the cell (its density for a moving wall or an
-    // inlet, the row's inlet velocity, the outflow velocity) is computed once,
+    // the side rules need of the cell (the row's inlet velocity, the outflow
+    // velocity) is computed once,
     // in those cells: bit for bit what the CPU computes per population.
     const bool near_inlet =
         next_to(LBM_EDGE_INLET, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
-    const bool near_wall =
-        next_to(LBM_EDGE_WALL, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
     const bool near_outflow =
         next_to(LBM_EDGE_OUTFLOW, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
     const float inlet_ux = near_inlet ? inlet_profile[y - y0] * boundary_state[1] : 0.0f;
-    float rho = 1.0f;
-    if (near_inlet || near_wall) {
-        // 1 + the populations summed in order, as `1.0 + iter().sum()` on the CPU.
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < LBM_Q; ++i) {
-            sum += src[(size_t)i * plane + index];
-        }
-        rho = 1.0f + sum;
-    }
     float outflow_ux = 0.0f;
     float outflow_uy = 0.0f;
     if (near_outflow) {
@@ -174,13 +162,10 @@ extern "C" __global__ void stream_collide(
                 uy = bounce == 0 ? wall_x_min_uy
                                  : (bounce == 1 ? wall_x_max_uy : (bounce == 2 ? wall_y_min_uy : wall_y_max_uy));
             }
+            // cpu::pull's bounce: 2 w_i rho0 (c_i . u_w) / cs2 added to the leaving population.
             const float leaving = src[(size_t)lbm_opp(i) * plane + index];
-            if (ux == 0.0f && uy == 0.0f) {
-                f[i] = leaving;
-            } else {
-                const float cu = cx * ux + cy * uy;
-                f[i] = leaving + lbm_w(i) * rho * cu / (0.5f * LBM_CS2);
-            }
+            const float cu = cx * ux + cy * uy;
+            f[i] = leaving + lbm_w(i) * cu / (0.5f * LBM_CS2);
             continue;
         }
 

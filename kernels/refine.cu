@@ -164,7 +164,6 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
         }
     }
     const float delta_rho = acc[0];
-    const float rho = 1.0f + delta_rho;
     const float fine_force_x = 0.5f * coarse_force_x;
     const float fine_force_y = 0.5f * coarse_force_y;
     // One fine lattice unit of length is half the parent's: first derivatives
@@ -182,7 +181,7 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
         }
     }
     float post[LBM_Q];
-    rebuild_post_collision(delta_rho, acc[1] + 0.5f * fine_force_x / rho, acc[2] + 0.5f * fine_force_y / rho,
+    rebuild_post_collision(delta_rho, acc[1] + 0.5f * fine_force_x, acc[2] + 0.5f * fine_force_y,
                            tau_plus, tau_minus, d_dx, d_dy, d2u[0], d2u[1], post);
     write_cell(fine_dst, plane_cells(fine), cell_index(fine, fx, fy), post);
 }
@@ -236,11 +235,10 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
             const Moments c = g[dy][dx];
             const float w = centre4[dx] * centre4[dy];
             delta_rho += w * c.delta_rho;
-            jx += w * (moments_rho(c) * c.ux);
-            jy += w * (moments_rho(c) * c.uy);
+            jx += w * c.ux;
+            jy += w * c.uy;
         }
     }
-    const float rho = 1.0f + delta_rho;
     // Differences across the 2x2 block are centred on the parent cell; one fine
     // spacing is half a parent spacing, hence no 1/2 here.
     float d_dx[LBM_GRADIENT_FIELDS];
@@ -275,7 +273,7 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
         d2u[c][2] = 4.0f * dxy;
     }
     float post[LBM_Q];
-    rebuild_post_collision(delta_rho, (jx + 0.5f * coarse_force_x) / rho, (jy + 0.5f * coarse_force_y) / rho,
+    rebuild_post_collision(delta_rho, jx + 0.5f * coarse_force_x, jy + 0.5f * coarse_force_y,
                            tau_plus, tau_minus, d_dx, d_dy, d2u[0], d2u[1], post);
     write_cell(coarse_dst, plane_cells(coarse), cell_index(coarse, cx, cy), post);
 }

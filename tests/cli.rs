@@ -141,7 +141,7 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
 }
 
 /// The coarse DFG 2D-1 on the CPU: drag and pressure difference within 5% of
-/// the benchmark (measured: cd +1.9%, delta_p +2.1% at 40 cells per diameter).
+/// the benchmark (measured: cd +0.9%, delta_p +1.0% at 40 cells per diameter).
 #[test]
 fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
     let out = scratch("validate");

@@ -494,16 +494,9 @@ fn pull(
         None
     };
     let sides = [side_x, side_y];
-    // A moving wall or an inlet adds 2 w_i ρ (c_i·u_w) / c_s² with the cell's own
-    // density: with ρ0 instead, a pressure gradient along a channel would
-    // change the inflow rate by the density variation.
+    // A moving wall or an inlet adds 2 w_i ρ0 (c_i·u_w) / c_s².
     let bounce = |u: [f32; 2]| {
-        let leaving = src[OPP[i] * plane + index];
-        if u == [0.0, 0.0] {
-            return leaving;
-        }
-        let rho = 1.0 + read_cell(src, plane, index).iter().sum::<f32>();
-        leaving + W[i] * rho * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) / (0.5 * CS2)
+        src[OPP[i] * plane + index] + W[i] * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) / (0.5 * CS2)
     };
     // At a corner the y side's velocity wins: a lid's two diagonal terms then
     // cancel in the corner cell, so a moving lid adds no mass there.
@@ -745,13 +738,12 @@ fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [u32; 2], width:
         }
     }
     let [delta_rho, ux, uy] = [acc[0], acc[1], acc[2]];
-    let rho = 1.0 + delta_rho;
     let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
     // One fine lattice unit of length is half the parent's: first derivatives
     // halve, second derivatives quarter.
     rebuild_post_collision(
         delta_rho,
-        [ux + 0.5 * fine_force[0] / rho, uy + 0.5 * fine_force[1] / rho],
+        [ux + 0.5 * fine_force[0], uy + 0.5 * fine_force[1]],
         [k.tau_plus, k.tau_minus],
         gradients.map(|g| g.map(|v| 0.5 * v)),
         curvature.map(|c| c.map(|v| 0.25 * v)),
@@ -790,7 +782,7 @@ pub fn band_cell(layout: &Layout, ghost: u32, cell: usize) -> (u32, u32) {
 }
 
 /// Fields whose gradients rebuild the non-equilibrium part: `u_x`, `u_y` and
-/// the momentum flux `ρ u_x u_x`, `ρ u_y u_y`, `ρ u_x u_y`.
+/// the momentum flux `u_x u_x`, `u_y u_y`, `u_x u_y` (ρ0 = 1).
 const GRADIENT_FIELDS: usize = 5;
 
 #[inline]
@@ -798,9 +790,9 @@ fn gradient_field(m: &Moments, field: usize) -> f32 {
     match field {
         0 => m.ux,
         1 => m.uy,
-        2 => m.rho() * m.ux * m.ux,
-        3 => m.rho() * m.uy * m.uy,
-        _ => m.rho() * m.ux * m.uy,
+        2 => m.ux * m.ux,
+        3 => m.uy * m.uy,
+        _ => m.ux * m.uy,
     }
 }
 
@@ -824,9 +816,9 @@ fn rebuild_post_collision(
     };
     let feq = lattice::equilibrium(m);
     let strain = [d_dx[0], d_dy[1], 0.5 * (d_dy[0] + d_dx[1])];
-    let even = lattice::non_equilibrium(m.rho(), tau_plus, strain);
+    let even = lattice::non_equilibrium(tau_plus, strain);
     let odd = lattice::non_equilibrium_odd(tau_minus, [[d_dx[2], d_dx[3], d_dx[4]], [d_dy[2], d_dy[3], d_dy[4]]]);
-    let curved = lattice::non_equilibrium_odd_curvature(m.rho(), tau_plus, tau_minus, curvature);
+    let curved = lattice::non_equilibrium_odd_curvature(tau_plus, tau_minus, curvature);
     let (keep_even, keep_odd) = (1.0 - 1.0 / tau_plus, 1.0 - 1.0 / tau_minus);
     std::array::from_fn(|i| feq[i] + keep_even * even[i] + keep_odd * (odd[i] + curved[i]))
 }
@@ -864,13 +856,12 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
                     for (dx, wx) in CENTRE4.iter().enumerate() {
                         let c = g[dy][dx];
                         let w = wx * wy;
-                        for (sum, value) in sums.iter_mut().zip([c.delta_rho, c.rho() * c.ux, c.rho() * c.uy]) {
+                        for (sum, value) in sums.iter_mut().zip([c.delta_rho, c.ux, c.uy]) {
                             *sum += w * value;
                         }
                     }
                 }
-                let [delta_rho, jx, jy] = sums;
-                let rho = 1.0 + delta_rho;
+                let [delta_rho, ux, uy] = sums;
                 // Differences across the 2x2 block are centred on the parent cell;
                 // one fine spacing is half a parent spacing, hence no 1/2 here.
                 let v = |dy: usize, dx: usize, f: usize| gradient_field(&m[dy][dx], f);
@@ -892,10 +883,7 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
                 });
                 let post = rebuild_post_collision(
                     delta_rho,
-                    [
-                        (jx + 0.5 * k.coarse_force[0]) / rho,
-                        (jy + 0.5 * k.coarse_force[1]) / rho,
-                    ],
+                    [ux + 0.5 * k.coarse_force[0], uy + 0.5 * k.coarse_force[1]],
                     [k.tau_plus, k.tau_minus],
                     gradients,
                     curvature,

@@ -3,8 +3,11 @@
 //!
 //! Populations are stored minus their lattice weights (`f_i - w_i`) so that f32
 //! keeps the small deviations from rest that carry the flow; every function here
-//! takes and returns populations in that shifted form. This module knows nothing of
-//! grids, storage layout or devices.
+//! takes and returns populations in that shifted form. The equilibrium is He and
+//! Luo's incompressible one (1997): the density deviation carries the pressure
+//! only, and momentum is `ρ0 u` with `ρ0 = 1`, so the density rise that drives a
+//! channel flow does not bias velocities and forces by the Mach number squared.
+//! This module knows nothing of grids, storage layout or devices.
 
 use serde::{Deserialize, Serialize};
 
@@ -111,8 +114,8 @@ impl Relaxation {
     }
 }
 
-/// Density and velocity from shifted populations; `force` is the body-force
-/// density whose half step Guo forcing adds to the momentum.
+/// Density and velocity from shifted populations (`u = j / ρ0`); `force` is the
+/// body-force density whose half step Guo forcing adds to the momentum.
 #[inline]
 pub fn moments(f: &[f32; Q], force: [f32; 2]) -> Moments {
     let mut delta_rho = 0.0f32;
@@ -123,45 +126,44 @@ pub fn moments(f: &[f32; Q], force: [f32; 2]) -> Moments {
         jx += f[i] * C[i][0] as f32;
         jy += f[i] * C[i][1] as f32;
     }
-    let rho = 1.0 + delta_rho;
     Moments {
         delta_rho,
-        ux: (jx + 0.5 * force[0]) / rho,
-        uy: (jy + 0.5 * force[1]) / rho,
+        ux: jx + 0.5 * force[0],
+        uy: jy + 0.5 * force[1],
     }
 }
 
-/// Shifted equilibrium `f_i^eq - w_i`.
+/// Shifted incompressible equilibrium `f_i^eq - w_i = w_i [δρ + 3 c·u + 4.5 (c·u)²
+/// - 1.5 u²]`.
 #[inline]
 pub fn equilibrium(m: Moments) -> [f32; Q] {
-    let rho = m.rho();
     let usq = m.ux * m.ux + m.uy * m.uy;
     let mut feq = [0.0f32; Q];
     for i in 0..Q {
         let cu = C[i][0] as f32 * m.ux + C[i][1] as f32 * m.uy;
-        feq[i] = W[i] * (m.delta_rho + rho * (3.0 * cu + 4.5 * cu * cu - 1.5 * usq));
+        feq[i] = W[i] * (m.delta_rho + (3.0 * cu + 4.5 * cu * cu - 1.5 * usq));
     }
     feq
 }
 
-/// Second-order non-equilibrium part of a *pre*-collision population for a
+/// First-order even non-equilibrium part of a *pre*-collision population for a
 /// strain rate `[sxx, syy, sxy]` (lattice units of the level), from the
-/// Chapman–Enskog expansion: `-w_i ρ τ / c_s² · Q_i : S`.
+/// Chapman–Enskog expansion: `-w_i ρ0 τ / c_s² · Q_i : S`.
 #[inline]
-pub fn non_equilibrium(rho: f32, tau: f32, strain: [f32; 3]) -> [f32; Q] {
+pub fn non_equilibrium(tau: f32, strain: [f32; 3]) -> [f32; Q] {
     let mut fneq = [0.0f32; Q];
     for i in 0..Q {
         let cx = C[i][0] as f32;
         let cy = C[i][1] as f32;
         let q_s = (cx * cx - CS2) * strain[0] + (cy * cy - CS2) * strain[1] + 2.0 * cx * cy * strain[2];
-        fneq[i] = -W[i] * rho * tau / CS2 * q_s;
+        fneq[i] = -W[i] * tau / CS2 * q_s;
     }
     fneq
 }
 
 /// First-order odd non-equilibrium part of a *pre*-collision population,
 /// `-τ⁻ w_i [ -c_iα ∂_β P_αβ / c_s² + Q_iαβ c_iγ ∂_γ P_αβ / (2 c_s⁴) ]` with
-/// `P = ρ u u`. `grad_p[γ]` holds `∂_γ` of `[P_xx, P_yy, P_xy]`. It is second
+/// `P = ρ0 u u`. `grad_p[γ]` holds `∂_γ` of `[P_xx, P_yy, P_xy]`. It is second
 /// order in the Mach number, so it matters for fast flows and is what keeps a
 /// shear flow linear across a refinement interface.
 #[inline]
@@ -182,7 +184,7 @@ pub fn non_equilibrium_odd(tau_minus: f32, grad_p: [[f32; 3]; 2]) -> [f32; Q] {
 }
 
 /// Second-order odd non-equilibrium part of a *pre*-collision population,
-/// `τ⁻ Λ⁺ w_i ρ [c_iα c_iβ c_iγ ∂_α∂_β u_γ / c_s² - c_iγ ∇²u_γ - 2 c_iγ ∂_γ(∇·u)]`
+/// `τ⁻ Λ⁺ w_i ρ0 [c_iα c_iβ c_iγ ∂_α∂_β u_γ / c_s² - c_iγ ∇²u_γ - 2 c_iγ ∂_γ(∇·u)]`
 /// with `Λ⁺ = τ⁺ - ½`: the curvature of the velocity seen by the odd moments,
 /// from the Taylor expansion of the lattice Boltzmann equation (the viscous part
 /// of `∂_t(ρu)` folded in). The last term vanishes for a divergence-free field;
@@ -190,8 +192,8 @@ pub fn non_equilibrium_odd(tau_minus: f32, grad_p: [[f32; 3]; 2]) -> [f32; Q] {
 /// divergence-free, add no momentum. `d2u[γ]` holds `[∂xx, ∂yy, ∂xy]` of `u_γ`.
 /// Relative to the strain part it is of order `Λ⁻ k`, large for TRT at small τ⁺.
 #[inline]
-pub fn non_equilibrium_odd_curvature(rho: f32, tau_plus: f32, tau_minus: f32, d2u: [[f32; 3]; 2]) -> [f32; Q] {
-    let scale = tau_minus * (tau_plus - 0.5) * rho;
+pub fn non_equilibrium_odd_curvature(tau_plus: f32, tau_minus: f32, d2u: [[f32; 3]; 2]) -> [f32; Q] {
+    let scale = tau_minus * (tau_plus - 0.5);
     let [ux, uy] = d2u;
     let laplacian = [ux[0] + ux[1], uy[0] + uy[1]];
     let grad_div = [ux[0] + uy[2], ux[2] + uy[1]];
@@ -298,7 +300,7 @@ mod tests {
 
     #[test]
     fn non_equilibrium_carries_no_mass_or_momentum() {
-        let fneq = non_equilibrium(1.02, 0.7, [1e-3, -4e-4, 2e-4]);
+        let fneq = non_equilibrium(0.7, [1e-3, -4e-4, 2e-4]);
         let mass: f32 = fneq.iter().sum();
         let jx: f32 = (0..Q).map(|i| fneq[i] * C[i][0] as f32).sum();
         assert!(mass.abs() < 1e-9 && jx.abs() < 1e-9);
@@ -306,7 +308,7 @@ mod tests {
 
     #[test]
     fn curvature_non_equilibrium_carries_no_mass_or_momentum() {
-        let fneq = non_equilibrium_odd_curvature(1.01, 0.65, 1.75, [[2e-4, -1e-4, 3e-5], [-5e-5, 7e-5, 1e-4]]);
+        let fneq = non_equilibrium_odd_curvature(0.65, 1.75, [[2e-4, -1e-4, 3e-5], [-5e-5, 7e-5, 1e-4]]);
         let mass: f32 = fneq.iter().sum();
         let jx: f32 = (0..Q).map(|i| fneq[i] * C[i][0] as f32).sum();
         let jy: f32 = (0..Q).map(|i| fneq[i] * C[i][1] as f32).sum();

@@ -59,9 +59,7 @@ fn a_parabolic_inlet_and_the_outflow_carry_poiseuille_flow() {
     let (nx, ny, u_max, tau) = (32u32, 16u32, 0.02, 1.0);
     // The pressure outlet reflects sound: a ramp instead of a sudden start, a
     // short channel and a high τ keep the slowly damped acoustic modes out of
-    // the steady state. The velocity is low because the density falls along
-    // the channel with the pressure (by 1% here), and the velocity rises with
-    // it at a fixed mass flux.
+    // the steady state.
     let inlet = InletSpec {
         profile: Profile::Parabolic,
         velocity: u_max,

@@ -42,9 +42,9 @@ fn analytic(n: u32, x: f64, y: f64, level: i32, relaxation: Relaxation) -> [f32;
     };
     let feq = lattice::equilibrium(m);
     let strain = [dux_dx as f32, duy_dy as f32, (0.5 * (dux_dy + duy_dx)) as f32];
-    let even = lattice::non_equilibrium(rho as f32, tp, strain);
+    let even = lattice::non_equilibrium(tp, strain);
     let odd = lattice::non_equilibrium_odd(tm, grad_p.map(|g| g.map(|v| v as f32)));
-    let curved = lattice::non_equilibrium_odd_curvature(rho as f32, tp, tm, [d2ux, d2uy].map(|d| d.map(|v| v as f32)));
+    let curved = lattice::non_equilibrium_odd_curvature(tp, tm, [d2ux, d2uy].map(|d| d.map(|v| v as f32)));
     std::array::from_fn(|i| feq[i] + (1.0 - 1.0 / tp) * even[i] + (1.0 - 1.0 / tm) * (odd[i] + curved[i]))
 }
 
