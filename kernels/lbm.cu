@@ -101,13 +101,34 @@ extern "C" __global__ void stream_collide(
     }
     const Layout layout = make_layout(nx, ny, tile_x, tile_y);
     const size_t plane = plane_cells(layout);
-    const unsigned int x = x0 + (unsigned int)(t % width);
-    const unsigned int y = y0 + (unsigned int)(t / width);
+    // 32-bit division: far cheaper than 64-bit, and an active region never
+    // holds 2^32 cells (its nine planes would not fit in device memory).
+    const unsigned int cell = (unsigned int)t;
+    const unsigned int x = x0 + cell % width;
+    const unsigned int y = y0 + cell / width;
     const size_t index = cell_index(layout, x, y);
 
     float f[LBM_Q];
     if (flags[index] != LBM_FLAG_FLUID) {
         read_cell(src, plane, index, f);
+        write_cell(dst, plane, index, f);
+        return;
+    }
+
+    // Interior cells of a layout one tile wide (row-major with stride tile_x):
+    // every neighbour lies in the active region at a fixed offset, so no side
+    // rule and no tiled index are needed (cpu::stream_collide's fast path).
+    if (nx <= tile_x && x > x0 && x + 1 < x1 && y > y0 && y + 1 < y1) {
+#pragma unroll
+        for (int i = 0; i < LBM_Q; ++i) {
+            const size_t source =
+                (size_t)((long long)index - (long long)lbm_cx(i) - (long long)lbm_cy(i) * (long long)tile_x);
+            f[i] = flags[source] != LBM_FLAG_FLUID
+                       ? body_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i,
+                                   index, plane)
+                       : src[(size_t)i * plane + source];
+        }
+        collide(f, omega_plus, omega_minus, force_x, force_y);
         write_cell(dst, plane, index, f);
         return;
     }
