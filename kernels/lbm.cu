@@ -7,8 +7,7 @@
 // come from beyond a side of the active region takes that side's rule, the first
 // match in this order winning at a corner: wall or inlet (bounce-back with the
 // wall's velocity, or with the inlet profile of the row times the amplitude
-// factor in `boundary_state`, the momentum term scaled by the cell's own
-// density), outflow (anti-bounce-back at rest density with the velocity
+// factor in `boundary_state`, the momentum term at rest density), outflow (anti-bounce-back at rest density with the velocity
 // extrapolated from the cell and its upstream neighbour), free slip (the
 // population mirrored in the wall, from the same row or column), then the
 // periodic wrap within the active region or the ghost band's value. A population
