@@ -59,12 +59,6 @@ pub struct Moments {
     pub uy: f32,
 }
 
-impl Moments {
-    pub fn rho(&self) -> f32 {
-        1.0 + self.delta_rho
-    }
-}
-
 /// Collision model, chosen per case and applied on every level.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "model", rename_all = "lowercase", deny_unknown_fields)]

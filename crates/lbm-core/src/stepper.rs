@@ -83,6 +83,21 @@ impl InletSpec {
 pub const MAX_MACH: f64 = 0.3;
 
 impl LatticeConfig {
+    /// An unrefined `nx` x `ny` grid at rest with the default collision, no
+    /// force, resting walls, no inlet and no bodies: the start of most tests.
+    pub fn uniform(nx: u32, ny: u32, tau: f64, edges: [Edge; 4]) -> Self {
+        LatticeConfig {
+            hierarchy: HierarchySpec::uniform(nx, ny),
+            collision: Collision::default(),
+            tau,
+            force: [0.0, 0.0],
+            edges,
+            wall_velocity: [[0.0; 2]; 4],
+            inlet: None,
+            bodies: Vec::new(),
+        }
+    }
+
     /// The smallest τ⁺ − ½ the collision model is run with: BGK turns unstable
     /// near τ = ½ much sooner than TRT with its free odd rate.
     pub fn min_tau_excess(&self) -> f64 {

@@ -2,22 +2,14 @@
 //! moving wall, Poiseuille flow for the inlet and the outflow, a uniform stream
 //! between free-slip walls, and the inlet's time dependence.
 
-use lbm_core::hierarchy::HierarchySpec;
-use lbm_core::lattice::Collision;
 use lbm_core::launch::{Amplitude, Edge};
 use lbm_core::stepper::{InletSpec, Profile};
 use lbm_core::{CpuDriver, ExecConfig, LatticeConfig, Stepper};
 
 fn channel(nx: u32, ny: u32, tau: f64, edges: [Edge; 4], inlet: Option<InletSpec>) -> LatticeConfig {
     LatticeConfig {
-        hierarchy: HierarchySpec::uniform(nx, ny),
-        collision: Collision::default(),
-        tau,
-        force: [0.0, 0.0],
-        edges,
-        wall_velocity: [[0.0; 2]; 4],
         inlet,
-        bodies: Vec::new(),
+        ..LatticeConfig::uniform(nx, ny, tau, edges)
     }
 }
 

@@ -5,22 +5,13 @@
 use std::f64::consts::PI;
 
 use lbm_core::geometry::{Body, Shape};
-use lbm_core::hierarchy::{HierarchySpec, Rect};
-use lbm_core::lattice::{Collision, Moments};
+use lbm_core::hierarchy::Rect;
+use lbm_core::lattice::Moments;
 use lbm_core::launch::Edge;
 use lbm_core::{CpuDriver, ExecConfig, LatticeConfig, Stepper};
 
 fn config(nx: u32, ny: u32, tau: f64, edges: [Edge; 4]) -> LatticeConfig {
-    LatticeConfig {
-        hierarchy: HierarchySpec::uniform(nx, ny),
-        collision: Collision::default(),
-        tau,
-        force: [0.0, 0.0],
-        edges,
-        wall_velocity: [[0.0; 2]; 4],
-        inlet: None,
-        bodies: Vec::new(),
-    }
+    LatticeConfig::uniform(nx, ny, tau, edges)
 }
 
 const PERIODIC: [Edge; 4] = [Edge::Periodic; 4];
