@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use lbm::run::{BackendChoice, RunOptions, run_case};
-use lbm::validate::{Benchmark, DEFAULT_RESOLUTION, ValidateOptions, validate};
+use lbm::validate::{Benchmark, DEFAULT_RESOLUTION, MAX_LEVELS, ValidateOptions, validate};
 
 #[derive(Parser)]
 #[command(
@@ -39,9 +39,12 @@ enum Command {
     /// Run a DFG cylinder benchmark to its criterion and write report.json and report.md.
     Validate {
         benchmark: Benchmark,
-        /// Cells per diameter on the finest level (a multiple of 40).
+        /// Cells per diameter on the finest level (a multiple of 10 x 2^levels).
         #[arg(long, default_value_t = DEFAULT_RESOLUTION)]
         resolution: u32,
+        /// Refinement levels around the cylinder to keep, 0 (uniform) to 2.
+        #[arg(long, default_value_t = MAX_LEVELS)]
+        levels: u32,
         #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
         backend: BackendChoice,
         /// Output directory; must not exist or be empty.
@@ -67,12 +70,14 @@ fn main() -> ExitCode {
         Command::Validate {
             benchmark,
             resolution,
+            levels,
             backend,
             out,
         } => {
             let options = ValidateOptions {
                 benchmark,
                 resolution: Some(resolution),
+                levels,
                 backend,
                 out: out.clone(),
             };

@@ -36,8 +36,11 @@ pub enum Benchmark {
 
 pub struct ValidateOptions {
     pub benchmark: Benchmark,
-    /// Cells per diameter on the finest level; a multiple of 40.
+    /// Cells per diameter on the finest level.
     pub resolution: Option<u32>,
+    /// Refinement levels of the case file to keep (0 to 2); the base grid
+    /// then has `resolution / 2^levels` cells per diameter.
+    pub levels: u32,
     pub backend: BackendChoice,
     pub out: PathBuf,
 }
@@ -58,6 +61,8 @@ pub struct Report {
     pub quantities: Vec<Quantity>,
     /// Cells per diameter on the finest level.
     pub resolution: u32,
+    /// Refinement levels used.
+    pub levels: u32,
     pub steps: u64,
     pub wall_seconds: f64,
     pub backend: String,
@@ -68,7 +73,7 @@ pub struct Report {
 const DIAMETER: f64 = 0.1;
 const CENTER: [f64; 2] = [0.2, 0.2];
 /// Refinement levels in the benchmark case files.
-const LEVELS: u32 = 2;
+pub const MAX_LEVELS: u32 = 2;
 /// The default resolution, sized for the CPU backend.
 pub const DEFAULT_RESOLUTION: u32 = 40;
 
@@ -85,11 +90,20 @@ fn quantity(name: &'static str, value: f64, reference: f64, low: f64, high: f64)
 
 pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
     let resolution = options.resolution.unwrap_or(DEFAULT_RESOLUTION);
-    if resolution == 0 || resolution % 40 != 0 {
+    if options.levels > MAX_LEVELS {
+        return Err(lbm_core::Error::parameter("--levels", options.levels, "0, 1 or 2").into());
+    }
+    // The base grid must fit the 0.41 m channel exactly: 10 cells per diameter
+    // at the least, in steps of 10.
+    let step = 10 << options.levels;
+    if resolution == 0 || resolution % step != 0 {
         return Err(lbm_core::Error::parameter(
             "--resolution",
             resolution,
-            "a multiple of 40 cells per diameter on the finest level (the base grid must fit the 0.41 m channel exactly)",
+            &format!(
+                "a multiple of {step} cells per diameter on the finest level with {} refinement levels",
+                options.levels
+            ),
         )
         .into());
     }
@@ -98,7 +112,8 @@ pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
         Benchmark::Dfg2d2 => include_str!("../cases/dfg-2d2.toml"),
     };
     let mut case = Case::from_toml(text)?;
-    case.domain.resolution = (resolution >> LEVELS) as f64;
+    case.refinement.truncate(options.levels as usize);
+    case.domain.resolution = (resolution >> options.levels) as f64;
     let resolved = case.resolve()?;
     if crate::run::use_cuda(options.backend) {
         let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
@@ -184,6 +199,7 @@ fn measure<D: Driver>(
         case: options.benchmark,
         quantities,
         resolution,
+        levels: options.levels,
         steps: stepper.step_count(),
         wall_seconds: start.elapsed().as_secs_f64(),
         backend,
@@ -310,13 +326,14 @@ fn interpolate(series: &[Sample], time: f64, value: impl Fn(&Sample) -> f64) -> 
 fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
     write_json(&out.join("report.json"), report)?;
     let mut md = format!(
-        "# {} at {} cells per diameter\n\n{} base intervals, {:.1} s on {}, {}.\n\n\
+        "# {} at {} cells per diameter ({} refinement levels)\n\n{} base intervals, {:.1} s on {}, {}.\n\n\
          | quantity | value | reference | interval | within |\n| --- | --- | --- | --- | --- |\n",
         match report.case {
             Benchmark::Dfg2d1 => "DFG 2D-1",
             Benchmark::Dfg2d2 => "DFG 2D-2",
         },
         report.resolution,
+        report.levels,
         report.steps,
         report.wall_seconds,
         report.backend,

@@ -129,7 +129,7 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
         "validate",
         "dfg-2d1",
         "--resolution",
-        "50",
+        "60",
         "--backend",
         "cpu",
         "--out",
@@ -137,6 +137,17 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
     ]);
     assert!(!output.status.success());
     assert!(stderr(&output).contains("--resolution") && stderr(&output).contains("multiple of 40"));
+    let levels = lbm(&[
+        "validate",
+        "dfg-2d1",
+        "--levels",
+        "3",
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(!levels.status.success() && stderr(&levels).contains("--levels"));
     assert!(!out.exists());
 }
 
