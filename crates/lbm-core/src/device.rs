@@ -122,7 +122,6 @@ pub trait Driver: Send {
     fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> Result<()>;
     fn download(&mut self, buffer: BufferId, byte_offset: usize, out: &mut [u8]) -> Result<()>;
     fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()>;
-    #[allow(clippy::too_many_arguments)]
     fn copy_async(
         &mut self,
         src: BufferId,
