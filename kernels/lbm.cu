@@ -62,6 +62,21 @@ __device__ __forceinline__ float body_wall(const float* __restrict__ src, const 
     return bouzidi(src, plane, index, has_behind, behind, i, q);
 }
 
+// The population arriving at `index` along `i` from storage cell `source`
+// (itself, mirrored along `direction`, or the body's return when it is solid).
+__device__ __forceinline__ float neighbour_or_wall(const float* __restrict__ src,
+                                                   const unsigned char* __restrict__ flags,
+                                                   const float* __restrict__ wall_distance, Layout layout,
+                                                   unsigned int x0, unsigned int y0, unsigned int x1,
+                                                   unsigned int y1, unsigned int interpolated_walls, unsigned int x,
+                                                   unsigned int y, int i, int direction, size_t index,
+                                                   size_t source, size_t plane) {
+    return flags[source] != LBM_FLAG_FLUID
+               ? body_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i, index,
+                           plane)
+               : src[(size_t)direction * plane + source];
+}
+
 // The boundary velocity of cpu::anti_bounce_back for the cell (x, y): its
 // velocity (the force taken back out of the post-collision momentum),
 // extrapolated half a cell from the upstream neighbour (x - 1, y) when that lies
@@ -122,10 +137,8 @@ extern "C" __global__ void stream_collide(
         for (int i = 0; i < LBM_Q; ++i) {
             const size_t source =
                 (size_t)((long long)index - (long long)lbm_cx(i) - (long long)lbm_cy(i) * (long long)tile_x);
-            f[i] = flags[source] != LBM_FLAG_FLUID
-                       ? body_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i,
-                                   index, plane)
-                       : src[(size_t)i * plane + source];
+            f[i] = neighbour_or_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i,
+                                     i, index, source, plane);
         }
         collide(f, omega_plus, omega_minus, force_x, force_y);
         write_cell(dst, plane, index, f);
@@ -215,10 +228,8 @@ extern "C" __global__ void stream_collide(
             sy += side_y == 2 ? (int)height : -(int)height;
         }
         const size_t source = cell_index(layout, (unsigned int)sx, (unsigned int)sy);
-        f[i] = flags[source] != LBM_FLAG_FLUID
-                   ? body_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i,
-                               index, plane)
-                   : src[(size_t)direction * plane + source];
+        f[i] = neighbour_or_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i,
+                                 direction, index, source, plane);
     }
     collide(f, omega_plus, omega_minus, force_x, force_y);
     write_cell(dst, plane, index, f);

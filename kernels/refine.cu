@@ -124,6 +124,7 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
         d_dx[f] = 0.0f;
         d_dy[f] = 0.0f;
     }
+    float d2u[2][3] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int dj = 0; dj < 2; ++dj) {
         const float weight_y = dj == 0 ? 1.0f - wy : wy;
@@ -138,20 +139,7 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
                 d_dx[f] += w * 0.5f * (gradient_field(m[j][i + 1], f) - gradient_field(m[j][i - 1], f));
                 d_dy[f] += w * 0.5f * (gradient_field(m[j + 1][i], f) - gradient_field(m[j - 1][i], f));
             }
-        }
-    }
-    // Curvature of the velocity: second differences at the four inner points,
-    // bilinear between them.
-    float d2u[2][3] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
-#pragma unroll
-    for (int dj = 0; dj < 2; ++dj) {
-        const float weight_y = dj == 0 ? 1.0f - wy : wy;
-#pragma unroll
-        for (int di = 0; di < 2; ++di) {
-            const float weight_x = di == 0 ? 1.0f - wx : wx;
-            const int i = di + 1;
-            const int j = dj + 1;
-            const float w = weight_x * weight_y;
+            // Curvature of the velocity: second differences, likewise.
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 const float centre = gradient_field(m[j][i], c);

@@ -6,9 +6,8 @@
 //! "elements/s"; one element is one cell, so Melem/s reads as MLUPS.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use lbm_core::hierarchy::{Layout, Rect};
-use lbm_core::lattice::Q;
-use lbm_core::launch::{Edge, StreamCollide};
+use lbm_core::lattice::{Collision, Q, Relaxation};
+use lbm_core::launch::StreamCollide;
 use lbm_core::{CpuDriver, Driver};
 
 fn bench(c: &mut Criterion) {
@@ -26,27 +25,8 @@ fn bench(c: &mut Criterion) {
             .map(|i| 1e-3 * ((i * 7919 % 1000) as f32 / 1000.0 - 0.5))
             .collect();
         driver.upload(src, 0, bytemuck::cast_slice(&noise)).unwrap();
-        let launch = StreamCollide {
-            src,
-            dst,
-            flags,
-            wall_distance: flags,
-            inlet_profile: flags,
-            boundary_state: flags,
-            layout: Layout {
-                nx: n,
-                ny: n,
-                tile: [n, n],
-            },
-            active: Rect::new(0, 0, n, n),
-            edges: [Edge::Periodic; 4],
-            wall_velocity: [[0.0; 2]; 4],
-            omega_plus: 1.6,
-            omega_minus: 1.0 / (0.5 + 0.1875 / (1.0 / 1.6 - 0.5)),
-            force: [0.0, 0.0],
-            interpolated_walls: false,
-        }
-        .launch();
+        let relaxation = Relaxation::new(Collision::default(), 0.625);
+        let launch = StreamCollide::periodic(src, dst, flags, [n, n], relaxation).launch();
         group.bench_with_input(BenchmarkId::new("stream_collide", n), &launch, |b, launch| {
             b.iter(|| driver.launch(launch).unwrap())
         });

@@ -711,6 +711,7 @@ fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [u32; 2], width:
     // Gradients: central differences at the four inner points, bilinear
     // between them; they only enter the small non-equilibrium part.
     let mut gradients = [[0.0f32; GRADIENT_FIELDS]; 2];
+    let mut curvature = [[0.0f32; 3]; 2];
     for (dj, weight_y) in [(0usize, 1.0 - wy), (1, wy)] {
         for (di, weight_x) in [(0usize, 1.0 - wx), (1, wx)] {
             let (i, j) = (di + 1, dj + 1);
@@ -720,15 +721,7 @@ fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [u32; 2], width:
                 *gx += w * 0.5 * (gradient_field(&m[j][i + 1], f) - gradient_field(&m[j][i - 1], f));
                 *gy += w * 0.5 * (gradient_field(&m[j + 1][i], f) - gradient_field(&m[j - 1][i], f));
             }
-        }
-    }
-    // Curvature of the velocity: second differences at the four inner points,
-    // bilinear between them.
-    let mut curvature = [[0.0f32; 3]; 2];
-    for (dj, weight_y) in [(0usize, 1.0 - wy), (1, wy)] {
-        for (di, weight_x) in [(0usize, 1.0 - wx), (1, wx)] {
-            let (i, j) = (di + 1, dj + 1);
-            let w = weight_x * weight_y;
+            // Curvature of the velocity: second differences, likewise.
             for (component, d2) in curvature.iter_mut().enumerate() {
                 let u = |jj: usize, ii: usize| gradient_field(&m[jj][ii], component);
                 d2[0] += w * (u(j, i + 1) - 2.0 * u(j, i) + u(j, i - 1));
@@ -737,7 +730,7 @@ fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [u32; 2], width:
             }
         }
     }
-    let [delta_rho, ux, uy] = [acc[0], acc[1], acc[2]];
+    let [delta_rho, ux, uy] = acc;
     let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
     // One fine lattice unit of length is half the parent's: first derivatives
     // halve, second derivatives quarter.

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::device::{Arg, BLOCK_THREADS, BufferId, Kernel, Launch};
 use crate::error::{Error, Result};
 use crate::hierarchy::{GHOST, Layout, Rect};
+use crate::lattice::Relaxation;
 
 /// What lies beyond one side of a patch's active region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,6 +161,28 @@ pub struct StreamCollide {
 }
 
 impl StreamCollide {
+    /// A whole `nx` x `ny` allocation, row-major, periodic on every side,
+    /// without bodies, inlet or force: the benchmark case. `flags` stands in
+    /// for the buffers such a launch never reads.
+    pub fn periodic(src: BufferId, dst: BufferId, flags: BufferId, [nx, ny]: [u32; 2], relaxation: Relaxation) -> Self {
+        StreamCollide {
+            src,
+            dst,
+            flags,
+            wall_distance: flags,
+            inlet_profile: flags,
+            boundary_state: flags,
+            layout: Layout { nx, ny, tile: [nx, ny] },
+            active: Rect::new(0, 0, nx, ny),
+            edges: [Edge::Periodic; 4],
+            wall_velocity: [[0.0; 2]; 4],
+            omega_plus: relaxation.omega_plus(),
+            omega_minus: relaxation.omega_minus(),
+            force: [0.0, 0.0],
+            interpolated_walls: false,
+        }
+    }
+
     pub fn launch(&self) -> Launch {
         let mut args = vec![
             Arg::buffer(self.src),
