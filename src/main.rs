@@ -45,6 +45,10 @@ enum Command {
         /// Refinement levels around the cylinder to keep, 0 (uniform) to 2.
         #[arg(long, default_value_t = MAX_LEVELS)]
         levels: u32,
+        /// The inflow peak in lattice units (default: the case file's, 0.05);
+        /// halving it halves the Mach number and doubles the steps.
+        #[arg(long)]
+        lattice_velocity: Option<f64>,
         #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
         backend: BackendChoice,
         /// Output directory; must not exist or be empty.
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
             benchmark,
             resolution,
             levels,
+            lattice_velocity,
             backend,
             out,
         } => {
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
                 benchmark,
                 resolution: Some(resolution),
                 levels,
+                lattice_velocity,
                 backend,
                 out: out.clone(),
             };

@@ -9,7 +9,7 @@
 //! two consecutive windows agree. 2D-2 is periodic: after the start-up the
 //! lift is sampled until its period repeats, and the maxima, the Strouhal number
 //! and the pressure difference half a period after the lift maximum are taken
-//! over the last whole period.
+//! over the last whole period. The series behind them goes to `series.csv`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -41,6 +41,9 @@ pub struct ValidateOptions {
     /// Refinement levels of the case file to keep (0 to 2); the base grid
     /// then has `resolution / 2^levels` cells per diameter.
     pub levels: u32,
+    /// The inflow peak in lattice units, overriding the case file's: lower
+    /// means a smaller Mach number and more steps for the same physical time.
+    pub lattice_velocity: Option<f64>,
     pub backend: BackendChoice,
     pub out: PathBuf,
 }
@@ -114,6 +117,12 @@ pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
     let mut case = Case::from_toml(text)?;
     case.refinement.truncate(options.levels as usize);
     case.domain.resolution = (resolution >> options.levels) as f64;
+    if let Some(velocity) = options.lattice_velocity {
+        if !(velocity > 0.0 && velocity.is_finite()) {
+            return Err(lbm_core::Error::parameter("--lattice-velocity", velocity, "a positive number").into());
+        }
+        case.flow.lattice_velocity = velocity;
+    }
     let resolved = case.resolve()?;
     if crate::run::use_cuda(options.backend) {
         let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
@@ -191,27 +200,36 @@ fn measure<D: Driver>(
         u_mean: 2.0 / 3.0 * inlet_peak,
     };
     let start = Instant::now();
-    let (quantities, converged) = match options.benchmark {
+    let measured = match options.benchmark {
         Benchmark::Dfg2d1 => steady(&probe)?,
         Benchmark::Dfg2d2 => periodic(&probe)?,
     };
     let report = Report {
         case: options.benchmark,
-        quantities,
+        quantities: measured.quantities,
         resolution,
         levels: options.levels,
         steps: stepper.step_count(),
         wall_seconds: start.elapsed().as_secs_f64(),
         backend,
-        converged,
+        converged: measured.converged,
     };
     stepper.close()?;
+    write_series(&options.out, &measured.series)?;
     write_report(&options.out, &report)?;
     Ok(report)
 }
 
+/// The benchmark's quantities and the time series they were taken from.
+struct Measured {
+    quantities: Vec<Quantity>,
+    converged: bool,
+    /// 2D-1: one mean per window; 2D-2: the samples after the start-up.
+    series: Vec<Sample>,
+}
+
 /// 2D-1: averages over windows of one acoustic period until two agree.
-fn steady<D: Driver>(probe: &Probe<D>) -> Result<(Vec<Quantity>, bool), AppError> {
+fn steady<D: Driver>(probe: &Probe<D>) -> Result<Measured, AppError> {
     let units = probe.units;
     let channel_length = 2.2;
     let sound = units.dx / units.dt / 3f64.sqrt();
@@ -219,7 +237,7 @@ fn steady<D: Driver>(probe: &Probe<D>) -> Result<(Vec<Quantity>, bool), AppError
     let samples_per_window = 16;
     let chunk = (window / samples_per_window).max(1);
     let time_limit = 60.0;
-    let mut previous: Option<Sample> = None;
+    let mut series: Vec<Sample> = Vec::new();
     loop {
         probe.stepper.start_exchange_window()?;
         let mut delta_p = 0.0;
@@ -235,25 +253,29 @@ fn steady<D: Driver>(probe: &Probe<D>) -> Result<(Vec<Quantity>, bool), AppError
             cl,
             delta_p: delta_p / samples_per_window as f64,
         };
-        let settled = previous.is_some_and(|p| {
+        let settled = series.last().is_some_and(|p| {
             (mean.cd - p.cd).abs() < 1e-4 * mean.cd
                 && (mean.cl - p.cl).abs() < 1e-4
                 && (mean.delta_p - p.delta_p).abs() < 1e-4 * mean.delta_p.abs()
         });
+        series.push(mean);
         if settled || mean.time > time_limit {
             let quantities = vec![
                 quantity("cd", mean.cd, 5.57953523384, 5.57, 5.59),
                 quantity("cl", mean.cl, 0.010618948146, 0.0104, 0.0110),
                 quantity("delta_p", mean.delta_p, 0.11752016697, 0.1172, 0.1176),
             ];
-            return Ok((quantities, settled));
+            return Ok(Measured {
+                quantities,
+                converged: settled,
+                series,
+            });
         }
-        previous = Some(mean);
     }
 }
 
 /// 2D-2: samples after the start-up until the lift period repeats.
-fn periodic<D: Driver>(probe: &Probe<D>) -> Result<(Vec<Quantity>, bool), AppError> {
+fn periodic<D: Driver>(probe: &Probe<D>) -> Result<Measured, AppError> {
     let units = probe.units;
     let startup = 8.0;
     let time_limit = 30.0;
@@ -295,7 +317,11 @@ fn periodic<D: Driver>(probe: &Probe<D>) -> Result<(Vec<Quantity>, bool), AppErr
                 quantity("strouhal", strouhal, 0.3, 0.295, 0.305),
                 quantity("delta_p", delta_p, 2.48, 2.46, 2.50),
             ];
-            return Ok((quantities, repeating));
+            return Ok(Measured {
+                quantities,
+                converged: repeating,
+                series,
+            });
         }
     }
 }
@@ -321,6 +347,18 @@ fn interpolate(series: &[Sample], time: f64, value: impl Fn(&Sample) -> f64) -> 
             || series.last().map_or(f64::NAN, &value),
             |w| value(&w[0]) + (value(&w[1]) - value(&w[0])) * (time - w[0].time) / (w[1].time - w[0].time),
         )
+}
+
+fn write_series(out: &Path, series: &[Sample]) -> Result<(), AppError> {
+    let mut csv = String::from("time_s,cd,cl,delta_p_pa\n");
+    for s in series {
+        csv += &format!("{},{},{},{}\n", s.time, s.cd, s.cl, s.delta_p);
+    }
+    let path = out.join("series.csv");
+    std::fs::write(&path, csv).map_err(|source| AppError::Write {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {

@@ -148,6 +148,17 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
         &out.display().to_string(),
     ]);
     assert!(!levels.status.success() && stderr(&levels).contains("--levels"));
+    let velocity = lbm(&[
+        "validate",
+        "dfg-2d2",
+        "--lattice-velocity",
+        "0",
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(!velocity.status.success() && stderr(&velocity).contains("--lattice-velocity"));
     assert!(!out.exists());
 }
 
@@ -187,5 +198,11 @@ fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
             .unwrap()
             .contains("| cd |")
     );
+    let series = std::fs::read_to_string(out.join("series.csv")).unwrap();
+    let mut rows = series.lines();
+    assert_eq!(rows.next(), Some("time_s,cd,cl,delta_p_pa"));
+    let last: Vec<f64> = rows.last().unwrap().split(',').map(|v| v.parse().unwrap()).collect();
+    let cd = report["quantities"][0]["value"].as_f64().unwrap();
+    assert_eq!(last[1], cd, "the reported cd is the last window's");
     std::fs::remove_dir_all(out).unwrap();
 }
