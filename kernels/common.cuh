@@ -324,6 +324,53 @@ __device__ __forceinline__ float bouzidi(const float* __restrict__ f, size_t pla
     return leaving / (2.0f * q) + (2.0f * q - 1.0f) / (2.0f * q) * f[(size_t)i * plane + index];
 }
 
+// Side kinds of a refined patch (lbm_core::launch::SideKind), two bits per
+// side in lbm_core::launch::SideKinds::packed order: x-min lowest.
+#define LBM_SIDE_INTERFACE 0u
+#define LBM_SIDE_WALL 1u
+#define LBM_SIDE_SYMMETRY 2u
+
+__device__ __forceinline__ unsigned int side_kind(unsigned int packed, int side) {
+    return (packed >> (2 * side)) & 3u;
+}
+
+// A patch's sides as its coupling stencils see them (lbm_core::launch::PatchSides).
+struct PatchSides {
+    unsigned int kinds;
+    float tangential[4];
+};
+
+// One axis of cpu::mirrored_cell: the coordinate itself, or beyond a wall side
+// of [lo, hi) its mirror image, `crossed` set to that side (else -1).
+__device__ __forceinline__ unsigned int mirror_axis(int c, unsigned int lo, unsigned int hi, int low_side,
+                                                    unsigned int kinds, int* crossed) {
+    if (c < (int)lo && side_kind(kinds, low_side) != LBM_SIDE_INTERFACE) {
+        *crossed = low_side;
+        return (unsigned int)(2 * (int)lo - 1 - c);
+    }
+    if (c >= (int)hi && side_kind(kinds, low_side + 1) != LBM_SIDE_INTERFACE) {
+        *crossed = low_side + 1;
+        return (unsigned int)(2 * (int)hi - 1 - c);
+    }
+    *crossed = -1;
+    return (unsigned int)c;
+}
+
+// cpu::reflect: the moments of a mirror image in wall side `side`.
+__device__ __forceinline__ Moments reflect(Moments m, PatchSides sides, int side) {
+    const bool no_slip = side_kind(sides.kinds, side) == LBM_SIDE_WALL;
+    Moments r;
+    r.delta_rho = m.delta_rho;
+    if (side < 2) {
+        r.ux = -m.ux;
+        r.uy = no_slip ? 2.0f * sides.tangential[side] - m.uy : m.uy;
+    } else {
+        r.ux = no_slip ? 2.0f * sides.tangential[side] - m.ux : m.ux;
+        r.uy = -m.uy;
+    }
+    return r;
+}
+
 // The global thread index of a one-dimensional launch.
 __device__ __forceinline__ unsigned long long thread_index() {
     return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -13,6 +13,11 @@
 // fine cells, the gradients across that block rebuilt with the parent's tau+
 // and tau-. One thread per covered parent cell, row-major.
 //
+// Where the fine patch touches a wall of the domain, both read mirror images of
+// the cells inside (cpu::mirrored_cell, cpu::reflect) for the stencil cells
+// beyond it: the parent's in `fill_ghost`, the fine patch's own in
+// `restrict_to_parent`.
+//
 // Both mirror lbm_core::cpu::{fill_ghost, restrict_to_parent} operation for
 // operation. What they do not do: no stream or collision of their own, no check
 // that the stencil stays inside the parent (the host validates the geometry
@@ -21,12 +26,18 @@
 #include "common.cuh"
 
 // The moments of parent cell (x, y), mixed in time, with the physical velocity
-// (post-collision momentum minus half the force): cpu::parent_moments.
+// (post-collision momentum minus half the force), those of its mirror image
+// beyond a wall side of the parent's active region: cpu::parent_moments.
 __device__ __forceinline__ Moments parent_moments(const float* __restrict__ coarse_t,
                                                   const float* __restrict__ coarse_t1, Layout coarse, size_t plane,
-                                                  unsigned int x, unsigned int y, float alpha, float force_x,
-                                                  float force_y) {
-    const size_t index = cell_index(coarse, x, y);
+                                                  unsigned int ax0, unsigned int ay0, unsigned int ax1,
+                                                  unsigned int ay1, PatchSides sides, int x, int y, float alpha,
+                                                  float force_x, float force_y) {
+    int crossed_x;
+    int crossed_y;
+    const unsigned int mx = mirror_axis(x, ax0, ax1, 0, sides.kinds, &crossed_x);
+    const unsigned int my = mirror_axis(y, ay0, ay1, 2, sides.kinds, &crossed_y);
+    const size_t index = cell_index(coarse, mx, my);
     float f[LBM_Q];
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
@@ -34,7 +45,14 @@ __device__ __forceinline__ Moments parent_moments(const float* __restrict__ coar
         const float b = coarse_t1[(size_t)i * plane + index];
         f[i] = a + alpha * (b - a);
     }
-    return moments(f, -force_x, -force_y);
+    Moments m = moments(f, -force_x, -force_y);
+    if (crossed_x >= 0) {
+        m = reflect(m, sides, crossed_x);
+    }
+    if (crossed_y >= 0) {
+        m = reflect(m, sides, crossed_y);
+    }
+    return m;
 }
 
 // cpu::lagrange4: weights of the 4-point Lagrange interpolation at t in [0, 1]
@@ -48,10 +66,21 @@ __device__ __forceinline__ void lagrange4(float t, float w[4]) {
 
 extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const float* __restrict__ coarse_t1,
                                       float* __restrict__ fine_dst, unsigned int coarse_nx, unsigned int coarse_ny,
-                                      unsigned int coarse_tile_x, unsigned int coarse_tile_y, unsigned int fine_nx,
-                                      unsigned int fine_ny, unsigned int fine_tile_x, unsigned int fine_tile_y,
-                                      unsigned int offset_x, unsigned int offset_y, float alpha, float tau_plus,
-                                      float tau_minus, float coarse_force_x, float coarse_force_y) {
+                                      unsigned int coarse_tile_x, unsigned int coarse_tile_y,
+                                      unsigned int coarse_active_x0, unsigned int coarse_active_y0,
+                                      unsigned int coarse_active_x1, unsigned int coarse_active_y1,
+                                      unsigned int fine_nx, unsigned int fine_ny, unsigned int fine_tile_x,
+                                      unsigned int fine_tile_y, unsigned int active_offset_x,
+                                      unsigned int active_offset_y, unsigned int side_kinds, float tangential_x_min,
+                                      float tangential_x_max, float tangential_y_min, float tangential_y_max,
+                                      float alpha, float tau_plus, float tau_minus, float coarse_force_x,
+                                      float coarse_force_y) {
+    PatchSides sides;
+    sides.kinds = side_kinds;
+    sides.tangential[0] = tangential_x_min;
+    sides.tangential[1] = tangential_x_max;
+    sides.tangential[2] = tangential_y_min;
+    sides.tangential[3] = tangential_y_max;
     const Layout coarse = make_layout(coarse_nx, coarse_ny, coarse_tile_x, coarse_tile_y);
     const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
     const unsigned long long band = 2ull * LBM_GHOST * fine_nx + 2ull * LBM_GHOST * (fine_ny - 2 * LBM_GHOST);
@@ -80,10 +109,12 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
         fy = row;
     }
 
-    const float px = (float)offset_x + ((float)fx + 0.5f) * 0.5f - 0.5f;
-    const float py = (float)offset_y + ((float)fy + 0.5f) * 0.5f - 0.5f;
-    const unsigned int x0 = (unsigned int)floorf(px);
-    const unsigned int y0 = (unsigned int)floorf(py);
+    // The fine allocation starts LBM_GHOST / 2 parent cells before its active region.
+    const int half = (int)(LBM_GHOST / 2);
+    const float px = (float)((int)active_offset_x - half) + ((float)fx + 0.5f) * 0.5f - 0.5f;
+    const float py = (float)((int)active_offset_y - half) + ((float)fy + 0.5f) * 0.5f - 0.5f;
+    const int x0 = (int)floorf(px);
+    const int y0 = (int)floorf(py);
     const float wx = px - (float)x0;
     const float wy = py - (float)y0;
 
@@ -94,7 +125,8 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            m[j][i] = parent_moments(coarse_t, coarse_t1, coarse, coarse_plane, x0 + i - 1, y0 + j - 1, alpha,
+            m[j][i] = parent_moments(coarse_t, coarse_t1, coarse, coarse_plane, coarse_active_x0, coarse_active_y0,
+                                     coarse_active_x1, coarse_active_y1, sides, x0 + i - 1, y0 + j - 1, alpha,
                                      coarse_force_x, coarse_force_y);
         }
     }
@@ -181,8 +213,16 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
                                               unsigned int coarse_tile_y, unsigned int covered_x0,
                                               unsigned int covered_y0, unsigned int covered_x1,
                                               unsigned int covered_y1, unsigned int fine_active_origin,
-                                              float tau_plus, float tau_minus, float coarse_force_x,
-                                              float coarse_force_y) {
+                                              unsigned int side_kinds, float tangential_x_min,
+                                              float tangential_x_max, float tangential_y_min,
+                                              float tangential_y_max, float tau_plus, float tau_minus,
+                                              float coarse_force_x, float coarse_force_y) {
+    PatchSides sides;
+    sides.kinds = side_kinds;
+    sides.tangential[0] = tangential_x_min;
+    sides.tangential[1] = tangential_x_max;
+    sides.tangential[2] = tangential_y_min;
+    sides.tangential[3] = tangential_y_max;
     const unsigned int width = covered_x1 - covered_x0;
     const unsigned long long t = thread_index();
     if (t >= (unsigned long long)width * (covered_y1 - covered_y0)) {
@@ -199,15 +239,28 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
     const size_t fine_plane = plane_cells(fine);
 
     // The 2x2 block and the ring of fine cells around it, for the curvature; at
-    // the patch edge that ring reaches into the ghost band (the last fill).
+    // an interface that ring reaches into the ghost band (the last fill), at a
+    // wall it reads mirror images.
+    const unsigned int g0 = fine_active_origin;
     Moments g[4][4];
 #pragma unroll
     for (int dy = 0; dy < 4; ++dy) {
 #pragma unroll
         for (int dx = 0; dx < 4; ++dx) {
+            int crossed_x;
+            int crossed_y;
+            const unsigned int x = mirror_axis((int)(fx0 + dx) - 1, g0, fine_nx - g0, 0, sides.kinds, &crossed_x);
+            const unsigned int y = mirror_axis((int)(fy0 + dy) - 1, g0, fine_ny - g0, 2, sides.kinds, &crossed_y);
             float f[LBM_Q];
-            read_cell(fine_src, fine_plane, cell_index(fine, fx0 + dx - 1, fy0 + dy - 1), f);
-            g[dy][dx] = moments(f, -fine_force_x, -fine_force_y);
+            read_cell(fine_src, fine_plane, cell_index(fine, x, y), f);
+            Moments m = moments(f, -fine_force_x, -fine_force_y);
+            if (crossed_x >= 0) {
+                m = reflect(m, sides, crossed_x);
+            }
+            if (crossed_y >= 0) {
+                m = reflect(m, sides, crossed_y);
+            }
+            g[dy][dx] = m;
         }
     }
     const Moments m[2][2] = {{g[1][1], g[1][2]}, {g[2][1], g[2][2]}};

@@ -1,8 +1,9 @@
 // reflux.cu: mass bookkeeping at the coarse-fine interface (reflux).
 //
 // `accumulate_fine_flux` adds, for every parent ring cell around a fine patch
-// (ring cells in lbm_core::launch::ring_cell order, in "fine allocation, parent
-// resolution" coordinates), a quarter of the mass its ghost cells send into the
+// (beyond its interface sides only, as a side on a domain wall has no ring; in
+// lbm_core::launch::ring_cell order, in "fine allocation, parent resolution"
+// coordinates), a quarter of the mass its ghost cells send into the
 // active region minus the mass the active region sends back, for the coming
 // fine hop. One thread per ring cell; the flux slots accumulate over both fine
 // hops.
@@ -24,39 +25,47 @@
 
 #define LBM_REFLUX_THREADS 256
 
-// lbm_core::launch::ring_cell: the k-th parent cell at Chebyshev distance one
-// from `covered`: the row below (corners included), the row above, then the
-// left and right columns between them.
-__device__ __forceinline__ void ring_cell(unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1,
-                                          unsigned int k, unsigned int* x, unsigned int* y) {
-    const unsigned int w = x1 - x0;
-    const unsigned int h = y1 - y0;
-    const unsigned int row = w + 2;
-    unsigned int rx;
-    unsigned int ry;
-    if (k < row) {
-        rx = x0 + k;
-        ry = y0;
-    } else if (k < 2 * row) {
-        rx = x0 + k - row;
-        ry = y1 + 1;
-    } else if (k < 2 * row + h) {
-        rx = x0;
-        ry = y0 + 1 + k - 2 * row;
-    } else {
-        rx = x1 + 1;
-        ry = y0 + 1 + k - 2 * row - h;
-    }
-    // Computed one cell up and right so nothing goes below zero; shift back.
-    *x = rx - 1;
-    *y = ry - 1;
+// Whether side `side` of the patch is a coarse-fine interface (1) or a wall (0).
+__device__ __forceinline__ unsigned int open_side(unsigned int kinds, int side) {
+    return side_kind(kinds, side) == LBM_SIDE_INTERFACE ? 1u : 0u;
 }
 
-__device__ __forceinline__ unsigned int ring_cells(unsigned int w, unsigned int h) { return 2 * (w + 2) + 2 * h; }
+// lbm_core::launch::ring_cell: the k-th parent cell at Chebyshev distance one
+// from `covered` beyond an interface side: the row below (corners included),
+// the row above, then the left and right columns between them.
+__device__ __forceinline__ void ring_cell(unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1,
+                                          unsigned int kinds, unsigned int k, unsigned int* x, unsigned int* y) {
+    const unsigned int w = x1 - x0;
+    const unsigned int h = y1 - y0;
+    const unsigned int row = w + open_side(kinds, 0) + open_side(kinds, 1);
+    const unsigned int bottom = open_side(kinds, 2) * row;
+    const unsigned int top = bottom + open_side(kinds, 3) * row;
+    const unsigned int left = top + open_side(kinds, 0) * h;
+    const unsigned int first_x = x0 - open_side(kinds, 0);
+    if (k < bottom) {
+        *x = first_x + k;
+        *y = y0 - 1;
+    } else if (k < top) {
+        *x = first_x + k - bottom;
+        *y = y1;
+    } else if (k < left) {
+        *x = x0 - 1;
+        *y = y0 + k - top;
+    } else {
+        *x = x1;
+        *y = y0 + k - left;
+    }
+}
+
+// lbm_core::launch::ring_cells.
+__device__ __forceinline__ unsigned int ring_cells(unsigned int w, unsigned int h, unsigned int kinds) {
+    const unsigned int row = w + open_side(kinds, 0) + open_side(kinds, 1);
+    return (open_side(kinds, 2) + open_side(kinds, 3)) * row + (open_side(kinds, 0) + open_side(kinds, 1)) * h;
+}
 
 extern "C" __global__ void accumulate_fine_flux(const float* __restrict__ fine, float* __restrict__ flux,
                                                 unsigned int nx, unsigned int ny, unsigned int tile_x,
-                                                unsigned int tile_y) {
+                                                unsigned int tile_y, unsigned int side_kinds) {
     // lbm_core::launch::fine_covered.
     const unsigned int g = LBM_GHOST / 2;
     const unsigned int cov_x0 = g;
@@ -64,14 +73,14 @@ extern "C" __global__ void accumulate_fine_flux(const float* __restrict__ fine, 
     const unsigned int cov_x1 = nx / 2 - g;
     const unsigned int cov_y1 = ny / 2 - g;
     const unsigned long long t = thread_index();
-    if (t >= ring_cells(cov_x1 - cov_x0, cov_y1 - cov_y0)) {
+    if (t >= ring_cells(cov_x1 - cov_x0, cov_y1 - cov_y0, side_kinds)) {
         return;
     }
     const Layout layout = make_layout(nx, ny, tile_x, tile_y);
     const size_t plane = plane_cells(layout);
     unsigned int cx;
     unsigned int cy;
-    ring_cell(cov_x0, cov_y0, cov_x1, cov_y1, (unsigned int)t, &cx, &cy);
+    ring_cell(cov_x0, cov_y0, cov_x1, cov_y1, side_kinds, (unsigned int)t, &cx, &cy);
 
     float net = 0.0f;
 #pragma unroll
@@ -98,7 +107,8 @@ extern "C" __global__ void accumulate_fine_flux(const float* __restrict__ fine, 
 extern "C" __global__ void correct_interface_mass(const float* __restrict__ coarse_t, float* __restrict__ coarse_t1,
                                                   float* __restrict__ flux, unsigned int nx, unsigned int ny,
                                                   unsigned int tile_x, unsigned int tile_y, unsigned int x0,
-                                                  unsigned int y0, unsigned int x1, unsigned int y1) {
+                                                  unsigned int y0, unsigned int x1, unsigned int y1,
+                                                  unsigned int side_kinds) {
     __shared__ double partial[LBM_REFLUX_THREADS];
     // The host launches exactly one block of LBM_REFLUX_THREADS threads.
     if (blockIdx.x != 0 || blockDim.x != LBM_REFLUX_THREADS) {
@@ -106,14 +116,18 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
     }
     const Layout layout = make_layout(nx, ny, tile_x, tile_y);
     const size_t plane = plane_cells(layout);
-    const unsigned int n_ring = ring_cells(x1 - x0, y1 - y0);
+    const unsigned int n_ring = ring_cells(x1 - x0, y1 - y0, side_kinds);
     const unsigned int tid = threadIdx.x;
+    // A patch walled on every side has no interface to correct (uniform branch).
+    if (n_ring == 0) {
+        return;
+    }
 
     double local = 0.0;
     for (unsigned int slot = tid; slot < n_ring; slot += LBM_REFLUX_THREADS) {
         unsigned int x;
         unsigned int y;
-        ring_cell(x0, y0, x1, y1, slot, &x, &y);
+        ring_cell(x0, y0, x1, y1, side_kinds, slot, &x, &y);
         const size_t index = cell_index(layout, x, y);
         float coarse_net = 0.0f;
 #pragma unroll
@@ -142,7 +156,7 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
     for (unsigned int slot = tid; slot < n_ring; slot += LBM_REFLUX_THREADS) {
         unsigned int x;
         unsigned int y;
-        ring_cell(x0, y0, x1, y1, slot, &x, &y);
+        ring_cell(x0, y0, x1, y1, side_kinds, slot, &x, &y);
         const size_t index = cell_index(layout, x, y);
 #pragma unroll
         for (int i = 0; i < LBM_Q; ++i) {

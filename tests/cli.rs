@@ -76,7 +76,7 @@ fn bad_input_is_named_before_any_work() {
         (
             "patch",
             text.replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.01, 0.25, 0.75, 0.75]]"),
-            "too close to the edge",
+            "too close to the x_min edge",
         ),
     ] {
         let path = dir.join(format!("{name}.toml"));

@@ -16,7 +16,8 @@ use crate::hierarchy::{GHOST, Layout, Rect};
 use crate::lattice::{self, C, CS2, Moments, OPP, Q, W};
 use crate::launch::{
     AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS, NO_CELL,
-    RestrictToParent, StreamCollide, UpdateBoundaryState, amplitude_factor, fine_covered, ring_cell, ring_cells,
+    PatchSides, RestrictToParent, SideKind, StreamCollide, UpdateBoundaryState, amplitude_factor, fine_covered,
+    ring_cell, ring_cells,
 };
 
 /// Cell flag values shared with `kernels/common.cuh`.
@@ -265,12 +266,7 @@ impl Driver for CpuDriver {
                     let fine = me.get(k.fine)?.f32s();
                     let covered = fine_covered(&k.layout);
                     check_len(launch.kernel, "fine", fine.len(), Q * k.layout.plane_cells())?;
-                    check_len(
-                        launch.kernel,
-                        "flux",
-                        flux.f32s().len(),
-                        ring_cells(covered.width(), covered.height()),
-                    )?;
+                    check_len(launch.kernel, "flux", flux.f32s().len(), ring_cells(&covered, k.kinds))?;
                     accumulate_fine_flux(&k, fine, flux.f32s_mut());
                     Ok(())
                 })
@@ -286,7 +282,7 @@ impl Driver for CpuDriver {
                         launch.kernel,
                         "flux",
                         flux.f32s().len(),
-                        ring_cells(k.covered.width(), k.covered.height()),
+                        ring_cells(&k.covered, k.kinds),
                     )?;
                     correct_interface_mass(&k, t0, t1.f32s_mut(), flux.f32s_mut());
                     Ok(())
@@ -631,10 +627,55 @@ pub fn update_boundary_state(k: &UpdateBoundaryState, table: &[f32], state: &mut
     state[1] = amplitude_factor(k.kind, k.parameter, table, interval as f32);
 }
 
-/// Mixed-in-time moments of a parent cell, with the physical velocity (the
-/// post-collision momentum minus half the force).
+/// The cell a coupling stencil reads for cell (x, y) of a patch whose active
+/// region is `active`: (x, y) itself, or beyond a wall side of `sides` its
+/// mirror image in that side, with the sides crossed (x first, then y) for
+/// [`reflect`].
 #[inline]
-fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: u32, y: u32) -> Moments {
+pub fn mirrored_cell(sides: &PatchSides, active: &Rect, x: i32, y: i32) -> (u32, u32, [Option<usize>; 2]) {
+    let axis = |c: i32, lo: u32, hi: u32, low_side: usize| {
+        let (lo, hi) = (lo as i32, hi as i32);
+        if c < lo && !sides.kinds.is_interface(low_side) {
+            ((2 * lo - 1 - c) as u32, Some(low_side))
+        } else if c >= hi && !sides.kinds.is_interface(low_side + 1) {
+            ((2 * hi - 1 - c) as u32, Some(low_side + 1))
+        } else {
+            (c as u32, None)
+        }
+    };
+    let (mx, crossed_x) = axis(x, active.x0, active.x1, 0);
+    let (my, crossed_y) = axis(y, active.y0, active.y1, 2);
+    (mx, my, [crossed_x, crossed_y])
+}
+
+/// The moments of a mirror image in wall side `side`: the same density, the
+/// normal velocity reversed and the tangential one reflected about the wall's
+/// (a no-slip wall) or kept (a free-slip wall).
+#[inline]
+pub fn reflect(m: Moments, sides: &PatchSides, side: usize) -> Moments {
+    let no_slip = sides.kinds.0[side] == SideKind::Wall;
+    let along = |u: f32| if no_slip { 2.0 * sides.tangential[side] - u } else { u };
+    if side < 2 {
+        Moments {
+            delta_rho: m.delta_rho,
+            ux: -m.ux,
+            uy: along(m.uy),
+        }
+    } else {
+        Moments {
+            delta_rho: m.delta_rho,
+            ux: along(m.ux),
+            uy: -m.uy,
+        }
+    }
+}
+
+/// Mixed-in-time moments of a parent cell, with the physical velocity (the
+/// post-collision momentum minus half the force); beyond a wall side, those of
+/// its mirror image.
+#[inline]
+fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: i32, y: i32) -> Moments {
+    let (x, y, crossed) = mirrored_cell(&k.sides, &k.coarse_active, x, y);
     let plane = k.coarse.plane_cells();
     let index = k.coarse.index(x, y);
     let f: [f32; Q] = std::array::from_fn(|i| {
@@ -642,7 +683,11 @@ fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: u32, y: u32) -> Mome
         let b = t1[i * plane + index];
         a + k.alpha * (b - a)
     });
-    lattice::moments(&f, [-k.coarse_force[0], -k.coarse_force[1]])
+    let m = lattice::moments(&f, [-k.coarse_force[0], -k.coarse_force[1]]);
+    crossed
+        .into_iter()
+        .flatten()
+        .fold(m, |m, side| reflect(m, &k.sides, side))
 }
 
 /// Coarse-to-fine coupling of one ghost-band cell: density and velocity
@@ -656,11 +701,11 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
     // moments once, over the parent cells under the fine allocation plus the
     // two-cell reach of the stencil (the same arithmetic as per use, so the
     // same bits as the device, which does recompute them).
-    let origin = [k.offset[0] - 2, k.offset[1] - 2];
+    let origin = k.active_offset.map(|o| o as i32 - GHOST as i32);
     let size = [k.fine.nx / 2 + 4, k.fine.ny / 2 + 4];
-    let parent: Vec<Moments> = (0..size[1])
+    let parent: Vec<Moments> = (0..size[1] as i32)
         .into_par_iter()
-        .flat_map_iter(|j| (0..size[0]).map(move |i| (i, j)))
+        .flat_map_iter(|j| (0..size[0] as i32).map(move |i| (i, j)))
         .map(|(i, j)| parent_moments(k, t0, t1, origin[0] + i, origin[1] + j))
         .collect();
     let cells: Vec<(usize, [f32; Q])> = (0..FillGhost::band_cells(&k.fine))
@@ -682,16 +727,18 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
 
 /// The fine post-collision populations of ghost cell (fx, fy) from the parent
 /// moments `parent` (row-major, `width` wide, starting at parent cell `origin`).
-fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [u32; 2], width: u32, fx: u32, fy: u32) -> [f32; Q] {
-    let px = k.offset[0] as f32 + (fx as f32 + 0.5) * 0.5 - 0.5;
-    let py = k.offset[1] as f32 + (fy as f32 + 0.5) * 0.5 - 0.5;
-    let (x0, y0) = (px.floor() as u32, py.floor() as u32);
+fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [i32; 2], width: u32, fx: u32, fy: u32) -> [f32; Q] {
+    // The fine allocation starts GHOST / 2 parent cells before its active region.
+    let half = (GHOST / 2) as i32;
+    let px = (k.active_offset[0] as i32 - half) as f32 + (fx as f32 + 0.5) * 0.5 - 0.5;
+    let py = (k.active_offset[1] as i32 - half) as f32 + (fy as f32 + 0.5) * 0.5 - 0.5;
+    let (x0, y0) = (px.floor() as i32, py.floor() as i32);
     let (wx, wy) = (px - x0 as f32, py - y0 as f32);
     // Moments on the 4x4 parent stencil around the four interpolation points.
     let m: [[Moments; 4]; 4] = std::array::from_fn(|j| {
         std::array::from_fn(|i| {
-            let (x, y) = (x0 + i as u32 - 1 - origin[0], y0 + j as u32 - 1 - origin[1]);
-            parent[(y * width + x) as usize]
+            let (x, y) = (x0 + i as i32 - 1 - origin[0], y0 + j as i32 - 1 - origin[1]);
+            parent[(y as u32 * width + x as u32) as usize]
         })
     });
     // Density and velocity: bicubic (4-point Lagrange in each direction),
@@ -826,18 +873,27 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
     let fine_plane = k.fine.plane_cells();
     let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
     let cov = k.covered;
+    let g = k.fine_active_origin;
+    let fine_active = Rect::new(g, g, k.fine.nx - g, k.fine.ny - g);
     par_row_bands(coarse, &k.coarse, |first, rows, band| {
         for cy in first.max(cov.y0)..(first + rows).min(cov.y1) {
             for cx in cov.x0..cov.x1 {
                 let fx0 = k.fine_active_origin + 2 * (cx - cov.x0);
                 let fy0 = k.fine_active_origin + 2 * (cy - cov.y0);
                 // The 2x2 block and the ring of fine cells around it, for the
-                // curvature; at the patch edge that ring reaches into the ghost
-                // band, which holds the last fill (half a fine hop old).
+                // curvature; at an interface that ring reaches into the ghost
+                // band, which holds the last fill (half a fine hop old), at a
+                // wall it reads mirror images.
                 let g: [[Moments; 4]; 4] = std::array::from_fn(|dy| {
                     std::array::from_fn(|dx| {
-                        let index = k.fine.index(fx0 + dx as u32 - 1, fy0 + dy as u32 - 1);
-                        lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]])
+                        let (x, y) = ((fx0 + dx as u32) as i32 - 1, (fy0 + dy as u32) as i32 - 1);
+                        let (x, y, crossed) = mirrored_cell(&k.sides, &fine_active, x, y);
+                        let index = k.fine.index(x, y);
+                        let m = lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]]);
+                        crossed
+                            .into_iter()
+                            .flatten()
+                            .fold(m, |m, side| reflect(m, &k.sides, side))
                     })
                 });
                 let m = [[g[1][1], g[1][2]], [g[2][1], g[2][2]]];
@@ -899,12 +955,8 @@ pub fn accumulate_fine_flux(k: &AccumulateFineFlux, fine: &[f32], flux: &mut [f3
     let plane = layout.plane_cells();
     let covered = fine_covered(&layout);
     let active = Rect::new(GHOST, GHOST, layout.nx - GHOST, layout.ny - GHOST);
-    for (slot, value) in flux
-        .iter_mut()
-        .enumerate()
-        .take(ring_cells(covered.width(), covered.height()))
-    {
-        let (cx, cy) = ring_cell(&covered, slot);
+    for (slot, value) in flux.iter_mut().enumerate().take(ring_cells(&covered, k.kinds)) {
+        let (cx, cy) = ring_cell(&covered, k.kinds, slot);
         let mut net = 0.0f32;
         for (a, b) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
             let (gx, gy) = (2 * cx + a, 2 * cy + b);
@@ -936,10 +988,13 @@ pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f3
     let layout = k.coarse;
     let plane = layout.plane_cells();
     let cov = k.covered;
-    let n_ring = ring_cells(cov.width(), cov.height());
+    let n_ring = ring_cells(&cov, k.kinds);
+    if n_ring == 0 {
+        return;
+    }
     let mut excess = 0.0f64;
     for (slot, fine_flux) in flux.iter_mut().enumerate().take(n_ring) {
-        let (x, y) = ring_cell(&cov, slot);
+        let (x, y) = ring_cell(&cov, k.kinds, slot);
         let index = layout.index(x, y);
         let mut coarse_net = 0.0f32;
         for j in 1..Q {
@@ -955,7 +1010,7 @@ pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f3
     }
     let share = (excess / n_ring as f64) as f32;
     for slot in 0..n_ring {
-        let (x, y) = ring_cell(&cov, slot);
+        let (x, y) = ring_cell(&cov, k.kinds, slot);
         let index = layout.index(x, y);
         for (i, w) in W.iter().enumerate() {
             t1[i * plane + index] -= share * w;

@@ -15,9 +15,15 @@ use crate::error::{Error, Result};
 pub const GHOST: u32 = 4;
 
 /// How far, in parent cells, a patch must stay from the edge of its parent's
-/// active region: two parent cells hold the ghost band, one more feeds the
-/// bilinear interpolation and one more the velocity gradient.
+/// active region where that edge is an interface: two parent cells hold the
+/// ghost band, one more feeds the bilinear interpolation and one more the
+/// velocity gradient. Where the edge lies on the domain's boundary a patch may
+/// instead touch it: the coupling stencils then read mirror images of the cells
+/// inside, so the parent needs this many cells across that axis.
 pub const PARENT_MARGIN: u32 = 4;
+
+/// The sides of a rectangle in the order every side array uses.
+pub const SIDE_NAMES: [&str; 4] = ["x_min", "x_max", "y_min", "y_max"];
 
 /// A half-open rectangle of cells `[x0, x1) x [y0, y1)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,12 +126,16 @@ pub struct Patch {
     pub parent: Option<usize>,
     /// The rectangle as given, in level-`level - 1` coordinates (whole domain for level 0).
     pub rect: Rect,
-    /// Global level coordinates of allocation cell (0, 0); negative never occurs
-    /// because patches keep their margin, but the type keeps the arithmetic honest.
+    /// Global level coordinates of allocation cell (0, 0): negative for a
+    /// patch whose ghost band reaches beyond a domain side it touches.
     pub origin: [i64; 2],
     pub layout: Layout,
     /// The cells this patch advances, in allocation coordinates.
     pub active: Rect,
+    /// Which sides of the active region (x-min, x-max, y-min, y-max) lie on
+    /// the domain's boundary: all four for the base grid, those a refined
+    /// patch touches otherwise.
+    pub on_domain: [bool; 4],
 }
 
 impl Patch {
@@ -210,6 +220,7 @@ impl HierarchySpec {
             origin: [0, 0],
             layout: base_layout,
             active: Rect::new(0, 0, nx, ny),
+            on_domain: [true; 4],
         }]];
         for (k, rects) in self.levels.iter().enumerate() {
             let level = k + 1;
@@ -251,14 +262,47 @@ impl HierarchySpec {
                         ),
                     });
                 }
-                if !parent_rect.contains_with_margin(rect, PARENT_MARGIN) {
-                    return Err(Error::Layout {
-                        patch: name,
-                        reason: format!(
-                            "too close to the edge of its parent {parent_rect}: the ghost band and \
-                             its interpolation stencil need {PARENT_MARGIN} parent cells on every side"
-                        ),
-                    });
+                let gaps = [
+                    rect.x0 - parent_rect.x0,
+                    parent_rect.x1 - rect.x1,
+                    rect.y0 - parent_rect.y0,
+                    parent_rect.y1 - rect.y1,
+                ];
+                let mut on_domain = [false; 4];
+                for (side, gap) in gaps.into_iter().enumerate() {
+                    let touches_domain = gap == 0 && parent.on_domain[side];
+                    if touches_domain {
+                        let across = if side < 2 {
+                            parent_rect.width()
+                        } else {
+                            parent_rect.height()
+                        };
+                        if across < PARENT_MARGIN {
+                            return Err(Error::Layout {
+                                patch: name,
+                                reason: format!(
+                                    "touches the domain's {} side, but its parent {parent_rect} is only {across} \
+                                     cells across there; the mirrored stencil needs {PARENT_MARGIN}",
+                                    SIDE_NAMES[side]
+                                ),
+                            });
+                        }
+                        on_domain[side] = true;
+                    } else if gap < PARENT_MARGIN {
+                        let alternative = if parent.on_domain[side] {
+                            " (or touch that side: it is the domain's boundary)"
+                        } else {
+                            ""
+                        };
+                        return Err(Error::Layout {
+                            patch: name,
+                            reason: format!(
+                                "too close to the {} edge of its parent {parent_rect}: the ghost band and its \
+                                 interpolation stencil need {PARENT_MARGIN} parent cells on every side{alternative}",
+                                SIDE_NAMES[side]
+                            ),
+                        });
+                    }
                 }
                 if let Some((other, _)) = rects[..index].iter().enumerate().find(|(_, r)| r.overlaps(rect)) {
                     return Err(Error::Layout {
@@ -295,6 +339,7 @@ impl HierarchySpec {
                         tile: tile_for(level, alloc)?,
                     },
                     active: Rect::new(GHOST, GHOST, alloc[0] - GHOST, alloc[1] - GHOST),
+                    on_domain,
                 });
             }
             levels.push(patches);
@@ -350,7 +395,12 @@ mod tests {
         );
         check_refused(
             vec![vec![Rect::new(2, 6, 20, 20)]],
-            &["level 1 patch 0", "too close", "4 parent cells"],
+            &[
+                "level 1 patch 0",
+                "too close to the x_min edge",
+                "4 parent cells",
+                "or touch that side",
+            ],
         );
         check_refused(
             vec![vec![Rect::new(10, 10, 10, 20)]],
@@ -361,6 +411,35 @@ mod tests {
             &["level 2 patch 0", "too close"],
         );
         check_refused(vec![vec![]], &["level 1", "at least one patch"]);
+        // Touching the parent's edge is only allowed where that edge is the domain's.
+        check_refused(
+            vec![vec![Rect::new(0, 6, 20, 20)], vec![Rect::new(10, 12, 30, 30)]],
+            &["level 2 patch 0", "too close to the y_min edge"],
+        );
+        check_refused(
+            vec![vec![Rect::new(0, 6, 20, 20)], vec![Rect::new(2, 20, 30, 30)]],
+            &["level 2 patch 0", "too close to the x_min edge", "or touch that side"],
+        );
+        HierarchySpec {
+            base: [48, 3],
+            levels: vec![vec![Rect::new(0, 0, 20, 3)]],
+        }
+        .validate(&[])
+        .map(|_| ())
+        .expect_err("a parent 3 cells across cannot mirror a 4-cell stencil");
+    }
+
+    #[test]
+    fn patches_may_touch_the_domain_boundary_and_their_children_may_follow() {
+        let h = spec(vec![vec![Rect::new(0, 0, 20, 48)], vec![Rect::new(0, 10, 30, 96)]])
+            .validate(&[])
+            .unwrap();
+        assert_eq!(h.levels[0][0].on_domain, [true; 4]);
+        assert_eq!(h.levels[1][0].on_domain, [true, false, true, true]);
+        assert_eq!(h.levels[2][0].on_domain, [true, false, false, true]);
+        // The ghost band reaches beyond the domain on the touching sides.
+        assert_eq!(h.levels[1][0].origin, [-4, -4]);
+        assert_eq!(h.levels[2][0].origin, [-4, 16]);
     }
 
     #[test]

@@ -48,6 +48,86 @@ impl Edge {
     }
 }
 
+/// What a refined patch's coupling stencils find beyond one side of its
+/// active region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[repr(u32)]
+pub enum SideKind {
+    /// The parent's cells: the side is a coarse-fine interface.
+    Interface = 0,
+    /// A no-slip wall of the domain, possibly moving along itself.
+    Wall = 1,
+    /// A free-slip wall of the domain.
+    Symmetry = 2,
+}
+
+/// The [`SideKind`] of each side (x-min, x-max, y-min, y-max), packed two bits
+/// per side, x-min lowest, when passed to a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SideKinds(pub [SideKind; 4]);
+
+impl SideKinds {
+    /// Every side an interface: a patch clear of the domain's boundary.
+    pub const INTERFACES: SideKinds = SideKinds([SideKind::Interface; 4]);
+
+    pub fn packed(&self) -> u32 {
+        self.0.iter().enumerate().map(|(s, k)| (*k as u32) << (2 * s)).sum()
+    }
+    fn from_packed(kernel: Kernel, packed: u32) -> Result<Self> {
+        if packed >> 8 != 0 {
+            return Err(args_error(
+                kernel,
+                format!("side kinds {packed:#x} use more than 8 bits"),
+            ));
+        }
+        let mut kinds = [SideKind::Interface; 4];
+        for (s, kind) in kinds.iter_mut().enumerate() {
+            *kind = match (packed >> (2 * s)) & 3 {
+                0 => SideKind::Interface,
+                1 => SideKind::Wall,
+                2 => SideKind::Symmetry,
+                other => return Err(args_error(kernel, format!("side kind {other} is not in 0..=2"))),
+            };
+        }
+        Ok(SideKinds(kinds))
+    }
+    /// Whether `side` is a coarse-fine interface.
+    pub fn is_interface(&self, side: usize) -> bool {
+        self.0[side] == SideKind::Interface
+    }
+}
+
+/// The sides of a refined patch as its coupling stencils see them: mirror
+/// images of the cells inside stand in for the cells beyond a wall, with the
+/// velocity normal to the wall reversed and, for a no-slip wall, the
+/// tangential velocity reflected about the wall's own.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PatchSides {
+    pub kinds: SideKinds,
+    /// The velocity of each wall along itself (u_y for x sides, u_x for y
+    /// sides), lattice units; ignored for other kinds.
+    pub tangential: [f32; 4],
+}
+
+impl PatchSides {
+    /// Every side an interface.
+    pub const INTERFACES: PatchSides = PatchSides {
+        kinds: SideKinds::INTERFACES,
+        tangential: [0.0; 4],
+    };
+
+    fn push(&self, args: &mut Vec<Arg>) {
+        args.push(Arg::U32(self.kinds.packed()));
+        args.extend(self.tangential.map(Arg::F32));
+    }
+    fn read(r: &mut ArgReader) -> Result<Self> {
+        Ok(PatchSides {
+            kinds: SideKinds::from_packed(r.kernel, r.u32()?)?,
+            tangential: [r.f32()?, r.f32()?, r.f32()?, r.f32()?],
+        })
+    }
+}
+
 fn args_error(kernel: Kernel, reason: String) -> Error {
     Error::LaunchArgs {
         kernel: kernel.cuda_name().into(),
@@ -243,7 +323,8 @@ impl StreamCollide {
 }
 
 /// `fill_ghost`: one thread per ghost-band cell of the fine patch, bottom rows,
-/// then top rows, then the left and right columns between them.
+/// then top rows, then the left and right columns between them. Band cells
+/// beyond a wall side are filled too (from mirror images); nothing reads them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FillGhost {
     /// Parent populations at the start of its hop (time t).
@@ -252,9 +333,16 @@ pub struct FillGhost {
     pub coarse_t1: BufferId,
     pub fine_dst: BufferId,
     pub coarse: Layout,
+    /// The parent's active region: stencil cells beyond its sides that are the
+    /// domain's walls are read as mirror images (see `sides`).
+    pub coarse_active: Rect,
     pub fine: Layout,
-    /// Parent allocation coordinates of the fine allocation's lower-left corner.
-    pub offset: [u32; 2],
+    /// Parent allocation coordinates of the parent cell under the fine active
+    /// region's lower-left corner.
+    pub active_offset: [u32; 2],
+    /// The parent's sides as the stencil sees them: walls where the fine patch
+    /// touches the domain's boundary, interfaces elsewhere (never reached).
+    pub sides: PatchSides,
     /// Weight of `coarse_t1` in the time interpolation (0 or 1/2).
     pub alpha: f32,
     /// The fine level's relaxation times τ⁺ and τ⁻.
@@ -277,10 +365,11 @@ impl FillGhost {
             Arg::buffer(self.fine_dst),
         ];
         push_layout(&mut args, &self.coarse);
+        push_rect(&mut args, &self.coarse_active);
         push_layout(&mut args, &self.fine);
+        args.extend([Arg::U32(self.active_offset[0]), Arg::U32(self.active_offset[1])]);
+        self.sides.push(&mut args);
         args.extend([
-            Arg::U32(self.offset[0]),
-            Arg::U32(self.offset[1]),
             Arg::F32(self.alpha),
             Arg::F32(self.tau_plus),
             Arg::F32(self.tau_minus),
@@ -297,8 +386,10 @@ impl FillGhost {
             coarse_t1: r.buffer()?,
             fine_dst: r.buffer()?,
             coarse: r.layout()?,
+            coarse_active: r.rect()?,
             fine: r.layout()?,
-            offset: [r.u32()?, r.u32()?],
+            active_offset: [r.u32()?, r.u32()?],
+            sides: PatchSides::read(&mut r)?,
             alpha: r.f32()?,
             tau_plus: r.f32()?,
             tau_minus: r.f32()?,
@@ -320,6 +411,9 @@ pub struct RestrictToParent {
     pub covered: Rect,
     /// Fine allocation coordinates of the first active cell (the ghost width).
     pub fine_active_origin: u32,
+    /// The fine patch's sides: its stencil reads mirror images of fine active
+    /// cells beyond a wall side, and the ghost band beyond an interface.
+    pub sides: PatchSides,
     /// The parent level's relaxation times τ⁺ and τ⁻.
     pub tau_plus: f32,
     pub tau_minus: f32,
@@ -332,8 +426,9 @@ impl RestrictToParent {
         push_layout(&mut args, &self.fine);
         push_layout(&mut args, &self.coarse);
         push_rect(&mut args, &self.covered);
+        args.push(Arg::U32(self.fine_active_origin));
+        self.sides.push(&mut args);
         args.extend([
-            Arg::U32(self.fine_active_origin),
             Arg::F32(self.tau_plus),
             Arg::F32(self.tau_minus),
             Arg::F32(self.coarse_force[0]),
@@ -351,6 +446,7 @@ impl RestrictToParent {
             coarse: r.layout()?,
             covered: r.rect()?,
             fine_active_origin: r.u32()?,
+            sides: PatchSides::read(&mut r)?,
             tau_plus: r.f32()?,
             tau_minus: r.f32()?,
             coarse_force: [r.f32()?, r.f32()?],
@@ -493,28 +589,39 @@ impl UpdateBoundaryState {
     }
 }
 
-/// Number of parent cells in the ring around a covered rectangle of `w x h`
-/// parent cells: those at Chebyshev distance exactly one from it.
-pub fn ring_cells(w: u32, h: u32) -> usize {
-    (2 * (w + 2) + 2 * h) as usize
+/// Number of parent cells in the ring around a covered rectangle: those at
+/// Chebyshev distance exactly one from it, beyond its interface sides only
+/// (a wall side has no ring).
+pub fn ring_cells(covered: &Rect, kinds: SideKinds) -> usize {
+    let open = |s: usize| kinds.is_interface(s) as usize;
+    let (w, h) = (covered.width() as usize, covered.height() as usize);
+    let row = w + open(0) + open(1);
+    (open(2) + open(3)) * row + (open(0) + open(1)) * h
 }
 
 /// The `k`-th ring cell around `covered`: the row below (left to right, corners
-/// included), the row above, then the left and right columns between them.
-pub fn ring_cell(covered: &Rect, k: usize) -> (u32, u32) {
+/// included), the row above, then the left and right columns between them,
+/// each only beyond an interface side.
+pub fn ring_cell(covered: &Rect, kinds: SideKinds, k: usize) -> (u32, u32) {
+    let open = |s: usize| kinds.is_interface(s) as usize;
     let (w, h) = (covered.width() as usize, covered.height() as usize);
-    let row = w + 2;
-    let (x, y) = if k < row {
-        (covered.x0 as usize + k, covered.y0 as usize)
-    } else if k < 2 * row {
-        (covered.x0 as usize + k - row, covered.y1 as usize + 1)
-    } else if k < 2 * row + h {
-        (covered.x0 as usize, covered.y0 as usize + 1 + k - 2 * row)
+    let row = w + open(0) + open(1);
+    let bottom = open(2) * row;
+    let top = bottom + open(3) * row;
+    let left = top + open(0) * h;
+    // A ring cell beyond an interface side has a coordinate one less than the
+    // covered rectangle's, which the margin keeps at zero or above.
+    let first_x = covered.x0 as usize - open(0);
+    let (x, y) = if k < bottom {
+        (first_x + k, covered.y0 as usize - 1)
+    } else if k < top {
+        (first_x + k - bottom, covered.y1 as usize)
+    } else if k < left {
+        (covered.x0 as usize - 1, covered.y0 as usize + k - top)
     } else {
-        (covered.x1 as usize + 1, covered.y0 as usize + 1 + k - 2 * row - h)
+        (covered.x1 as usize, covered.y0 as usize + k - left)
     };
-    // Computed one cell up and right so nothing goes below zero; shift back.
-    (x as u32 - 1, y as u32 - 1)
+    (x as u32, y as u32)
 }
 
 /// The parent cells a fine allocation covers, in "fine allocation, parent
@@ -534,16 +641,18 @@ pub struct AccumulateFineFlux {
     /// One f32 per ring cell, in [`ring_cell`] order.
     pub flux: BufferId,
     pub layout: Layout,
+    /// The fine patch's sides; the ring lies beyond its interfaces only.
+    pub kinds: SideKinds,
 }
 
 impl AccumulateFineFlux {
     pub fn launch(&self) -> Launch {
         let mut args = vec![Arg::buffer(self.fine), Arg::buffer(self.flux)];
         push_layout(&mut args, &self.layout);
-        let covered = fine_covered(&self.layout);
+        args.push(Arg::U32(self.kinds.packed()));
         Launch::linear(
             Kernel::AccumulateFineFlux,
-            ring_cells(covered.width(), covered.height()),
+            ring_cells(&fine_covered(&self.layout), self.kinds),
             args,
         )
     }
@@ -554,6 +663,7 @@ impl AccumulateFineFlux {
             fine: r.buffer()?,
             flux: r.buffer()?,
             layout: r.layout()?,
+            kinds: SideKinds::from_packed(Kernel::AccumulateFineFlux, r.u32()?)?,
         };
         r.finish()?;
         Ok(decoded)
@@ -574,6 +684,8 @@ pub struct CorrectInterfaceMass {
     pub coarse: Layout,
     /// Covered parent cells, parent allocation coordinates.
     pub covered: Rect,
+    /// The fine patch's sides; the ring lies beyond its interfaces only.
+    pub kinds: SideKinds,
 }
 
 impl CorrectInterfaceMass {
@@ -585,6 +697,7 @@ impl CorrectInterfaceMass {
         ];
         push_layout(&mut args, &self.coarse);
         push_rect(&mut args, &self.covered);
+        args.push(Arg::U32(self.kinds.packed()));
         Launch::linear(Kernel::CorrectInterfaceMass, BLOCK_THREADS as usize, args)
     }
 
@@ -596,6 +709,7 @@ impl CorrectInterfaceMass {
             flux: r.buffer()?,
             coarse: r.layout()?,
             covered: r.rect()?,
+            kinds: SideKinds::from_packed(Kernel::CorrectInterfaceMass, r.u32()?)?,
         };
         r.finish()?;
         Ok(decoded)
@@ -692,8 +806,13 @@ mod tests {
             coarse_t1: BufferId(2),
             fine_dst: BufferId(3),
             coarse: layout,
+            coarse_active: Rect::new(0, 0, 12, 10),
             fine: layout,
-            offset: [5, 6],
+            active_offset: [5, 6],
+            sides: PatchSides {
+                kinds: SideKinds([SideKind::Interface, SideKind::Wall, SideKind::Symmetry, SideKind::Wall]),
+                tangential: [0.0, 0.1, 0.0, -0.2],
+            },
             alpha: 0.5,
             tau_plus: 0.6,
             tau_minus: 0.9,
@@ -707,6 +826,7 @@ mod tests {
             coarse: layout,
             covered: Rect::new(1, 2, 3, 4),
             fine_active_origin: 4,
+            sides: PatchSides::INTERFACES,
             tau_plus: 0.6,
             tau_minus: 0.9,
             coarse_force: [0.0, 0.0],
@@ -726,6 +846,12 @@ mod tests {
             fine: BufferId(1),
             flux: BufferId(2),
             layout,
+            kinds: SideKinds([
+                SideKind::Wall,
+                SideKind::Interface,
+                SideKind::Interface,
+                SideKind::Symmetry,
+            ]),
         };
         assert_eq!(AccumulateFineFlux::decode(&ff.launch()).unwrap(), ff);
         let cm = CorrectInterfaceMass {
@@ -734,6 +860,7 @@ mod tests {
             flux: BufferId(3),
             coarse: layout,
             covered: Rect::new(3, 3, 7, 6),
+            kinds: SideKinds::INTERFACES,
         };
         assert_eq!(CorrectInterfaceMass::decode(&cm.launch()).unwrap(), cm);
         let ub = UpdateBoundaryState::new(BufferId(1), BufferId(2), &Amplitude::Sine { period: 400.0 });
@@ -759,17 +886,49 @@ mod tests {
     }
 
     #[test]
-    fn the_ring_visits_each_neighbour_of_the_rectangle_once() {
+    fn the_ring_visits_each_neighbour_beyond_an_interface_once() {
         let covered = Rect::new(3, 4, 7, 6);
-        let mut seen = std::collections::BTreeSet::new();
-        for k in 0..ring_cells(covered.width(), covered.height()) {
-            let (x, y) = ring_cell(&covered, k);
-            let outside = !covered.contains(x, y);
-            let touching = x + 1 >= covered.x0 && x <= covered.x1 && y + 1 >= covered.y0 && y <= covered.y1;
-            assert!(outside && touching, "({x},{y}) is not a ring cell");
-            assert!(seen.insert((x, y)), "({x},{y}) visited twice");
+        let (i, w) = (SideKind::Interface, SideKind::Wall);
+        for (kinds, expected) in [
+            ([i, i, i, i], 2 * (4 + 2) + 2 * 2),
+            ([w, i, i, i], 2 * (4 + 1) + 2),
+            ([i, i, w, SideKind::Symmetry], 2 * 2),
+            ([w, w, w, w], 0),
+        ] {
+            let kinds = SideKinds(kinds);
+            let mut seen = std::collections::BTreeSet::new();
+            for k in 0..ring_cells(&covered, kinds) {
+                let (x, y) = ring_cell(&covered, kinds, k);
+                let outside = !covered.contains(x, y);
+                let touching = x + 1 >= covered.x0 && x <= covered.x1 && y + 1 >= covered.y0 && y <= covered.y1;
+                assert!(outside && touching, "({x},{y}) is not a ring cell");
+                let beyond_wall = (x < covered.x0 && !kinds.is_interface(0))
+                    || (x >= covered.x1 && !kinds.is_interface(1))
+                    || (y < covered.y0 && !kinds.is_interface(2))
+                    || (y >= covered.y1 && !kinds.is_interface(3));
+                assert!(!beyond_wall, "({x},{y}) lies beyond a wall side");
+                assert!(seen.insert((x, y)), "({x},{y}) visited twice");
+            }
+            assert_eq!(seen.len(), expected, "{kinds:?}");
         }
-        assert_eq!(seen.len(), 2 * (4 + 2) + 2 * 2);
+    }
+
+    #[test]
+    fn side_kinds_refuse_an_unknown_code() {
+        let mut launch = AccumulateFineFlux {
+            fine: BufferId(1),
+            flux: BufferId(2),
+            layout: Layout {
+                nx: 12,
+                ny: 12,
+                tile: [12, 12],
+            },
+            kinds: SideKinds::INTERFACES,
+        }
+        .launch();
+        *launch.args.last_mut().unwrap() = Arg::U32(3 << 4);
+        let message = AccumulateFineFlux::decode(&launch).unwrap_err().to_string();
+        assert!(message.contains("side kind 3"), "{message}");
     }
 
     #[test]

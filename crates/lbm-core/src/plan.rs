@@ -24,10 +24,12 @@
 use serde::Serialize;
 
 use crate::device::{BufferId, Launch};
-use crate::hierarchy::{GHOST, Hierarchy, Patch, Rect};
+use crate::error::{Error, Result};
+use crate::hierarchy::{GHOST, Hierarchy, Patch, Rect, SIDE_NAMES};
 use crate::lattice::Relaxation;
 use crate::launch::{
-    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, Edge, FillGhost, RestrictToParent, StreamCollide,
+    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, Edge, FillGhost, PatchSides, RestrictToParent,
+    SideKind, StreamCollide,
 };
 
 /// What one plan step does.
@@ -91,10 +93,39 @@ pub struct LevelPhysics {
     pub force: [f32; 2],
 }
 
+/// The sides of a refined patch as its coupling and its `stream_collide` see
+/// them: where it touches the domain's boundary, that side's wall (moving
+/// along itself with the side's wall velocity) or free-slip wall; an interface
+/// with its parent elsewhere. Touching any other kind of side is refused.
+pub fn patch_sides(patch: &Patch, edges: [Edge; 4], wall_velocity: [[f32; 2]; 4]) -> Result<PatchSides> {
+    let mut sides = PatchSides::INTERFACES;
+    for side in (0..4).filter(|&s| patch.on_domain[s]) {
+        sides.kinds.0[side] = match edges[side] {
+            Edge::Wall => SideKind::Wall,
+            Edge::Symmetry => SideKind::Symmetry,
+            other => {
+                return Err(Error::Layout {
+                    patch: format!("level {} patch {} {}", patch.level, patch.index, patch.rect),
+                    reason: format!(
+                        "touches the domain's {} side, which is {other:?}; a patch may touch only a wall, \
+                         moving wall or symmetry side: keep it 4 parent cells away from this one",
+                        SIDE_NAMES[side]
+                    ),
+                });
+            }
+        };
+        // A wall moves along itself: u_y on an x side, u_x on a y side.
+        sides.tangential[side] = wall_velocity[side][if side < 2 { 1 } else { 0 }];
+    }
+    Ok(sides)
+}
+
 /// Inputs of [`HopPlan::build`].
 pub struct PlanInputs<'a> {
     pub hierarchy: &'a Hierarchy,
     pub buffers: &'a [Vec<PatchBuffers>],
+    /// [`patch_sides`] of every patch, indexed like `hierarchy.levels`.
+    pub sides: &'a [Vec<PatchSides>],
     pub physics: &'a [LevelPhysics],
     pub base_edges: [Edge; 4],
     pub wall_velocity: [[f32; 2]; 4],
@@ -182,11 +213,14 @@ impl Builder<'_> {
         let physics = inputs.physics[level];
         for patch in &hierarchy.levels[level] {
             let buffers = inputs.buffers[level][patch.index];
-            let edges = if level == 0 {
-                inputs.base_edges
-            } else {
-                [Edge::Ghost; 4]
-            };
+            let sides = inputs.sides[level][patch.index].kinds;
+            let edges = std::array::from_fn(|s| {
+                if patch.on_domain[s] && (level == 0 || !sides.is_interface(s)) {
+                    inputs.base_edges[s]
+                } else {
+                    Edge::Ghost
+                }
+            });
             let launch = StreamCollide {
                 src: self.current(patch),
                 dst: self.spare(patch),
@@ -235,13 +269,17 @@ impl Builder<'_> {
             for sub in 0..2 {
                 for child in &hierarchy.levels[level + 1] {
                     let parent = &hierarchy.levels[level][child.parent.expect("refined patches have parents")];
+                    let sides = inputs.sides[level + 1][child.index];
                     let launch = FillGhost {
                         coarse_t: self.current(parent),
                         coarse_t1: self.spare(parent),
                         fine_dst: self.current(child),
                         coarse: parent.layout,
+                        coarse_active: parent.active,
                         fine: child.layout,
-                        offset: child_offset(child, parent),
+                        active_offset: child_offset(child, parent),
+                        // The parent's sides the child touches are the same walls.
+                        sides,
                         alpha: 0.5 * sub as f32,
                         tau_plus: child_physics.relaxation.tau_plus as f32,
                         tau_minus: child_physics.relaxation.tau_minus as f32,
@@ -253,6 +291,7 @@ impl Builder<'_> {
                         fine: self.current(child),
                         flux: self.flux(child),
                         layout: child.layout,
+                        kinds: sides.kinds,
                     }
                     .launch();
                     self.push(format!("{}.accumulate_fine_flux.{sub}", child.name()), launch);
@@ -262,13 +301,8 @@ impl Builder<'_> {
             for child in &hierarchy.levels[level + 1] {
                 let parent = &hierarchy.levels[level][child.parent.expect("refined patches have parents")];
                 let [ox, oy] = child_offset(child, parent);
-                let half = GHOST / 2;
-                let covered = Rect::new(
-                    ox + half,
-                    oy + half,
-                    ox + half + child.rect.width(),
-                    oy + half + child.rect.height(),
-                );
+                let sides = inputs.sides[level + 1][child.index];
+                let covered = Rect::new(ox, oy, ox + child.rect.width(), oy + child.rect.height());
                 let launch = RestrictToParent {
                     fine_src: self.current(child),
                     coarse_dst: self.spare(parent),
@@ -276,6 +310,7 @@ impl Builder<'_> {
                     coarse: parent.layout,
                     covered,
                     fine_active_origin: GHOST,
+                    sides,
                     tau_plus: physics.relaxation.tau_plus as f32,
                     tau_minus: physics.relaxation.tau_minus as f32,
                     coarse_force: physics.force,
@@ -288,6 +323,7 @@ impl Builder<'_> {
                     flux: self.flux(child),
                     coarse: parent.layout,
                     covered,
+                    kinds: sides.kinds,
                 }
                 .launch();
                 self.push(format!("{}.correct_interface_mass", child.name()), launch);
@@ -297,12 +333,9 @@ impl Builder<'_> {
     }
 }
 
-/// Parent allocation coordinates of the child allocation's lower-left corner.
+/// Parent allocation coordinates of the parent cell under the child's active
+/// region's lower-left corner (the child's rectangle is given in parent-level
+/// global coordinates, and lies inside the parent's active region).
 fn child_offset(child: &Patch, parent: &Patch) -> [u32; 2] {
-    // The child allocation starts GHOST fine cells (GHOST/2 parent cells) before
-    // its rectangle, which is given in parent-level global coordinates.
-    [0, 1].map(|k| {
-        let corner = [child.rect.x0, child.rect.y0][k] as i64 - (GHOST / 2) as i64;
-        (corner - parent.origin[k]) as u32
-    })
+    [0, 1].map(|k| ([child.rect.x0, child.rect.y0][k] as i64 - parent.origin[k]) as u32)
 }

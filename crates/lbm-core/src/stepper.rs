@@ -19,10 +19,13 @@ use crate::error::{Error, Result};
 use crate::geometry::{self, Body};
 use crate::hierarchy::{Hierarchy, HierarchySpec, Patch};
 use crate::lattice::{self, Collision, Moments, Q, Relaxation};
-use crate::launch::{Amplitude, EXCHANGE_WORDS, Edge, LINK_WORDS, UpdateBoundaryState, fine_covered, ring_cells};
+use crate::launch::{
+    Amplitude, EXCHANGE_WORDS, Edge, LINK_WORDS, PatchSides, UpdateBoundaryState, fine_covered, ring_cells,
+};
 use crate::ledger::{ExchangeRecord, MemoryLedger};
 use crate::plan::{
     Accumulators, Action, BoundaryBuffers, ExchangeBuffers, HopPlan, LevelPhysics, PatchBuffers, PlanInputs,
+    patch_sides,
 };
 
 /// The physics of a run, in lattice units of the base level.
@@ -198,6 +201,8 @@ struct Inner<D: Driver> {
     exec: ExecConfig,
     hierarchy: Hierarchy,
     physics: Vec<LevelPhysics>,
+    /// How each patch's coupling sees its sides, indexed like the hierarchy.
+    sides: Vec<Vec<PatchSides>>,
     buffers: Vec<Vec<PatchBuffers>>,
     exchange: Vec<ExchangeBuffers>,
     accumulators: Vec<Accumulators>,
@@ -236,10 +241,26 @@ impl<D: Driver> Stepper<D> {
             }
         }
         let physics = (0..hierarchy.n_levels()).map(|l| lattice.level_physics(l)).collect();
+        let wall_velocity = lattice.wall_velocity.map(|v| v.map(|c| c as f32));
+        let sides = hierarchy
+            .levels
+            .iter()
+            .map(|patches| {
+                patches
+                    .iter()
+                    .map(|p| match p.level {
+                        // The base grid's sides are its edges; it has no coupling.
+                        0 => Ok(PatchSides::INTERFACES),
+                        _ => patch_sides(p, lattice.edges, wall_velocity),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut inner = Inner {
             driver,
             hierarchy,
             physics,
+            sides,
             buffers: Vec::new(),
             exchange: Vec::new(),
             accumulators: Vec::new(),
@@ -271,6 +292,7 @@ impl<D: Driver> Stepper<D> {
         inner.plan = HopPlan::build(&PlanInputs {
             hierarchy: &inner.hierarchy,
             buffers: &inner.buffers,
+            sides: &inner.sides,
             physics: &inner.physics,
             base_edges: inner.lattice.edges,
             wall_velocity: inner.lattice.wall_velocity.map(|v| v.map(|c| c as f32)),
@@ -626,8 +648,7 @@ impl<D: Driver> Inner<D> {
                 self.buffers.push(Vec::new());
             }
             let flux = if patch.level > 0 {
-                let covered = fine_covered(&patch.layout);
-                let cells = ring_cells(covered.width(), covered.height());
+                let cells = ring_cells(&fine_covered(&patch.layout), self.sides[patch.level][patch.index].kinds);
                 Some(self.alloc(format!("{name}.interface_flux"), cells * 4)?)
             } else {
                 None

@@ -2,7 +2,9 @@
 //! (a Taylor–Green vortex, populations rebuilt with the full non-equilibrium
 //! part of each level), `fill_ghost` must reproduce the fine field in the ghost
 //! band and `restrict_to_parent` the coarse field under the patch, with errors
-//! that fall at second order in the grid spacing.
+//! that fall at second order in the grid spacing. The same holds for a patch
+//! touching a free-slip wall of the domain placed on a symmetry line of the
+//! vortex, where the operators read mirror images beyond the wall.
 
 use std::f64::consts::PI;
 
@@ -11,7 +13,7 @@ use lbm_core::cpu::{band_cell, fill_ghost, restrict_to_parent};
 use lbm_core::geometry::cell_center;
 use lbm_core::hierarchy::{GHOST, HierarchySpec, Patch, Rect};
 use lbm_core::lattice::{self, Collision, Moments, Q, Relaxation};
-use lbm_core::launch::{FillGhost, RestrictToParent};
+use lbm_core::launch::{FillGhost, PatchSides, RestrictToParent, SideKind};
 
 const TAU: f64 = 0.65;
 const U0: f64 = 0.03;
@@ -48,13 +50,15 @@ fn analytic(n: u32, x: f64, y: f64, level: i32, relaxation: Relaxation) -> [f32;
     std::array::from_fn(|i| feq[i] + (1.0 - 1.0 / tp) * even[i] + (1.0 - 1.0 / tm) * (odd[i] + curved[i]))
 }
 
-fn field(n: u32, patch: &Patch, relaxation: Relaxation) -> Vec<f32> {
+/// The vortex on every cell of `patch`'s allocation, shifted up by `shift`
+/// base cells.
+fn field(n: u32, patch: &Patch, relaxation: Relaxation, shift: f64) -> Vec<f32> {
     let plane = patch.layout.plane_cells();
     let mut f = vec![f32::NAN; Q * plane];
     for y in 0..patch.layout.ny {
         for x in 0..patch.layout.nx {
             let [cx, cy] = cell_center(patch, x, y);
-            let cell = analytic(n, cx, cy, patch.level as i32, relaxation);
+            let cell = analytic(n, cx, cy + shift, patch.level as i32, relaxation);
             for (i, v) in cell.iter().enumerate() {
                 f[i * plane + patch.layout.index(x, y)] = *v;
             }
@@ -81,23 +85,34 @@ fn compare(got: &[f32], want: &[f32], plane: usize, cells: impl Iterator<Item = 
     (du / U0, dn / nn)
 }
 
-/// (fill_ghost, restrict) errors for a vortex of wavelength `n` on an `n`² base
-/// with the centre half refined.
-fn errors(n: u32) -> [(f64, f64); 2] {
+/// (fill_ghost, restrict) errors for a vortex of wavelength `n`: on an `n`²
+/// base with the centre half refined, or (`walled`) on an `n` x `n/2` base
+/// whose bottom side, a free-slip wall, lies on the vortex's symmetry line
+/// `y = n/4` and which the refined patch touches.
+fn errors(n: u32, walled: bool) -> [(f64, f64); 2] {
     let q = n / 4;
+    let (base, patch, shift) = if walled {
+        ([n, 2 * q], Rect::new(q, 0, 3 * q, q), q as f64)
+    } else {
+        ([n, n], Rect::new(q, q, 3 * q, 3 * q), 0.0)
+    };
     let hierarchy = HierarchySpec {
-        base: [n, n],
-        levels: vec![vec![Rect::new(q, q, 3 * q, 3 * q)]],
+        base,
+        levels: vec![vec![patch]],
     }
     .validate(&[])
     .unwrap();
+    let mut sides = PatchSides::INTERFACES;
+    if walled {
+        sides.kinds.0[2] = SideKind::Symmetry;
+    }
     let (coarse, fine) = (&hierarchy.levels[0][0], &hierarchy.levels[1][0]);
     let collision = Collision::default();
     let (r0, r1) = (
         Relaxation::new(collision, TAU),
         Relaxation::new(collision, 2.0 * TAU - 0.5),
     );
-    let (coarse_field, fine_field) = (field(n, coarse, r0), field(n, fine, r1));
+    let (coarse_field, fine_field) = (field(n, coarse, r0, shift), field(n, fine, r1, shift));
 
     let mut ghost = vec![f32::NAN; fine_field.len()];
     let fill = FillGhost {
@@ -105,8 +120,10 @@ fn errors(n: u32) -> [(f64, f64); 2] {
         coarse_t1: BufferId(1),
         fine_dst: BufferId(2),
         coarse: coarse.layout,
+        coarse_active: coarse.active,
         fine: fine.layout,
-        offset: [q - GHOST / 2, q - GHOST / 2],
+        active_offset: [patch.x0, patch.y0],
+        sides,
         alpha: 0.5,
         tau_plus: r1.tau_plus as f32,
         tau_minus: r1.tau_minus as f32,
@@ -120,7 +137,7 @@ fn errors(n: u32) -> [(f64, f64); 2] {
     let fill_errors = compare(&ghost, &fine_field, fine.layout.plane_cells(), band);
 
     let mut restricted: Vec<f32> = coarse_field.iter().map(|_| f32::NAN).collect();
-    let covered = Rect::new(q, q, 3 * q, 3 * q);
+    let covered = patch;
     let restrict = RestrictToParent {
         fine_src: BufferId(0),
         coarse_dst: BufferId(1),
@@ -128,6 +145,7 @@ fn errors(n: u32) -> [(f64, f64); 2] {
         coarse: coarse.layout,
         covered,
         fine_active_origin: GHOST,
+        sides,
         tau_plus: r0.tau_plus as f32,
         tau_minus: r0.tau_minus as f32,
         coarse_force: [0.0; 2],
@@ -143,10 +161,9 @@ fn errors(n: u32) -> [(f64, f64); 2] {
     [fill_errors, restrict_errors]
 }
 
-#[test]
-fn coupling_operators_reproduce_a_smooth_field_at_second_order() {
-    let coarse = errors(48);
-    let fine = errors(96);
+fn check_second_order(walled: bool) {
+    let coarse = errors(48, walled);
+    let fine = errors(96, walled);
     for (name, (c, f)) in ["fill_ghost", "restrict_to_parent"]
         .iter()
         .zip(coarse.iter().zip(fine.iter()))
@@ -160,4 +177,14 @@ fn coupling_operators_reproduce_a_smooth_field_at_second_order() {
             c.1 / f.1
         );
     }
+}
+
+#[test]
+fn coupling_operators_reproduce_a_smooth_field_at_second_order() {
+    check_second_order(false);
+}
+
+#[test]
+fn coupling_at_a_free_slip_wall_reads_mirror_images_at_second_order() {
+    check_second_order(true);
 }

@@ -125,22 +125,48 @@ pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Re
                     2 * GHOST
                 )));
             }
+            let a = k.coarse_active;
+            if a.x0 >= a.x1 || a.y0 >= a.y1 || a.x1 > k.coarse.nx || a.y1 > k.coarse.ny {
+                return Err(refuse(format!(
+                    "the parent's active region {a} is not inside its {}x{} allocation",
+                    k.coarse.nx, k.coarse.ny
+                )));
+            }
             // The parent stencil of band cell (fx, fy) spans floor(p) - 1 ..= floor(p) + 2
-            // with p as the kernel computes it; p grows with fx, so the corners bound it.
-            for (axis, (offset, fine_n, coarse_n)) in [
-                (k.offset[0], k.fine.nx, k.coarse.nx),
-                (k.offset[1], k.fine.ny, k.coarse.ny),
+            // with p as the kernel computes it; p grows with fx, so the corners bound
+            // it. Beyond a wall side the kernel reads the mirror image instead, so
+            // the cells read are the mirrored range's.
+            for (axis, (offset, fine_n, coarse_n, lo, hi)) in [
+                (k.active_offset[0], k.fine.nx, k.coarse.nx, a.x0, a.x1),
+                (k.active_offset[1], k.fine.ny, k.coarse.ny, a.y0, a.y1),
             ]
             .into_iter()
             .enumerate()
             {
-                let first = parent_floor(offset, 0);
-                let last = parent_floor(offset, fine_n - 1);
-                if first < 1.0 || last + 2.0 >= coarse_n as f32 {
+                let start = offset as i64 - (GHOST / 2) as i64;
+                let first = parent_floor(start, 0) - 1;
+                let last = parent_floor(start, fine_n - 1) + 2;
+                let walls = [2 * axis, 2 * axis + 1].map(|side| !k.sides.kinds.is_interface(side));
+                let (lo, hi) = (lo as i64, hi as i64);
+                let mirrored = |c: i64| match c {
+                    c if c < lo && walls[0] => 2 * lo - 1 - c,
+                    c if c >= hi && walls[1] => 2 * hi - 1 - c,
+                    c => c,
+                };
+                // The mirror map is monotone between these breakpoints.
+                let read: Vec<i64> = [first, last, lo - 1, lo, hi - 1, hi]
+                    .into_iter()
+                    .filter(|c| (first..=last).contains(c))
+                    .map(mirrored)
+                    .collect();
+                let (min, max) = (read.iter().min(), read.iter().max());
+                if min
+                    .zip(max)
+                    .is_none_or(|(&min, &max)| min < 0 || max >= coarse_n as i64)
+                {
                     return Err(refuse(format!(
-                        "offset {offset} on axis {axis}: the parent stencil needs cells {} to {} of {coarse_n}",
-                        first - 1.0,
-                        last + 2.0
+                        "active offset {offset} on axis {axis}: the parent stencil needs cells {first} to {last} \
+                         of {coarse_n} (mirrored beyond wall sides)"
                     )));
                 }
             }
@@ -186,8 +212,7 @@ pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Re
                     2 * GHOST
                 )));
             }
-            let covered = fine_covered(&k.layout);
-            let ring = ring_cells(covered.width(), covered.height());
+            let ring = ring_cells(&fine_covered(&k.layout), k.kinds);
             region(0, "fine", Q * plane * 4, 4)?;
             region(1, "flux", ring * 4, 4)?;
             distinct(1, &[0])?;
@@ -197,7 +222,15 @@ pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Re
             let k = CorrectInterfaceMass::decode(&at_zero)?;
             let plane = plane_cells(&k.coarse, &refuse)?;
             let c = k.covered;
-            if c.x0 == 0 || c.y0 == 0 || c.x0 > c.x1 || c.y0 > c.y1 || c.x1 >= k.coarse.nx || c.y1 >= k.coarse.ny {
+            // The ring lies one cell beyond each interface side.
+            let room = |side: usize| k.kinds.is_interface(side) as u32;
+            if c.x0 < room(0)
+                || c.y0 < room(2)
+                || c.x0 > c.x1
+                || c.y0 > c.y1
+                || c.x1 + room(1) > k.coarse.nx
+                || c.y1 + room(3) > k.coarse.ny
+            {
                 return Err(refuse(format!(
                     "the ring around {c} is not inside the {}x{} parent",
                     k.coarse.nx, k.coarse.ny
@@ -213,7 +246,7 @@ pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Re
             }
             region(0, "coarse_t", Q * plane * 4, 4)?;
             region(1, "coarse_t1", Q * plane * 4, 4)?;
-            region(2, "flux", ring_cells(c.width(), c.height()) * 4, 4)?;
+            region(2, "flux", ring_cells(&c, k.kinds) * 4, 4)?;
             distinct(1, &[0, 2])?;
             distinct(2, &[0])?;
             BLOCK_THREADS as usize
@@ -274,15 +307,15 @@ fn plane_cells(layout: &Layout, refuse: &impl Fn(String) -> Error) -> Result<usi
 }
 
 /// `floor(p)` of fine cell `f` in `fill_ghost`, in the kernel's f32 arithmetic.
-fn parent_floor(offset: u32, f: u32) -> f32 {
-    (offset as f32 + (f as f32 + 0.5) * 0.5 - 0.5).floor()
+fn parent_floor(start: i64, f: u32) -> i64 {
+    (start as f32 + (f as f32 + 0.5) * 0.5 - 0.5).floor() as i64
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use lbm_core::hierarchy::Rect;
-    use lbm_core::launch::Amplitude;
+    use lbm_core::launch::{Amplitude, PatchSides, SideKind, SideKinds};
 
     const SIZES: [usize; 8] = [8000, 8000, 1000, 16000, 16000, 64000, 64, 64];
 
@@ -457,14 +490,16 @@ mod tests {
             ny: 20,
             tile: [4, 4],
         };
-        let fill = |offset: [u32; 2]| {
+        let fill_with = |active_offset: [u32; 2], sides: PatchSides| {
             FillGhost {
                 coarse_t: BufferId(3),
                 coarse_t1: BufferId(4),
                 fine_dst: BufferId(5),
                 coarse,
+                coarse_active: Rect::new(0, 0, 20, 20),
                 fine,
-                offset,
+                active_offset,
+                sides,
                 alpha: 0.5,
                 tau_plus: 0.6,
                 tau_minus: 0.7,
@@ -472,12 +507,23 @@ mod tests {
             }
             .launch()
         };
-        // Band cell 0 has its stencil from parent cell offset - 2; the last
-        // (fine cell 15) up to offset + 9.
-        expect(&fill([2, 2]), &["ok"]);
-        expect(&fill([1, 2]), &["axis 0", "parent stencil"]);
-        expect(&fill([10, 10]), &["ok"]);
-        expect(&fill([10, 11]), &["axis 1", "parent stencil"]);
+        let fill = |active_offset: [u32; 2]| fill_with(active_offset, PatchSides::INTERFACES);
+        // Band cell 0 has its stencil from parent cell active_offset - 4; the
+        // last (fine cell 15) up to active_offset + 7.
+        expect(&fill([4, 4]), &["ok"]);
+        expect(&fill([3, 4]), &["axis 0", "parent stencil"]);
+        expect(&fill([12, 12]), &["ok"]);
+        expect(&fill([12, 13]), &["axis 1", "parent stencil"]);
+        // Touching a wall side: the stencil reads mirror images instead.
+        let walled = |side: usize| {
+            let mut sides = PatchSides::INTERFACES;
+            sides.kinds.0[side] = SideKind::Wall;
+            sides
+        };
+        expect(&fill_with([0, 4], walled(0)), &["ok"]);
+        expect(&fill_with([4, 14], walled(3)), &["ok"]);
+        expect(&fill([4, 14]), &["axis 1", "parent stencil"]);
+        expect(&fill_with([0, 4], walled(2)), &["axis 0", "parent stencil"]);
         let restrict = |covered: Rect| {
             RestrictToParent {
                 fine_src: BufferId(5),
@@ -486,6 +532,7 @@ mod tests {
                 coarse,
                 covered,
                 fine_active_origin: GHOST,
+                sides: PatchSides::INTERFACES,
                 tau_plus: 0.6,
                 tau_minus: 0.7,
                 coarse_force: [0.0; 2],
@@ -505,19 +552,27 @@ mod tests {
             ny: 20,
             tile: [20, 20],
         };
-        let correct = |covered: Rect| {
+        let correct_with = |covered: Rect, kinds: SideKinds| {
             CorrectInterfaceMass {
                 coarse_t: BufferId(3),
                 coarse_t1: BufferId(4),
                 flux: BufferId(2),
                 coarse,
                 covered,
+                kinds,
             }
             .launch()
         };
+        let correct = |covered: Rect| correct_with(covered, SideKinds::INTERFACES);
         expect(&correct(Rect::new(1, 1, 19, 19)), &["ok"]);
         expect(&correct(Rect::new(0, 1, 19, 19)), &["ring around", "not inside"]);
         expect(&correct(Rect::new(1, 1, 20, 19)), &["ring around", "not inside"]);
+        let (i, w) = (SideKind::Interface, SideKind::Wall);
+        expect(&correct_with(Rect::new(0, 1, 20, 19), SideKinds([w, w, i, i])), &["ok"]);
+        expect(
+            &correct_with(Rect::new(0, 0, 20, 19), SideKinds([w, w, i, i])),
+            &["ring around"],
+        );
         let mut launch = correct(Rect::new(4, 4, 8, 8));
         launch.grid = [2, 1, 1];
         expect(&launch, &["one block of 256"]);
@@ -533,6 +588,7 @@ mod tests {
                     ny: 16,
                     tile: [4, 4],
                 },
+                kinds: SideKinds::INTERFACES,
             }
             .launch()
         };

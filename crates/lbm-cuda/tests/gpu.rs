@@ -570,6 +570,20 @@ fn refined_lattice(bodies: Vec<Body>) -> LatticeConfig {
     }
 }
 
+/// [`refined_lattice`] with its patches on the domain's sides: a moving wall
+/// (x-min), a free-slip side (x-max), a wall (y-min) and a lid (y-max); the
+/// level-2 patch sits in a corner.
+fn walled_lattice() -> LatticeConfig {
+    let mut lattice = refined_lattice(Vec::new());
+    lattice.hierarchy.levels = vec![
+        vec![Rect::new(0, 0, 16, 20), Rect::new(30, 20, 48, 40)],
+        vec![Rect::new(0, 0, 16, 20)],
+    ];
+    lattice.edges = [Edge::Wall, Edge::Symmetry, Edge::Wall, Edge::Wall];
+    lattice.wall_velocity = [[0.0, 0.02], [0.0; 2], [0.0; 2], [0.03, 0.0]];
+    lattice
+}
+
 const TILINGS: [&[Option<[u32; 2]>]; 3] = [
     &[],
     &[Some([4, 4]), Some([4, 4]), Some([4, 4])],
@@ -584,14 +598,15 @@ const TILINGS: [&[Option<[u32; 2]>]; 3] = [
 fn coupling_kernels_match_the_cpu_on_plan_geometry() {
     let mut twin = Twin::new();
     let mut rng = Rng(2);
-    for tiles in TILINGS {
+    for (tiles, lattice) in TILINGS
+        .into_iter()
+        .flat_map(|t| [(t, refined_lattice(Vec::new())), (t, walled_lattice())])
+    {
         let exec = ExecConfig {
             tiles: tiles.to_vec(),
             ..ExecConfig::default()
         };
-        let plan = Stepper::new(CpuDriver::new(), refined_lattice(Vec::new()), exec)
-            .unwrap()
-            .plan();
+        let plan = Stepper::new(CpuDriver::new(), lattice, exec).unwrap().plan();
         let mut seen = std::collections::BTreeSet::new();
         for step in plan.interval(0) {
             let Action::Launch(launch) = &step.action else {
@@ -618,8 +633,7 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
                 }
                 Kernel::AccumulateFineFlux => {
                     let mut k = AccumulateFineFlux::decode(launch).unwrap();
-                    let covered = fine_covered(&k.layout);
-                    let n_ring = ring_cells(covered.width(), covered.height());
+                    let n_ring = ring_cells(&fine_covered(&k.layout), k.kinds);
                     k.fine = twin.buffer("fine", &random_populations(&mut rng, k.layout.plane_cells()));
                     k.flux = twin.buffer("flux", &garbage(&mut rng, n_ring));
                     twin.launch(&k.launch());
@@ -628,7 +642,7 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
                 Kernel::CorrectInterfaceMass => {
                     let mut k = CorrectInterfaceMass::decode(launch).unwrap();
                     let plane = k.coarse.plane_cells();
-                    let n_ring = ring_cells(k.covered.width(), k.covered.height());
+                    let n_ring = ring_cells(&k.covered, k.kinds);
                     k.coarse_t = twin.buffer("coarse_t", &random_populations(&mut rng, plane));
                     k.coarse_t1 = twin.buffer("coarse_t1", &random_populations(&mut rng, plane));
                     k.flux = twin.buffer("flux", &garbage(&mut rng, n_ring));
@@ -815,6 +829,23 @@ fn stepper_runs_match_the_cpu_on_a_refined_case_with_a_body() {
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn stepper_runs_match_the_cpu_on_a_refined_channel_with_an_inlet() {
     check_stepper_runs(channel_lattice);
+}
+
+/// [`channel_lattice`] with the cylinder's patch spanning the channel from
+/// wall to wall and a level-2 patch on the bottom wall.
+fn walled_channel_lattice() -> LatticeConfig {
+    let mut lattice = channel_lattice();
+    lattice.hierarchy.levels = vec![
+        vec![Rect::new(8, 0, 24, 40), Rect::new(30, 10, 40, 30)],
+        vec![Rect::new(24, 0, 40, 16)],
+    ];
+    lattice
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn stepper_runs_match_the_cpu_with_patches_on_the_channel_walls() {
+    check_stepper_runs(walled_channel_lattice);
 }
 
 /// Runs `lattice` on both backends for seven intervals in batches and compares

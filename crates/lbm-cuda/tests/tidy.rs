@@ -20,8 +20,8 @@ use std::path::PathBuf;
 
 use lbm_core::hierarchy::{Layout, Rect};
 use lbm_core::launch::{
-    AccumulateExchange, AccumulateFineFlux, Amplitude, CorrectInterfaceMass, Edge, FillGhost, RestrictToParent,
-    StreamCollide, UpdateBoundaryState,
+    AccumulateExchange, AccumulateFineFlux, Amplitude, CorrectInterfaceMass, Edge, FillGhost, PatchSides,
+    RestrictToParent, SideKinds, StreamCollide, UpdateBoundaryState,
 };
 use lbm_core::{Arg, BufferId, Kernel, Launch};
 
@@ -174,8 +174,10 @@ fn sample(kernel: Kernel) -> Launch {
             coarse_t1: b,
             fine_dst: c,
             coarse: layout,
+            coarse_active: rect,
             fine: layout,
-            offset: [2, 2],
+            active_offset: [4, 4],
+            sides: PatchSides::INTERFACES,
             alpha: 0.0,
             tau_plus: 0.6,
             tau_minus: 0.7,
@@ -189,6 +191,7 @@ fn sample(kernel: Kernel) -> Launch {
             coarse: layout,
             covered: rect,
             fine_active_origin: 4,
+            sides: PatchSides::INTERFACES,
             tau_plus: 0.6,
             tau_minus: 0.7,
             coarse_force: [0.0; 2],
@@ -198,6 +201,7 @@ fn sample(kernel: Kernel) -> Launch {
             fine: a,
             flux: b,
             layout,
+            kinds: SideKinds::INTERFACES,
         }
         .launch(),
         Kernel::CorrectInterfaceMass => CorrectInterfaceMass {
@@ -206,6 +210,7 @@ fn sample(kernel: Kernel) -> Launch {
             flux: c,
             coarse: layout,
             covered: rect,
+            kinds: SideKinds::INTERFACES,
         }
         .launch(),
         Kernel::AccumulateExchange => AccumulateExchange {

@@ -640,7 +640,7 @@ impl Recorder {
                 let covered = fine_covered(&k.layout);
                 vec![
                     ("fine", k.fine, populations(k.layout.plane_cells())),
-                    ("flux", k.flux, 4 * ring_cells(covered.width(), covered.height())),
+                    ("flux", k.flux, 4 * ring_cells(&covered, k.kinds)),
                 ]
             }
             Kernel::CorrectInterfaceMass => {
@@ -649,7 +649,7 @@ impl Recorder {
                 vec![
                     ("coarse_t", k.coarse_t, coarse),
                     ("coarse_t1", k.coarse_t1, coarse),
-                    ("flux", k.flux, 4 * ring_cells(k.covered.width(), k.covered.height())),
+                    ("flux", k.flux, 4 * ring_cells(&k.covered, k.kinds)),
                 ]
             }
             Kernel::AccumulateExchange => {
