@@ -5,10 +5,12 @@
 // cpu::anti_bounce_back cell by cell: one thread per active cell, row-major over
 // the active region; solid cells are copied unchanged. A population that would
 // come from beyond a side of the active region takes that side's rule, the first
-// match in this order winning at a corner: wall or inlet (bounce-back with the
-// wall's velocity, or with the inlet profile of the row times the amplitude
-// factor in `boundary_state`, the momentum term at rest density), outflow (anti-bounce-back at rest density with the velocity
-// extrapolated from the cell and its upstream neighbour), free slip (the
+// match in this order winning at a corner: inlet (bounce-back with the inlet
+// profile's sample for the row and direction, launch::inlet_sample, times the
+// amplitude factor in `boundary_state`, the momentum term at rest density), wall (bounce-back with the wall's velocity,
+// the y side before the x side), outflow (anti-bounce-back at rest density
+// with the velocity extrapolated from the cell and its upstream neighbour),
+// free slip (the
 // population mirrored in the wall, from the same row or column), then the
 // periodic wrap within the active region or the ghost band's value. A population
 // from a solid cell is returned by the body: Bouzidi's interpolated bounce-back
@@ -145,15 +147,11 @@ extern "C" __global__ void stream_collide(
         return;
     }
 
-    // A population comes from beyond a side only in a cell next to it, so what
-    // the side rules need of the cell (the row's inlet velocity, the outflow
-    // velocity) is computed once,
-    // in those cells: bit for bit what the CPU computes per population.
-    const bool near_inlet =
-        next_to(LBM_EDGE_INLET, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
+    // A population comes from beyond a side only in a cell next to it, so the
+    // outflow velocity the side rule needs is computed once, in those cells:
+    // bit for bit what the CPU computes per population.
     const bool near_outflow =
         next_to(LBM_EDGE_OUTFLOW, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
-    const float inlet_ux = near_inlet ? inlet_profile[y - y0] * boundary_state[1] : 0.0f;
     float outflow_ux = 0.0f;
     float outflow_uy = 0.0f;
     if (near_outflow) {
@@ -172,14 +170,19 @@ extern "C" __global__ void stream_collide(
         const float cx = (float)lbm_cx(i);
         const float cy = (float)lbm_cy(i);
 
-        // Wall or inlet: bounce-back carrying the side's velocity; at a corner
-        // the y side wins, so a lid's two diagonal terms cancel (cpu::pull).
+        // Inlet or wall: bounce-back carrying the side's velocity; at a corner
+        // an inlet wins over a wall, so each row injects its profile's whole
+        // mass flux, and between walls the y side wins, so a lid's two
+        // diagonal terms cancel (cpu::pull).
         int bounce = -1;
         unsigned int bounce_kind = LBM_EDGE_NONE;
-        if (kind_y == LBM_EDGE_WALL || kind_y == LBM_EDGE_INLET) {
+        if (kind_x == LBM_EDGE_INLET || kind_y == LBM_EDGE_INLET) {
+            bounce = kind_x == LBM_EDGE_INLET ? side_x : side_y;
+            bounce_kind = LBM_EDGE_INLET;
+        } else if (kind_y == LBM_EDGE_WALL) {
             bounce = side_y;
             bounce_kind = kind_y;
-        } else if (kind_x == LBM_EDGE_WALL || kind_x == LBM_EDGE_INLET) {
+        } else if (kind_x == LBM_EDGE_WALL) {
             bounce = side_x;
             bounce_kind = kind_x;
         }
@@ -187,7 +190,8 @@ extern "C" __global__ void stream_collide(
             float ux;
             float uy;
             if (bounce_kind == LBM_EDGE_INLET) {
-                ux = inlet_ux;
+                // launch::inlet_sample: where the link crosses the inlet.
+                ux = inlet_profile[3 * (y - y0) + 1 - lbm_cy(i)] * boundary_state[1];
                 uy = 0.0f;
             } else {
                 ux = bounce == 0 ? wall_x_min_ux

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use lbm::run::{BackendChoice, RunOptions, run_case};
-use lbm::validate::{Benchmark, DEFAULT_RESOLUTION, MAX_LEVELS, ValidateOptions, validate};
+use lbm::validate::{Benchmark, DEFAULT_RESOLUTION, ValidateOptions, validate};
 
 #[derive(Parser)]
 #[command(
@@ -42,9 +42,10 @@ enum Command {
         /// Cells per diameter on the finest level (a multiple of 10 x 2^levels).
         #[arg(long, default_value_t = DEFAULT_RESOLUTION)]
         resolution: u32,
-        /// Refinement levels around the cylinder to keep, 0 (uniform) to 2.
-        #[arg(long, default_value_t = MAX_LEVELS)]
-        levels: u32,
+        /// Refinement levels around the cylinder to keep, 0 (uniform) to all
+        /// of the case's (the default; the built-in cases have 2).
+        #[arg(long)]
+        levels: Option<u32>,
         /// The inflow peak in lattice units (default: the case file's, 0.05);
         /// halving it halves the Mach number and doubles the steps.
         #[arg(long)]
@@ -54,6 +55,11 @@ enum Command {
         /// Output directory; must not exist or be empty.
         #[arg(long, default_value = "out/validate")]
         out: PathBuf,
+        /// A variant of the benchmark's case file to validate instead of the
+        /// built-in one (same channel and cylinder; patches, collision and
+        /// lattice velocity may differ).
+        #[arg(long)]
+        case: Option<PathBuf>,
     },
 }
 
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
             lattice_velocity,
             backend,
             out,
+            case,
         } => {
             let options = ValidateOptions {
                 benchmark,
@@ -85,6 +92,7 @@ fn main() -> ExitCode {
                 levels,
                 lattice_velocity,
                 backend,
+                case,
                 out: out.clone(),
             };
             return match validate(&options) {

@@ -18,6 +18,7 @@ use clap::ValueEnum;
 use serde::Serialize;
 
 use lbm_core::case::{Case, Resolved};
+use lbm_core::geometry::Shape;
 use lbm_core::units::UnitSystem;
 use lbm_core::{CpuDriver, Driver, ExecConfig, Stepper};
 
@@ -38,9 +39,13 @@ pub struct ValidateOptions {
     pub benchmark: Benchmark,
     /// Cells per diameter on the finest level.
     pub resolution: Option<u32>,
-    /// Refinement levels of the case file to keep (0 to 2); the base grid
-    /// then has `resolution / 2^levels` cells per diameter.
-    pub levels: u32,
+    /// Refinement levels of the case file to keep (all of them when `None`);
+    /// the base grid then has `resolution / 2^levels` cells per diameter.
+    pub levels: Option<u32>,
+    /// A variant of the benchmark's case file (other patches, collision,
+    /// lattice velocity...) in place of the built-in one; its channel and
+    /// cylinder must be the benchmark's.
+    pub case: Option<PathBuf>,
     /// The inflow peak in lattice units, overriding the case file's: lower
     /// means a smaller Mach number and more steps for the same physical time.
     pub lattice_velocity: Option<f64>,
@@ -75,8 +80,6 @@ pub struct Report {
 
 const DIAMETER: f64 = 0.1;
 const CENTER: [f64; 2] = [0.2, 0.2];
-/// Refinement levels in the benchmark case files.
-pub const MAX_LEVELS: u32 = 2;
 /// The default resolution, sized for the CPU backend.
 pub const DEFAULT_RESOLUTION: u32 = 40;
 
@@ -93,30 +96,44 @@ fn quantity(name: &'static str, value: f64, reference: f64, low: f64, high: f64)
 
 pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
     let resolution = options.resolution.unwrap_or(DEFAULT_RESOLUTION);
-    if options.levels > MAX_LEVELS {
-        return Err(lbm_core::Error::parameter("--levels", options.levels, "0, 1 or 2").into());
+    let mut case = match &options.case {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| AppError::ReadCase {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let case = Case::from_toml(&text)?;
+            check_benchmark_geometry(&case)?;
+            case
+        }
+        None => Case::from_toml(match options.benchmark {
+            Benchmark::Dfg2d1 => include_str!("../cases/dfg-2d1.toml"),
+            Benchmark::Dfg2d2 => include_str!("../cases/dfg-2d2.toml"),
+        })?,
+    };
+    let available = case.refinement.len() as u32;
+    let levels = options.levels.unwrap_or(available);
+    if levels > available {
+        return Err(lbm_core::Error::parameter(
+            "--levels",
+            levels,
+            &format!("0 to {available}, the refinement levels of the case"),
+        )
+        .into());
     }
     // The base grid must fit the 0.41 m channel exactly: 10 cells per diameter
     // at the least, in steps of 10.
-    let step = 10 << options.levels;
+    let step = 10 << levels;
     if resolution == 0 || resolution % step != 0 {
         return Err(lbm_core::Error::parameter(
             "--resolution",
             resolution,
-            &format!(
-                "a multiple of {step} cells per diameter on the finest level with {} refinement levels",
-                options.levels
-            ),
+            &format!("a multiple of {step} cells per diameter on the finest level with {levels} refinement levels"),
         )
         .into());
     }
-    let text = match options.benchmark {
-        Benchmark::Dfg2d1 => include_str!("../cases/dfg-2d1.toml"),
-        Benchmark::Dfg2d2 => include_str!("../cases/dfg-2d2.toml"),
-    };
-    let mut case = Case::from_toml(text)?;
-    case.refinement.truncate(options.levels as usize);
-    case.domain.resolution = (resolution >> options.levels) as f64;
+    case.refinement.truncate(levels as usize);
+    case.domain.resolution = (resolution >> levels) as f64;
     if let Some(velocity) = options.lattice_velocity {
         if !(velocity > 0.0 && velocity.is_finite()) {
             return Err(lbm_core::Error::parameter("--lattice-velocity", velocity, "a positive number").into());
@@ -127,10 +144,10 @@ pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
     if crate::run::use_cuda(options.backend) {
         let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
         prepare_output(&options.out)?;
-        measure(driver, options, &resolved, resolution)
+        measure(driver, options, &resolved, resolution, levels)
     } else {
         prepare_output(&options.out)?;
-        measure(CpuDriver::new(), options, &resolved, resolution)
+        measure(CpuDriver::new(), options, &resolved, resolution, levels)
     }
 }
 
@@ -183,6 +200,7 @@ fn measure<D: Driver>(
     options: &ValidateOptions,
     resolved: &Resolved,
     resolution: u32,
+    levels: u32,
 ) -> Result<Report, AppError> {
     let backend = driver.backend().to_owned();
     let exec = ExecConfig {
@@ -208,7 +226,7 @@ fn measure<D: Driver>(
         case: options.benchmark,
         quantities: measured.quantities,
         resolution,
-        levels: options.levels,
+        levels,
         steps: stepper.step_count(),
         wall_seconds: start.elapsed().as_secs_f64(),
         backend,
@@ -347,6 +365,37 @@ fn interpolate(series: &[Sample], time: f64, value: impl Fn(&Sample) -> f64) -> 
             || series.last().map_or(f64::NAN, &value),
             |w| value(&w[0]) + (value(&w[1]) - value(&w[0])) * (time - w[0].time) / (w[1].time - w[0].time),
         )
+}
+
+/// The probes and reference values assume the benchmark's channel and
+/// cylinder; a case file for `--case` may change anything else.
+fn check_benchmark_geometry(case: &Case) -> Result<(), AppError> {
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    if !(close(case.domain.size[0], 2.2) && close(case.domain.size[1], 0.41)) {
+        return Err(lbm_core::Error::parameter(
+            "--case domain.size",
+            format!("{:?}", case.domain.size),
+            "the benchmark's channel, [2.2, 0.41]",
+        )
+        .into());
+    }
+    let cylinder = Shape::Circle {
+        center: CENTER,
+        radius: 0.5 * DIAMETER,
+    };
+    match case.bodies.as_slice() {
+        [Shape::Circle { center, radius }]
+            if close(center[0], CENTER[0]) && close(center[1], CENTER[1]) && close(*radius, 0.5 * DIAMETER) =>
+        {
+            Ok(())
+        }
+        other => Err(lbm_core::Error::parameter(
+            "--case bodies",
+            format!("{other:?}"),
+            &format!("exactly the benchmark's cylinder, {cylinder:?}"),
+        )
+        .into()),
+    }
 }
 
 fn write_series(out: &Path, series: &[Sample]) -> Result<(), AppError> {

@@ -162,8 +162,9 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
     assert!(!out.exists());
 }
 
-/// The coarse DFG 2D-1 on the CPU: drag and pressure difference within 5% of
-/// the benchmark (measured: cd +0.9%, delta_p +1.0% at 40 cells per diameter).
+/// The coarse DFG 2D-1 on the CPU meets its target: drag within 1% and the
+/// pressure difference within 2% of the benchmark (measured: cd +0.07%,
+/// delta_p -0.35% at 40 cells per diameter).
 #[test]
 fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
     let out = scratch("validate");
@@ -186,12 +187,15 @@ fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
             q["value"].as_f64().unwrap(),
             q["reference"].as_f64().unwrap(),
         );
-        if name == "cd" || name == "delta_p" {
-            assert!(
-                (value / reference - 1.0).abs() < 0.05,
-                "{name} = {value}, reference {reference}"
-            );
-        }
+        let tolerance = match name.as_str() {
+            Some("cd") => 0.01,
+            Some("delta_p") => 0.02,
+            _ => continue,
+        };
+        assert!(
+            (value / reference - 1.0).abs() < tolerance,
+            "{name} = {value}, reference {reference}"
+        );
     }
     assert!(
         std::fs::read_to_string(out.join("report.md"))

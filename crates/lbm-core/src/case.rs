@@ -243,8 +243,9 @@ impl Case {
 }
 
 /// The finest level with a patch that holds the body and a margin of
-/// `PARENT_MARGIN` cells of that level around it; a body that crosses the edge of
-/// a finer patch is refused because its links would span two levels.
+/// `PARENT_MARGIN` cells of that level from its interfaces (a side on the
+/// domain's boundary needs none); a body that crosses the edge of a finer patch
+/// is refused because its links would span two levels.
 fn body_level(hierarchy: &crate::hierarchy::Hierarchy, shape: &Shape, body: usize) -> Result<usize> {
     let [x0, y0, x1, y1] = shape.bounds();
     let mut chosen = 0;
@@ -255,8 +256,9 @@ fn body_level(hierarchy: &crate::hierarchy::Hierarchy, shape: &Shape, body: usiz
         let margin = PARENT_MARGIN as f64;
         for patch in patches {
             let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
+            let gap = |side: usize| if patch.on_domain[side] { 0.0 } else { margin };
             let inside =
-                lo[0] >= ax0 + margin && lo[1] >= ay0 + margin && hi[0] <= ax1 - margin && hi[1] <= ay1 - margin;
+                lo[0] >= ax0 + gap(0) && lo[1] >= ay0 + gap(2) && hi[0] <= ax1 - gap(1) && hi[1] <= ay1 - gap(3);
             let apart = hi[0] <= ax0 || hi[1] <= ay0 || lo[0] >= ax1 || lo[1] >= ay1;
             if inside {
                 chosen = level;

@@ -17,7 +17,7 @@ use crate::lattice::{self, C, CS2, Moments, OPP, Q, W};
 use crate::launch::{
     AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS, NO_CELL,
     PatchSides, RestrictToParent, SideKind, StreamCollide, UpdateBoundaryState, amplitude_factor, fine_covered,
-    ring_cell, ring_cells,
+    inlet_sample, inlet_samples, ring_cell, ring_cells,
 };
 
 /// Cell flag values shared with `kernels/common.cuh`.
@@ -217,7 +217,7 @@ impl Driver for CpuDriver {
                             launch.kernel,
                             "inlet_profile",
                             profile.len(),
-                            k.active.height() as usize,
+                            inlet_samples(k.active.height()),
                         )?;
                         check_len(launch.kernel, "boundary_state", state.len(), 2)?;
                         Inlet {
@@ -456,7 +456,7 @@ pub fn stream_collide(
 /// The population arriving at (x, y) in direction `i`, from the neighbour
 /// `(x, y) - c_i` or, where that lies beyond a side of the active region, from
 /// the side's rule. At a corner the first matching rule in this order wins:
-/// wall or inlet (bounce-back, the y side before the x side), outflow,
+/// inlet, wall (bounce-back, the y side before the x side), outflow,
 /// free-slip, then periodic wrap or ghost.
 #[inline]
 #[allow(clippy::too_many_arguments)]
@@ -494,14 +494,21 @@ fn pull(
     let bounce = |u: [f32; 2]| {
         src[OPP[i] * plane + index] + W[i] * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) / (0.5 * CS2)
     };
-    // At a corner the y side's velocity wins: a lid's two diagonal terms then
-    // cancel in the corner cell, so a moving lid adds no mass there.
-    for side in [side_y, side_x].into_iter().flatten() {
-        match k.edges[side] {
-            Edge::Wall => return bounce(k.wall_velocity[side]),
-            Edge::Inlet => return bounce([inlet.profile[(y - a.y0) as usize] * inlet.factor, 0.0]),
-            _ => {}
-        }
+    // At a corner an inlet wins over a wall, so that every row injects exactly
+    // its profile's mass flux: with the wall's rule the corner cell would miss
+    // a sixth of it, a deficit at the walls of first order in the spacing.
+    if sides.into_iter().flatten().any(|side| k.edges[side] == Edge::Inlet) {
+        let u = inlet.profile[inlet_sample(y - a.y0, C[i][1])] * inlet.factor;
+        return bounce([u, 0.0]);
+    }
+    // Between two walls the y side's velocity wins: a lid's two diagonal terms
+    // then cancel in the corner cell, so a moving lid adds no mass there.
+    if let Some(side) = [side_y, side_x]
+        .into_iter()
+        .flatten()
+        .find(|&side| k.edges[side] == Edge::Wall)
+    {
+        return bounce(k.wall_velocity[side]);
     }
     if sides.into_iter().flatten().any(|side| k.edges[side] == Edge::Outflow) {
         return anti_bounce_back(k, src, x, y, i, index, plane);

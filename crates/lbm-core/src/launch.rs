@@ -213,6 +213,23 @@ fn push_rect(args: &mut Vec<Arg>, rect: &Rect) {
     ]);
 }
 
+/// Samples of an inlet profile over `rows` rows: three per row, for the
+/// populations arriving with y component 1, 0 and -1 (see [`inlet_sample`]).
+pub fn inlet_samples(rows: u32) -> usize {
+    3 * rows as usize
+}
+
+/// The sample of an inlet profile that a population arriving in row `row`
+/// along a direction with y component `cy` takes. The straight one takes the
+/// profile at the row's centre; the diagonals cross the inlet half a cell
+/// lower (`cy = 1`) or higher (`cy = -1`) and take the centre value minus or
+/// plus half the profile's rise across the row. Giving the diagonals the centre
+/// value drives a transverse flow of first order in the spacing out of the
+/// inlet; tilting them this way keeps the row's inflow at the centre value.
+pub fn inlet_sample(row: u32, cy: i32) -> usize {
+    (3 * row as i64 + 1 - cy as i64) as usize
+}
+
 /// `stream_collide`: one thread per active cell, row-major over the active region.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StreamCollide {
@@ -223,8 +240,9 @@ pub struct StreamCollide {
     /// `(x, y) - c_i` is solid, the fraction q of that link lying in fluid.
     /// Read only when `interpolated_walls` is set.
     pub wall_distance: BufferId,
-    /// Inlet velocity shape per active row (f32), scaled by the factor in
-    /// `boundary_state`; read only when a side is an inlet.
+    /// Inlet velocities (f32), three per active row, bottom up ([`inlet_sample`]),
+    /// scaled by the factor in `boundary_state`; read only when a side is an
+    /// inlet.
     pub inlet_profile: BufferId,
     /// `[u32 interval, f32 inlet factor]`, written by `update_boundary_state`.
     pub boundary_state: BufferId,

@@ -20,7 +20,8 @@ use crate::geometry::{self, Body};
 use crate::hierarchy::{Hierarchy, HierarchySpec, Patch};
 use crate::lattice::{self, Collision, Moments, Q, Relaxation};
 use crate::launch::{
-    Amplitude, EXCHANGE_WORDS, Edge, LINK_WORDS, PatchSides, UpdateBoundaryState, fine_covered, ring_cells,
+    Amplitude, EXCHANGE_WORDS, Edge, LINK_WORDS, PatchSides, UpdateBoundaryState, fine_covered, inlet_samples,
+    ring_cells,
 };
 use crate::ledger::{ExchangeRecord, MemoryLedger};
 use crate::plan::{
@@ -66,19 +67,27 @@ pub struct InletSpec {
 }
 
 impl InletSpec {
-    /// The velocity at the centre of each base row.
-    pub fn row_velocities(&self, ny: u32) -> Vec<f32> {
+    /// The velocities of the base rows as `stream_collide` takes them, three
+    /// per row ([`crate::launch::inlet_sample`]): the profile at the row's
+    /// centre, less and plus half its rise across the row.
+    pub fn profile_samples(&self, ny: u32) -> Vec<f32> {
         let h = ny as f64;
-        (0..ny)
-            .map(|j| {
-                let y = j as f64 + 0.5;
-                let shape = match self.profile {
+        let at = |y: f64| {
+            self.velocity
+                * match self.profile {
                     Profile::Uniform => 1.0,
                     Profile::Parabolic => 4.0 * y * (h - y) / (h * h),
-                };
-                (self.velocity * shape) as f32
+                }
+        };
+        let samples: Vec<f32> = (0..ny)
+            .flat_map(|j| {
+                let (low, centre, high) = (at(j as f64), at(j as f64 + 0.5), at(j as f64 + 1.0));
+                let half_rise = 0.5 * (high - low);
+                [centre - half_rise, centre, centre + half_rise].map(|u| u as f32)
             })
-            .collect()
+            .collect();
+        debug_assert_eq!(samples.len(), inlet_samples(ny));
+        samples
     }
 }
 
@@ -712,7 +721,7 @@ impl<D: Driver> Inner<D> {
         let ny = self.hierarchy.base().layout.ny;
         let inlet = self.lattice.inlet.clone();
         let profile = match &inlet {
-            Some(inlet) => inlet.row_velocities(ny),
+            Some(inlet) => inlet.profile_samples(ny),
             None => vec![0.0],
         };
         let inlet_profile = self.alloc("boundary.inlet_profile".into(), profile.len() * 4)?;

@@ -25,7 +25,7 @@ use lbm_core::hierarchy::{GHOST, Layout};
 use lbm_core::lattice::Q;
 use lbm_core::launch::{
     AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
-    RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, ring_cells,
+    RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, inlet_samples, ring_cells,
 };
 use lbm_core::{Arg, BufferId, Error, Kernel, Launch, Result};
 
@@ -106,7 +106,7 @@ pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Re
                 read.push(3);
             }
             if k.edges.contains(&Edge::Inlet) {
-                region(4, "inlet_profile", a.height() as usize * 4, 4)?;
+                region(4, "inlet_profile", inlet_samples(a.height()) * 4, 4)?;
                 region(5, "boundary_state", 8, 4)?;
                 read.extend([4, 5]);
             }
@@ -317,7 +317,7 @@ mod tests {
     use lbm_core::hierarchy::Rect;
     use lbm_core::launch::{Amplitude, PatchSides, SideKind, SideKinds};
 
-    const SIZES: [usize; 8] = [8000, 8000, 1000, 16000, 16000, 64000, 64, 64];
+    const SIZES: [usize; 9] = [8000, 8000, 1000, 16000, 16000, 64000, 64, 64, 96];
 
     fn size_of(id: BufferId) -> Option<usize> {
         SIZES.get(id.0 as usize).copied()
@@ -400,21 +400,21 @@ mod tests {
         expect(&k.launch(), &["ok"]);
         k.wall_distance = BufferId(1);
         expect(&k.launch(), &["both read and written"]);
-        // The inlet: one f32 per active row (8 rows) and the 8-byte state.
+        // The inlet: three f32 per active row (8 rows) and the 8-byte state.
         let mut k = stream_collide();
         k.edges[0] = Edge::Inlet;
         k.edges[1] = Edge::Outflow;
         k.inlet_profile = BufferId(42);
         expect(&k.launch(), &["unknown buffer 42"]);
-        k.inlet_profile = BufferId(7);
+        k.inlet_profile = BufferId(8);
         expect(&k.launch(), &["ok"]);
         let mut launch = k.launch();
         launch.args[4] = Arg::Buffer {
-            id: BufferId(7),
+            id: BufferId(8),
             byte_offset: 40,
         };
-        expect(&launch, &["inlet_profile", "holds 24 bytes", "needs 32"]);
-        launch.args[4] = Arg::buffer(BufferId(7));
+        expect(&launch, &["inlet_profile", "holds 56 bytes", "needs 96"]);
+        launch.args[4] = Arg::buffer(BufferId(8));
         launch.args[5] = Arg::Buffer {
             id: BufferId(6),
             byte_offset: 60,

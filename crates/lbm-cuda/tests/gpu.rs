@@ -26,7 +26,7 @@ use lbm_core::hierarchy::{HierarchySpec, Layout, Rect};
 use lbm_core::lattice::{self, Collision, Moments, Q};
 use lbm_core::launch::{
     AccumulateExchange, AccumulateFineFlux, Amplitude, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost,
-    LINK_WORDS, NO_CELL, RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, ring_cells,
+    LINK_WORDS, NO_CELL, RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, inlet_samples, ring_cells,
 };
 use lbm_core::plan::Action;
 use lbm_core::stepper::{InletSpec, Profile};
@@ -461,12 +461,12 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                     vec![f32::NAN; Q * plane]
                 };
                 let wall_distance = twin.buffer("wall_distance", &q);
-                let rows = active.height() as usize;
+                let samples = inlet_samples(active.height());
                 let (profile, state) = if edges.contains(&Edge::Inlet) {
-                    let profile: Vec<f32> = (0..rows).map(|_| rng.range(0.0, 0.08)).collect();
+                    let profile: Vec<f32> = (0..samples).map(|_| rng.range(0.0, 0.08)).collect();
                     (profile, [rng.below(1000), rng.range(0.0, 1.2).to_bits()])
                 } else {
-                    (vec![f32::NAN; rows], [f32::NAN.to_bits(); 2])
+                    (vec![f32::NAN; samples], [f32::NAN.to_bits(); 2])
                 };
                 let inlet_profile = twin.buffer("inlet_profile", &profile);
                 let boundary_state = twin.buffer("boundary_state", &state);

@@ -63,7 +63,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use lbm_core::lattice::Q;
 use lbm_core::launch::{
     AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
-    RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, ring_cells,
+    RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, inlet_samples, ring_cells,
 };
 use lbm_core::{Arg, BufferId, CpuDriver, Driver, Error, Kernel, Launch, Result};
 use serde::{Serialize, Serializer};
@@ -614,7 +614,7 @@ impl Recorder {
                     needs.push(("wall_distance", k.wall_distance, populations(plane)));
                 }
                 if k.edges.contains(&Edge::Inlet) {
-                    needs.push(("inlet_profile", k.inlet_profile, 4 * k.active.height() as usize));
+                    needs.push(("inlet_profile", k.inlet_profile, 4 * inlet_samples(k.active.height())));
                     needs.push(("boundary_state", k.boundary_state, 8));
                 }
                 needs
@@ -1036,7 +1036,7 @@ mod tests {
                 k.inlet_profile = d.alloc("tiny", 4)?;
                 d.launch(&k.launch())
             },
-            &["inlet_profile buf#3 \"tiny\" holds 4 bytes, the launch needs 16"],
+            &["inlet_profile buf#3 \"tiny\" holds 4 bytes, the launch needs 48"],
         );
         check_refused(
             |d, [_, _, f]| {
