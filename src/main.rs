@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use lbm::run::{BackendChoice, RunOptions, run_case};
-use lbm::validate::{Benchmark, DEFAULT_RESOLUTION, ValidateOptions, validate};
+use lbm::validate::{Benchmark, ValidateOptions, validate};
 
 #[derive(Parser)]
 #[command(
@@ -39,9 +39,10 @@ enum Command {
     /// Run a DFG cylinder benchmark to its criterion and write report.json and report.md.
     Validate {
         benchmark: Benchmark,
-        /// Cells per diameter on the finest level (a multiple of 10 x 2^levels).
-        #[arg(long, default_value_t = DEFAULT_RESOLUTION)]
-        resolution: u32,
+        /// Cells per diameter on the finest level, a multiple of 10 x 2^levels
+        /// (default: 40 for dfg-2d1, 80 for dfg-2d2).
+        #[arg(long)]
+        resolution: Option<u32>,
         /// Refinement levels around the cylinder to keep, 0 (uniform) to all
         /// of the case's (the default; the built-in cases have 2).
         #[arg(long)]
@@ -88,7 +89,7 @@ fn main() -> ExitCode {
         } => {
             let options = ValidateOptions {
                 benchmark,
-                resolution: Some(resolution),
+                resolution,
                 levels,
                 lattice_velocity,
                 backend,

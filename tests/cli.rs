@@ -1,7 +1,7 @@
 //! The `lbm` binary end to end: a real case on the CPU backend, the outputs it
 //! writes, and the errors it gives for bad input.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 /// The binary under test: `LBM_BIN` when set (a packed run on another machine,
@@ -17,11 +17,14 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The workspace, or where `LBM_WORKSPACE_ROOT` says it is (a packed copy on
+/// the GPU machine, which has no sources at the build path).
+fn workspace() -> PathBuf {
+    std::env::var_os("LBM_WORKSPACE_ROOT").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
 fn case_path() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("cases/cavity-re100.toml")
-        .display()
-        .to_string()
+    workspace().join("cases/cavity-re100.toml").display().to_string()
 }
 
 fn stderr(output: &Output) -> String {
@@ -159,6 +162,28 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
         &out.display().to_string(),
     ]);
     assert!(!velocity.status.success() && stderr(&velocity).contains("--lattice-velocity"));
+    // A case variant must keep the benchmark's cylinder.
+    let dir = scratch("validate-case");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    let moved = dir.join("moved.toml");
+    std::fs::write(&moved, text.replace("center = [0.2, 0.2]", "center = [0.3, 0.2]")).unwrap();
+    let variant = lbm(&[
+        "validate",
+        "dfg-2d1",
+        "--case",
+        &moved.display().to_string(),
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let message = stderr(&variant);
+    assert!(
+        !variant.status.success() && message.contains("--case bodies") && message.contains("0.2, 0.2"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
     assert!(!out.exists());
 }
 
