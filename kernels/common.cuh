@@ -340,6 +340,17 @@ struct PatchSides {
     float tangential[4];
 };
 
+__device__ __forceinline__ PatchSides make_sides(unsigned int kinds, float tangential_x_min, float tangential_x_max,
+                                                 float tangential_y_min, float tangential_y_max) {
+    PatchSides sides;
+    sides.kinds = kinds;
+    sides.tangential[0] = tangential_x_min;
+    sides.tangential[1] = tangential_x_max;
+    sides.tangential[2] = tangential_y_min;
+    sides.tangential[3] = tangential_y_max;
+    return sides;
+}
+
 // One axis of cpu::mirrored_cell: the coordinate itself, or beyond a wall side
 // of [lo, hi) its mirror image, `crossed` set to that side (else -1).
 __device__ __forceinline__ unsigned int mirror_axis(int c, unsigned int lo, unsigned int hi, int low_side,
@@ -369,6 +380,18 @@ __device__ __forceinline__ Moments reflect(Moments m, PatchSides sides, int side
         r.uy = -m.uy;
     }
     return r;
+}
+
+// The moments of a stencil cell read at its mirror image: reflected in the
+// sides `mirror_axis` reported crossing (x first, then y; -1 for none).
+__device__ __forceinline__ Moments reflect_crossed(Moments m, PatchSides sides, int crossed_x, int crossed_y) {
+    if (crossed_x >= 0) {
+        m = reflect(m, sides, crossed_x);
+    }
+    if (crossed_y >= 0) {
+        m = reflect(m, sides, crossed_y);
+    }
+    return m;
 }
 
 // The global thread index of a one-dimensional launch.

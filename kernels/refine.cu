@@ -45,14 +45,7 @@ __device__ __forceinline__ Moments parent_moments(const float* __restrict__ coar
         const float b = coarse_t1[(size_t)i * plane + index];
         f[i] = a + alpha * (b - a);
     }
-    Moments m = moments(f, -force_x, -force_y);
-    if (crossed_x >= 0) {
-        m = reflect(m, sides, crossed_x);
-    }
-    if (crossed_y >= 0) {
-        m = reflect(m, sides, crossed_y);
-    }
-    return m;
+    return reflect_crossed(moments(f, -force_x, -force_y), sides, crossed_x, crossed_y);
 }
 
 // cpu::lagrange4: weights of the 4-point Lagrange interpolation at t in [0, 1]
@@ -75,12 +68,8 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
                                       float tangential_x_max, float tangential_y_min, float tangential_y_max,
                                       float alpha, float tau_plus, float tau_minus, float coarse_force_x,
                                       float coarse_force_y) {
-    PatchSides sides;
-    sides.kinds = side_kinds;
-    sides.tangential[0] = tangential_x_min;
-    sides.tangential[1] = tangential_x_max;
-    sides.tangential[2] = tangential_y_min;
-    sides.tangential[3] = tangential_y_max;
+    const PatchSides sides =
+        make_sides(side_kinds, tangential_x_min, tangential_x_max, tangential_y_min, tangential_y_max);
     const Layout coarse = make_layout(coarse_nx, coarse_ny, coarse_tile_x, coarse_tile_y);
     const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
     const unsigned long long band = 2ull * LBM_GHOST * fine_nx + 2ull * LBM_GHOST * (fine_ny - 2 * LBM_GHOST);
@@ -217,12 +206,8 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
                                               float tangential_x_max, float tangential_y_min,
                                               float tangential_y_max, float tau_plus, float tau_minus,
                                               float coarse_force_x, float coarse_force_y) {
-    PatchSides sides;
-    sides.kinds = side_kinds;
-    sides.tangential[0] = tangential_x_min;
-    sides.tangential[1] = tangential_x_max;
-    sides.tangential[2] = tangential_y_min;
-    sides.tangential[3] = tangential_y_max;
+    const PatchSides sides =
+        make_sides(side_kinds, tangential_x_min, tangential_x_max, tangential_y_min, tangential_y_max);
     const unsigned int width = covered_x1 - covered_x0;
     const unsigned long long t = thread_index();
     if (t >= (unsigned long long)width * (covered_y1 - covered_y0)) {
@@ -253,14 +238,7 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
             const unsigned int y = mirror_axis((int)(fy0 + dy) - 1, g0, fine_ny - g0, 2, sides.kinds, &crossed_y);
             float f[LBM_Q];
             read_cell(fine_src, fine_plane, cell_index(fine, x, y), f);
-            Moments m = moments(f, -fine_force_x, -fine_force_y);
-            if (crossed_x >= 0) {
-                m = reflect(m, sides, crossed_x);
-            }
-            if (crossed_y >= 0) {
-                m = reflect(m, sides, crossed_y);
-            }
-            g[dy][dx] = m;
+            g[dy][dx] = reflect_crossed(moments(f, -fine_force_x, -fine_force_y), sides, crossed_x, crossed_y);
         }
     }
     const Moments m[2][2] = {{g[1][1], g[1][2]}, {g[2][1], g[2][2]}};

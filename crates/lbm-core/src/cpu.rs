@@ -677,6 +677,13 @@ pub fn reflect(m: Moments, sides: &PatchSides, side: usize) -> Moments {
     }
 }
 
+/// The moments of a stencil cell read at its mirror image: reflected in each
+/// side [`mirrored_cell`] reported crossing, x first.
+#[inline]
+pub fn reflect_crossed(m: Moments, sides: &PatchSides, crossed: [Option<usize>; 2]) -> Moments {
+    crossed.into_iter().flatten().fold(m, |m, side| reflect(m, sides, side))
+}
+
 /// Mixed-in-time moments of a parent cell, with the physical velocity (the
 /// post-collision momentum minus half the force); beyond a wall side, those of
 /// its mirror image.
@@ -691,10 +698,7 @@ fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: i32, y: i32) -> Mome
         a + k.alpha * (b - a)
     });
     let m = lattice::moments(&f, [-k.coarse_force[0], -k.coarse_force[1]]);
-    crossed
-        .into_iter()
-        .flatten()
-        .fold(m, |m, side| reflect(m, &k.sides, side))
+    reflect_crossed(m, &k.sides, crossed)
 }
 
 /// Coarse-to-fine coupling of one ghost-band cell: density and velocity
@@ -897,10 +901,7 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
                         let (x, y, crossed) = mirrored_cell(&k.sides, &fine_active, x, y);
                         let index = k.fine.index(x, y);
                         let m = lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]]);
-                        crossed
-                            .into_iter()
-                            .flatten()
-                            .fold(m, |m, side| reflect(m, &k.sides, side))
+                        reflect_crossed(m, &k.sides, crossed)
                     })
                 });
                 let m = [[g[1][1], g[1][2]], [g[2][1], g[2][2]]];
