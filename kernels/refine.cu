@@ -98,6 +98,14 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
         fy = row;
     }
 
+    // Band cells beyond a wall side are left as they are: the fine level
+    // applies the wall's rule there and nothing reads them (cpu::beyond_wall).
+    if ((fx < LBM_GHOST && side_kind(side_kinds, 0) != LBM_SIDE_INTERFACE) ||
+        (fx >= fine_nx - LBM_GHOST && side_kind(side_kinds, 1) != LBM_SIDE_INTERFACE) ||
+        (fy < LBM_GHOST && side_kind(side_kinds, 2) != LBM_SIDE_INTERFACE) ||
+        (fy >= fine_ny - LBM_GHOST && side_kind(side_kinds, 3) != LBM_SIDE_INTERFACE)) {
+        return;
+    }
     // The fine allocation starts LBM_GHOST / 2 parent cells before its active region.
     const int half = (int)(LBM_GHOST / 2);
     const float px = (float)((int)active_offset_x - half) + ((float)fx + 0.5f) * 0.5f - 0.5f;

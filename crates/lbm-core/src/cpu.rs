@@ -706,27 +706,41 @@ fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: i32, y: i32) -> Mome
 /// flux by central differences there, all time-interpolated by `alpha`, and
 /// rebuilt as fine post-collision populations with the fine τ⁺, τ⁻. Gradients
 /// are halved because the fine lattice unit of length is half the parent's.
+/// Band cells beyond a wall side are left as they are: nothing reads them.
 pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
     let fine_plane = k.fine.plane_cells();
     // Each parent cell feeds up to sixteen ghost cells' stencils: take its
-    // moments once, over the parent cells under the fine allocation plus the
-    // two-cell reach of the stencil (the same arithmetic as per use, so the
-    // same bits as the device, which does recompute them).
+    // moments once (the same arithmetic as per use, so the same bits as the
+    // device, which does recompute them), over the parent cells under the fine
+    // allocation plus the two-cell reach of the stencil. Only the frame that
+    // the band's stencils reach is needed: two cells of reach, the band's
+    // GHOST / 2 cells and two more, from each side; the interior stays unset.
     let origin = k.active_offset.map(|o| o as i32 - GHOST as i32);
     let size = [k.fine.nx / 2 + 4, k.fine.ny / 2 + 4];
+    let frame = (GHOST / 2 + 4) as i32;
+    let in_frame =
+        |i: i32, j: i32| i < frame || j < frame || i >= size[0] as i32 - frame || j >= size[1] as i32 - frame;
     let parent: Vec<Moments> = (0..size[1] as i32)
         .into_par_iter()
         .flat_map_iter(|j| (0..size[0] as i32).map(move |i| (i, j)))
-        .map(|(i, j)| parent_moments(k, t0, t1, origin[0] + i, origin[1] + j))
+        .map(|(i, j)| {
+            if in_frame(i, j) {
+                parent_moments(k, t0, t1, origin[0] + i, origin[1] + j)
+            } else {
+                Moments::default()
+            }
+        })
         .collect();
     let cells: Vec<(usize, [f32; Q])> = (0..FillGhost::band_cells(&k.fine))
         .into_par_iter()
-        .map(|cell| {
+        .filter_map(|cell| {
             let (fx, fy) = band_cell(&k.fine, GHOST, cell);
-            (
-                k.fine.index(fx, fy),
-                ghost_populations(k, &parent, origin, size[0], fx, fy),
-            )
+            (!beyond_wall(&k.fine, &k.sides, fx, fy)).then(|| {
+                (
+                    k.fine.index(fx, fy),
+                    ghost_populations(k, &parent, origin, size[0], fx, fy),
+                )
+            })
         })
         .collect();
     for (index, post) in cells {
@@ -734,6 +748,17 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
             fine[i * fine_plane + index] = *value;
         }
     }
+}
+
+/// Whether allocation cell (fx, fy) lies in the ghost band beyond a wall side
+/// of the patch, where the fine level applies the wall's rule instead.
+#[inline]
+pub fn beyond_wall(layout: &Layout, sides: &PatchSides, fx: u32, fy: u32) -> bool {
+    let walled = |side: usize| !sides.kinds.is_interface(side);
+    (fx < GHOST && walled(0))
+        || (fx >= layout.nx - GHOST && walled(1))
+        || (fy < GHOST && walled(2))
+        || (fy >= layout.ny - GHOST && walled(3))
 }
 
 /// The fine post-collision populations of ghost cell (fx, fy) from the parent
@@ -886,6 +911,19 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
     let cov = k.covered;
     let g = k.fine_active_origin;
     let fine_active = Rect::new(g, g, k.fine.nx - g, k.fine.ny - g);
+    // Each fine cell feeds up to sixteen parent cells' stencils: take the
+    // moments of the covered fine cells and the ring around them once (the
+    // same arithmetic as per use, so the same bits as the device, which does
+    // recompute them), row-major from fine cell (g - 1, g - 1).
+    let reach = [2 * cov.width() + 2, 2 * cov.height() + 2];
+    let moments: Vec<Moments> = (0..reach[1])
+        .into_par_iter()
+        .flat_map_iter(|j| (0..reach[0]).map(move |i| (i, j)))
+        .map(|(i, j)| {
+            let index = k.fine.index(g - 1 + i, g - 1 + j);
+            lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]])
+        })
+        .collect();
     par_row_bands(coarse, &k.coarse, |first, rows, band| {
         for cy in first.max(cov.y0)..(first + rows).min(cov.y1) {
             for cx in cov.x0..cov.x1 {
@@ -899,8 +937,7 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
                     std::array::from_fn(|dx| {
                         let (x, y) = ((fx0 + dx as u32) as i32 - 1, (fy0 + dy as u32) as i32 - 1);
                         let (x, y, crossed) = mirrored_cell(&k.sides, &fine_active, x, y);
-                        let index = k.fine.index(x, y);
-                        let m = lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]]);
+                        let m = moments[((y + 1 - g) * reach[0] + (x + 1 - g)) as usize];
                         reflect_crossed(m, &k.sides, crossed)
                     })
                 });

@@ -342,7 +342,7 @@ impl StreamCollide {
 
 /// `fill_ghost`: one thread per ghost-band cell of the fine patch, bottom rows,
 /// then top rows, then the left and right columns between them. Band cells
-/// beyond a wall side are filled too (from mirror images); nothing reads them.
+/// beyond a wall side are left as they are; nothing reads them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FillGhost {
     /// Parent populations at the start of its hop (time t).
