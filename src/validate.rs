@@ -37,7 +37,7 @@ pub enum Benchmark {
 
 impl Benchmark {
     /// Cells per diameter on the finest level when `--resolution` is not
-    /// given: 2D-1 sized for two CPU cores (about two minutes); 2D-2 needs 80
+    /// given: 2D-1 sized for two CPU cores (under a minute and a half); 2D-2 needs 80
     /// for its coarsest level to stay clear of τ = 1/2, which is GPU work.
     pub fn default_resolution(self) -> u32 {
         match self {

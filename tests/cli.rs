@@ -162,6 +162,23 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
         &out.display().to_string(),
     ]);
     assert!(!velocity.status.success() && stderr(&velocity).contains("--lattice-velocity"));
+    // 2D-2 with two levels at 40 cells per diameter puts the base level's τ
+    // under BGK's limit: refused, saying what to change.
+    let coarse = lbm(&[
+        "validate",
+        "dfg-2d2",
+        "--resolution",
+        "40",
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let message = stderr(&coarse);
+    assert!(
+        !coarse.status.success() && message.contains("level 0 relaxation time") && message.contains("resolution"),
+        "{message}"
+    );
     // A case variant must keep the benchmark's cylinder.
     let dir = scratch("validate-case");
     std::fs::create_dir_all(&dir).unwrap();
