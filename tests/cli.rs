@@ -11,6 +11,15 @@ fn lbm(args: &[&str]) -> Output {
     Command::new(binary).args(args).output().expect("the binary runs")
 }
 
+/// `lbm validate ARGS --backend cpu --out OUT`.
+fn validate_on_cpu(args: &[&str], out: &std::path::Path) -> Output {
+    let out = out.display().to_string();
+    let mut all = vec!["validate"];
+    all.extend_from_slice(args);
+    all.extend(["--backend", "cpu", "--out", &out]);
+    lbm(&all)
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("lbm-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -126,54 +135,18 @@ fn asking_for_cuda_without_a_driver_is_an_error_not_a_panic() {
 }
 
 #[test]
-fn validate_refuses_a_resolution_the_channel_cannot_hold() {
+fn validate_refuses_bad_arguments_before_any_work() {
     let out = scratch("validate-bad");
-    let output = lbm(&[
-        "validate",
-        "dfg-2d1",
-        "--resolution",
-        "60",
-        "--backend",
-        "cpu",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let output = validate_on_cpu(&["dfg-2d1", "--resolution", "60"], &out);
     assert!(!output.status.success());
     assert!(stderr(&output).contains("--resolution") && stderr(&output).contains("multiple of 40"));
-    let levels = lbm(&[
-        "validate",
-        "dfg-2d1",
-        "--levels",
-        "3",
-        "--backend",
-        "cpu",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let levels = validate_on_cpu(&["dfg-2d1", "--levels", "3"], &out);
     assert!(!levels.status.success() && stderr(&levels).contains("--levels"));
-    let velocity = lbm(&[
-        "validate",
-        "dfg-2d2",
-        "--lattice-velocity",
-        "0",
-        "--backend",
-        "cpu",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let velocity = validate_on_cpu(&["dfg-2d2", "--lattice-velocity", "0"], &out);
     assert!(!velocity.status.success() && stderr(&velocity).contains("--lattice-velocity"));
     // 2D-2 with two levels at 40 cells per diameter puts the base level's τ
     // under BGK's limit: refused, saying what to change.
-    let coarse = lbm(&[
-        "validate",
-        "dfg-2d2",
-        "--resolution",
-        "40",
-        "--backend",
-        "cpu",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let coarse = validate_on_cpu(&["dfg-2d2", "--resolution", "40"], &out);
     let message = stderr(&coarse);
     assert!(
         !coarse.status.success() && message.contains("level 0 relaxation time") && message.contains("resolution"),
@@ -185,16 +158,7 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
     let text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
     let moved = dir.join("moved.toml");
     std::fs::write(&moved, text.replace("center = [0.2, 0.2]", "center = [0.3, 0.2]")).unwrap();
-    let variant = lbm(&[
-        "validate",
-        "dfg-2d1",
-        "--case",
-        &moved.display().to_string(),
-        "--backend",
-        "cpu",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let variant = validate_on_cpu(&["dfg-2d1", "--case", &moved.display().to_string()], &out);
     let message = stderr(&variant);
     assert!(
         !variant.status.success() && message.contains("--case bodies") && message.contains("0.2, 0.2"),
@@ -210,14 +174,7 @@ fn validate_refuses_a_resolution_the_channel_cannot_hold() {
 #[test]
 fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
     let out = scratch("validate");
-    let output = lbm(&[
-        "validate",
-        "dfg-2d1",
-        "--backend",
-        "cpu",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let output = validate_on_cpu(&["dfg-2d1"], &out);
     assert!(output.status.success(), "{}", stderr(&output));
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
