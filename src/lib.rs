@@ -24,4 +24,7 @@ pub enum AppError {
 
     #[error("the CUDA backend was requested but is unavailable: {reason}")]
     NoCuda { reason: String },
+
+    #[error("{source}; what was measured until then is in {kept}")]
+    Interrupted { source: Box<AppError>, kept: String },
 }

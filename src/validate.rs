@@ -105,6 +105,25 @@ fn quantity(name: &'static str, value: f64, reference: f64, low: f64, high: f64)
 }
 
 pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
+    let setup = resolve(options)?;
+    if crate::run::use_cuda(options.backend) {
+        let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
+        prepare_output(&options.out)?;
+        measure(driver, options, &setup)
+    } else {
+        prepare_output(&options.out)?;
+        measure(CpuDriver::new(), options, &setup)
+    }
+}
+
+/// The case as the options make it, before any work.
+struct Setup {
+    resolved: Resolved,
+    resolution: u32,
+    levels: u32,
+}
+
+fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
     let resolution = options.resolution.unwrap_or(options.benchmark.default_resolution());
     let mut case = match &options.case {
         Some(path) => {
@@ -150,15 +169,11 @@ pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
         }
         case.flow.lattice_velocity = velocity;
     }
-    let resolved = case.resolve()?;
-    if crate::run::use_cuda(options.backend) {
-        let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
-        prepare_output(&options.out)?;
-        measure(driver, options, &resolved, resolution, levels)
-    } else {
-        prepare_output(&options.out)?;
-        measure(CpuDriver::new(), options, &resolved, resolution, levels)
-    }
+    Ok(Setup {
+        resolved: case.resolve()?,
+        resolution,
+        levels,
+    })
 }
 
 /// What is measured on the cylinder at one instant or over a window.
@@ -205,13 +220,13 @@ impl<D: Driver> Probe<'_, D> {
     }
 }
 
-fn measure<D: Driver>(
-    driver: D,
-    options: &ValidateOptions,
-    resolved: &Resolved,
-    resolution: u32,
-    levels: u32,
-) -> Result<Report, AppError> {
+fn measure<D: Driver>(driver: D, options: &ValidateOptions, setup: &Setup) -> Result<Report, AppError> {
+    let Setup {
+        resolved,
+        resolution,
+        levels,
+    } = setup;
+    let (resolution, levels) = (*resolution, *levels);
     let backend = driver.backend().to_owned();
     let exec = ExecConfig {
         observe_raw_exchange: true,
@@ -228,10 +243,17 @@ fn measure<D: Driver>(
         u_mean: 2.0 / 3.0 * inlet_peak,
     };
     let start = Instant::now();
+    let mut series = Vec::new();
     let measured = match options.benchmark {
-        Benchmark::Dfg2d1 => steady(&probe)?,
-        Benchmark::Dfg2d2 => periodic(&probe)?,
+        Benchmark::Dfg2d1 => steady(&probe, &mut series),
+        Benchmark::Dfg2d2 => periodic(&probe, &mut series),
     };
+    // What was measured goes to disk whether or not the criterion was met.
+    write_series(&options.out, &series)?;
+    let measured = measured.map_err(|source| AppError::Interrupted {
+        source: Box::new(source),
+        kept: options.out.join("series.csv").display().to_string(),
+    })?;
     let report = Report {
         case: options.benchmark,
         quantities: measured.quantities,
@@ -243,21 +265,19 @@ fn measure<D: Driver>(
         converged: measured.converged,
     };
     stepper.close()?;
-    write_series(&options.out, &measured.series)?;
     write_report(&options.out, &report)?;
     Ok(report)
 }
 
-/// The benchmark's quantities and the time series they were taken from.
+/// The benchmark's quantities and whether its criterion was met.
 struct Measured {
     quantities: Vec<Quantity>,
     converged: bool,
-    /// 2D-1: one mean per window; 2D-2: the samples after the start-up.
-    series: Vec<Sample>,
 }
 
-/// 2D-1: averages over windows of one acoustic period until two agree.
-fn steady<D: Driver>(probe: &Probe<D>) -> Result<Measured, AppError> {
+/// 2D-1: averages over windows of one acoustic period until two agree; each
+/// window's mean goes to `series`.
+fn steady<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Measured, AppError> {
     let units = probe.units;
     let channel_length = 2.2;
     let sound = units.dx / units.dt / 3f64.sqrt();
@@ -265,7 +285,6 @@ fn steady<D: Driver>(probe: &Probe<D>) -> Result<Measured, AppError> {
     let samples_per_window = 16;
     let chunk = (window / samples_per_window).max(1);
     let time_limit = 60.0;
-    let mut series: Vec<Sample> = Vec::new();
     loop {
         probe.stepper.start_exchange_window()?;
         let mut delta_p = 0.0;
@@ -296,25 +315,24 @@ fn steady<D: Driver>(probe: &Probe<D>) -> Result<Measured, AppError> {
             return Ok(Measured {
                 quantities,
                 converged: settled,
-                series,
             });
         }
     }
 }
 
 /// 2D-2: samples after the start-up until the lift period repeats.
-fn periodic<D: Driver>(probe: &Probe<D>) -> Result<Measured, AppError> {
+/// 2D-2, the samples after the start-up going to `series`.
+fn periodic<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Measured, AppError> {
     let units = probe.units;
     let startup = 8.0;
     let time_limit = 30.0;
     // About a hundred samples per shedding period (Strouhal 0.3 at U = 1 m/s).
     let chunk = ((DIAMETER / (0.3 * probe.u_mean) / 100.0) / units.dt).round().max(1.0) as u64;
     probe.stepper.step((startup / units.dt).round() as u64)?;
-    let mut series: Vec<Sample> = Vec::new();
     loop {
         probe.stepper.step(chunk)?;
         series.push(probe.instant()?);
-        let crossings = upward_crossings(&series);
+        let crossings = upward_crossings(series);
         let periods: Vec<f64> = crossings.windows(2).map(|w| w[1] - w[0]).collect();
         let repeating = periods.len() >= 3 && {
             let [a, b] = [periods[periods.len() - 2], periods[periods.len() - 1]];
@@ -338,7 +356,7 @@ fn periodic<D: Driver>(probe: &Probe<D>) -> Result<Measured, AppError> {
                 .expect("a period has samples");
             let strouhal = DIAMETER / (t_end - t_start) / probe.u_mean;
             let half = top.time + 0.5 * (t_end - t_start);
-            let delta_p = interpolate(&series, half, |s| s.delta_p);
+            let delta_p = interpolate(series, half, |s| s.delta_p);
             let quantities = vec![
                 quantity("cd_max", cd_max, 3.23, 3.22, 3.24),
                 quantity("cl_max", top.cl, 1.0, 0.99, 1.01),
@@ -348,7 +366,6 @@ fn periodic<D: Driver>(probe: &Probe<D>) -> Result<Measured, AppError> {
             return Ok(Measured {
                 quantities,
                 converged: repeating,
-                series,
             });
         }
     }
@@ -455,4 +472,40 @@ fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
         path: out.join("report.md").display().to_string(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::BackendChoice;
+    use mock_driver::MockDriver;
+
+    /// A run that fails part-way keeps what it measured and says where.
+    #[test]
+    fn an_interrupted_run_keeps_its_series_and_says_where() {
+        let out = std::env::temp_dir().join(format!("lbm-validate-interrupted-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let options = ValidateOptions {
+            benchmark: Benchmark::Dfg2d1,
+            resolution: Some(10),
+            levels: Some(0),
+            lattice_velocity: None,
+            case: None,
+            backend: BackendChoice::Cpu,
+            out: out.clone(),
+        };
+        let setup = resolve(&options).unwrap();
+        prepare_output(&out).unwrap();
+        let driver = MockDriver::executing();
+        // Three launches per interval and 1524 intervals per window at this
+        // resolution: the fault comes in the third window.
+        driver.handle().fail_launch(10_000);
+        let message = measure(driver, &options, &setup).unwrap_err().to_string();
+        let series = out.join("series.csv");
+        assert!(message.contains(&series.display().to_string()), "{message}");
+        let rows = std::fs::read_to_string(&series).unwrap();
+        assert_eq!(rows.lines().count(), 3, "a header and two windows:\n{rows}");
+        assert!(!out.join("report.json").exists());
+        std::fs::remove_dir_all(out).unwrap();
+    }
 }
