@@ -221,12 +221,7 @@ impl<D: Driver> Probe<'_, D> {
 }
 
 fn measure<D: Driver>(driver: D, options: &ValidateOptions, setup: &Setup) -> Result<Report, AppError> {
-    let Setup {
-        resolved,
-        resolution,
-        levels,
-    } = setup;
-    let (resolution, levels) = (*resolution, *levels);
+    let resolved = &setup.resolved;
     let backend = driver.backend().to_owned();
     let exec = ExecConfig {
         observe_raw_exchange: true,
@@ -257,8 +252,8 @@ fn measure<D: Driver>(driver: D, options: &ValidateOptions, setup: &Setup) -> Re
     let report = Report {
         case: options.benchmark,
         quantities: measured.quantities,
-        resolution,
-        levels,
+        resolution: setup.resolution,
+        levels: setup.levels,
         steps: stepper.step_count(),
         wall_seconds: start.elapsed().as_secs_f64(),
         backend,

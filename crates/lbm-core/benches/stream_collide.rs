@@ -6,7 +6,7 @@
 //! "elements/s"; one element is one cell, so Melem/s reads as MLUPS.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use lbm_core::lattice::{Collision, Q, Relaxation};
+use lbm_core::lattice::{Collision, Relaxation};
 use lbm_core::launch::StreamCollide;
 use lbm_core::{CpuDriver, Driver};
 
@@ -17,16 +17,10 @@ fn bench(c: &mut Criterion) {
         let cells = (n * n) as usize;
         group.throughput(Throughput::Elements(cells as u64));
         let mut driver = CpuDriver::new();
-        let bytes = Q * cells * 4;
-        let src = driver.alloc("src", bytes).unwrap();
-        let dst = driver.alloc("dst", bytes).unwrap();
-        let flags = driver.alloc("flags", cells).unwrap();
-        let noise: Vec<f32> = (0..Q * cells)
-            .map(|i| 1e-3 * ((i * 7919 % 1000) as f32 / 1000.0 - 0.5))
-            .collect();
-        driver.upload(src, 0, bytemuck::cast_slice(&noise)).unwrap();
         let relaxation = Relaxation::new(Collision::default(), 0.625);
-        let launch = StreamCollide::periodic(src, dst, flags, [n, n], relaxation).launch();
+        let bench = StreamCollide::periodic_benchmark(&mut driver, n, relaxation).unwrap();
+        let (src, dst, bytes) = (bench.src, bench.dst, bench.population_bytes);
+        let launch = bench.launches[0].clone();
         group.bench_with_input(BenchmarkId::new("stream_collide", n), &launch, |b, launch| {
             b.iter(|| driver.launch(launch).unwrap())
         });

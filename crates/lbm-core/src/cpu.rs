@@ -10,7 +10,7 @@
 
 use rayon::prelude::*;
 
-use crate::device::{BufferId, Driver, Kernel, Launch};
+use crate::device::{BufferId, Driver, Kernel, Launch, live_buffer, live_buffer_mut};
 use crate::error::{Error, Result};
 use crate::hierarchy::{GHOST, Layout, Rect};
 use crate::lattice::{self, C, CS2, Moments, OPP, Q, W};
@@ -58,23 +58,11 @@ impl CpuDriver {
     }
 
     fn get(&self, id: BufferId) -> Result<&HostBuffer> {
-        self.buffers
-            .get(id.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Error::UnknownBuffer {
-                backend: "cpu".into(),
-                buffer: id.0,
-            })
+        live_buffer(&self.buffers, id, "cpu")
     }
 
     fn get_mut(&mut self, id: BufferId) -> Result<&mut HostBuffer> {
-        self.buffers
-            .get_mut(id.0 as usize)
-            .and_then(Option::as_mut)
-            .ok_or(Error::UnknownBuffer {
-                backend: "cpu".into(),
-                buffer: id.0,
-            })
+        live_buffer_mut(&mut self.buffers, id, "cpu")
     }
 
     /// Takes a buffer out for writing while others are read; [`Self::put`] returns it.

@@ -6,11 +6,28 @@
 
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Opaque handle of a device buffer, unique within one driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct BufferId(pub u32);
+
+/// Buffer `id` of a backend's table indexed by id, where a freed or never
+/// allocated buffer is `None`; the error names the backend.
+pub fn live_buffer<'a, T>(table: &'a [Option<T>], id: BufferId, backend: &str) -> Result<&'a T> {
+    table
+        .get(id.0 as usize)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| Error::unknown_buffer(backend, id))
+}
+
+/// [`live_buffer`] for writing.
+pub fn live_buffer_mut<'a, T>(table: &'a mut [Option<T>], id: BufferId, backend: &str) -> Result<&'a mut T> {
+    table
+        .get_mut(id.0 as usize)
+        .and_then(Option::as_mut)
+        .ok_or_else(|| Error::unknown_buffer(backend, id))
+}
 
 impl std::fmt::Display for BufferId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

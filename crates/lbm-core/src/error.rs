@@ -53,4 +53,11 @@ impl Error {
             accepted: accepted.to_owned(),
         }
     }
+
+    pub fn unknown_buffer(backend: &str, id: crate::device::BufferId) -> Self {
+        Error::UnknownBuffer {
+            backend: backend.to_owned(),
+            buffer: id.0,
+        }
+    }
 }

@@ -420,13 +420,15 @@ mod tests {
             vec![vec![Rect::new(0, 6, 20, 20)], vec![Rect::new(2, 20, 30, 30)]],
             &["level 2 patch 0", "too close to the x_min edge", "or touch that side"],
         );
-        HierarchySpec {
+        let message = HierarchySpec {
             base: [48, 3],
             levels: vec![vec![Rect::new(0, 0, 20, 3)]],
         }
         .validate(&[])
         .map(|_| ())
-        .expect_err("a parent 3 cells across cannot mirror a 4-cell stencil");
+        .expect_err("a parent 3 cells across cannot mirror a 4-cell stencil")
+        .to_string();
+        assert!(message.contains("only 3 cells across"), "{message}");
     }
 
     #[test]

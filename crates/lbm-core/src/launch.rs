@@ -7,10 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::device::{Arg, BLOCK_THREADS, BufferId, Kernel, Launch};
+use crate::device::{Arg, BLOCK_THREADS, BufferId, Driver, Kernel, Launch};
 use crate::error::{Error, Result};
 use crate::hierarchy::{GHOST, Layout, Rect};
-use crate::lattice::Relaxation;
+use crate::lattice::{Q, Relaxation};
 
 /// What lies beyond one side of a patch's active region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -281,6 +281,29 @@ impl StreamCollide {
         }
     }
 
+    /// Allocates a periodic `n` x `n` benchmark on `driver` (populations at
+    /// `src` filled with small deterministic noise) and returns its buffers
+    /// and the two ping-pong launches, `src -> dst` then `dst -> src`.
+    pub fn periodic_benchmark<D: Driver>(driver: &mut D, n: u32, relaxation: Relaxation) -> Result<PeriodicBenchmark> {
+        let cells = (n * n) as usize;
+        let bytes = Q * cells * 4;
+        let src = driver.alloc("src", bytes)?;
+        let dst = driver.alloc("dst", bytes)?;
+        let flags = driver.alloc("flags", cells)?;
+        let noise: Vec<f32> = (0..Q * cells)
+            .map(|i| 1e-3 * ((i * 7919 % 1000) as f32 / 1000.0 - 0.5))
+            .collect();
+        driver.upload(src, 0, bytemuck::cast_slice(&noise))?;
+        let step = |from, to| StreamCollide::periodic(from, to, flags, [n, n], relaxation).launch();
+        Ok(PeriodicBenchmark {
+            src,
+            dst,
+            flags,
+            population_bytes: bytes,
+            launches: [step(src, dst), step(dst, src)],
+        })
+    }
+
     pub fn launch(&self) -> Launch {
         let mut args = vec![
             Arg::buffer(self.src),
@@ -338,6 +361,16 @@ impl StreamCollide {
         r.finish()?;
         Ok(decoded)
     }
+}
+
+/// What [`StreamCollide::periodic_benchmark`] allocated.
+pub struct PeriodicBenchmark {
+    pub src: BufferId,
+    pub dst: BufferId,
+    pub flags: BufferId,
+    /// Bytes of one population buffer.
+    pub population_bytes: usize,
+    pub launches: [Launch; 2],
 }
 
 /// `fill_ghost`: one thread per ghost-band cell of the fine patch, bottom rows,

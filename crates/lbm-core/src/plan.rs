@@ -213,9 +213,10 @@ impl Builder<'_> {
         let physics = inputs.physics[level];
         for patch in &hierarchy.levels[level] {
             let buffers = inputs.buffers[level][patch.index];
-            let sides = inputs.sides[level][patch.index].kinds;
+            // A refined patch touches only wall and free-slip sides of the
+            // domain (`patch_sides` refuses others) and takes their rule there.
             let edges = std::array::from_fn(|s| {
-                if patch.on_domain[s] && (level == 0 || !sides.is_interface(s)) {
+                if patch.on_domain[s] {
                     inputs.base_edges[s]
                 } else {
                     Edge::Ghost

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use lbm_core::Driver;
-use lbm_core::lattice::{Collision, Q, Relaxation};
+use lbm_core::lattice::{Collision, Relaxation};
 use lbm_core::launch::StreamCollide;
 use lbm_cuda::CudaDriver;
 
@@ -37,18 +37,11 @@ fn bench(c: &mut Criterion) {
     for n in [1024u32, 4096] {
         let cells = (n * n) as usize;
         group.throughput(Throughput::Elements(cells as u64));
-        let bytes = Q * cells * 4;
-        let src = driver.alloc("src", bytes).unwrap();
-        let dst = driver.alloc("dst", bytes).unwrap();
-        let flags = driver.alloc("flags", cells).unwrap();
-        let noise: Vec<f32> = (0..Q * cells)
-            .map(|i| 1e-3 * ((i * 7919 % 1000) as f32 / 1000.0 - 0.5))
-            .collect();
-        driver.upload(src, 0, bytemuck::cast_slice(&noise)).unwrap();
         let relaxation = Relaxation::new(Collision::default(), 0.625);
-        let step = |src, dst| StreamCollide::periodic(src, dst, flags, [n, n], relaxation).launch();
         // Ping-pong like the stepper, so no launch reads what it writes.
-        let launches = [step(src, dst), step(dst, src)];
+        let bench = StreamCollide::periodic_benchmark(&mut driver, n, relaxation).unwrap();
+        let (src, dst, flags, bytes) = (bench.src, bench.dst, bench.flags, bench.population_bytes);
+        let launches = bench.launches;
         group.bench_function(BenchmarkId::new("stream_collide", n), |b| {
             b.iter_custom(|iters| {
                 let mut k = 0;

@@ -20,6 +20,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
+use lbm_core::device::live_buffer;
 use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
 
 use crate::validate;
@@ -186,13 +187,7 @@ impl CudaDriver {
     }
 
     fn buffer(&self, id: BufferId) -> Result<&DeviceBuffer> {
-        self.buffers
-            .get(id.0 as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Error::UnknownBuffer {
-                backend: "cuda".into(),
-                buffer: id.0,
-            })
+        live_buffer(&self.buffers, id, "cuda")
     }
 
     /// The device address of `[offset, offset + len)` of `id`, once that range
@@ -410,12 +405,7 @@ mod tests {
                 Param::F64(-2.0)
             ]
         );
-        let missing = marshal(&args, |id| {
-            Err(Error::UnknownBuffer {
-                backend: "cuda".into(),
-                buffer: id.0,
-            })
-        });
+        let missing = marshal(&args, |id| Err(Error::unknown_buffer("cuda", id)));
         assert!(missing.unwrap_err().to_string().contains("unknown buffer 2"));
     }
 }

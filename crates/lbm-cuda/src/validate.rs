@@ -48,10 +48,7 @@ pub fn check(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Re
     }
     let region = |slot: usize, what: &str, bytes: usize, align: u64| -> Result<()> {
         let (id, offset) = buffers[slot];
-        let size = size_of(id).ok_or(Error::UnknownBuffer {
-            backend: "cuda".into(),
-            buffer: id.0,
-        })?;
+        let size = size_of(id).ok_or_else(|| Error::unknown_buffer("cuda", id))?;
         if offset % align != 0 {
             return Err(refuse(format!(
                 "{what} ({id}) byte offset {offset} is not a multiple of {align}"

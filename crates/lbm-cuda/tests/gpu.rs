@@ -37,6 +37,7 @@ use lbm_cuda::CudaDriver;
 mod emu {
     use std::ffi::{CString, c_char, c_void};
 
+    use lbm_core::device::live_buffer_mut;
     use lbm_core::{Arg, BufferId, Driver, Error, Launch, Result};
 
     type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, *mut *mut c_void) -> i32;
@@ -82,13 +83,7 @@ mod emu {
         }
 
         fn buffer(&mut self, id: BufferId) -> Result<&mut HostBuffer> {
-            self.buffers
-                .get_mut(id.0 as usize)
-                .and_then(Option::as_mut)
-                .ok_or(Error::UnknownBuffer {
-                    backend: "emu".into(),
-                    buffer: id.0,
-                })
+            live_buffer_mut(&mut self.buffers, id, "emu")
         }
 
         fn bytes(&mut self, id: BufferId, operation: &str, offset: usize, len: usize) -> Result<&mut [u8]> {

@@ -370,10 +370,7 @@ impl Recorder {
         self.buffers
             .get(id.0 as usize)
             .filter(|b| b.live)
-            .ok_or(Error::UnknownBuffer {
-                backend: BACKEND.into(),
-                buffer: id.0,
-            })
+            .ok_or_else(|| Error::unknown_buffer(BACKEND, id))
     }
 
     fn check_range(&self, operation: &str, id: BufferId, offset: usize, bytes: usize) -> Result<()> {
@@ -882,30 +879,17 @@ impl MockHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lbm_core::hierarchy::{Layout, Rect};
+    use lbm_core::lattice::{Collision, Relaxation};
     use lbm_core::launch::{Amplitude, Edge};
 
     fn stream_collide(src: BufferId, dst: BufferId, flags: BufferId) -> Launch {
-        let layout = Layout {
-            nx: 4,
-            ny: 4,
-            tile: [4, 4],
-        };
+        // The rendering test pins these relaxation rates and this force.
+        let any = Relaxation::new(Collision::Bgk, 1.0);
         StreamCollide {
-            src,
-            dst,
-            flags,
-            wall_distance: flags,
-            inlet_profile: flags,
-            boundary_state: flags,
-            layout,
-            active: Rect::new(0, 0, 4, 4),
-            edges: [Edge::Periodic; 4],
-            wall_velocity: [[0.0; 2]; 4],
             omega_plus: 1.25,
             omega_minus: 1.5,
             force: [1e-5, 0.0],
-            interpolated_walls: false,
+            ..StreamCollide::periodic(src, dst, flags, [4, 4], any)
         }
         .launch()
     }
