@@ -5,8 +5,8 @@
 // factor]`, the u32 stored in the first f32's bits) and stores the inlet
 // amplitude factor for the end of the new interval, which every inlet side of
 // the interval's `stream_collide` launches then multiplies its profile by. It
-// mirrors lbm_core::cpu::update_boundary_state and lbm_core::launch::
-// amplitude_factor: kind 0 constant (1), 1 linear ramp over `parameter`
+// mirrors lbm_core::kernels::boundary::{update_boundary_state,
+// amplitude_factor}: kind 0 constant (1), 1 linear ramp over `parameter`
 // intervals, 2 sine of period `parameter`, 3 piecewise linear through
 // `table_points` (t, factor) pairs, constant beyond the ends. Every kind but the
 // sine rounds exactly as the CPU; the sine uses CUDA's sinf, which is within 2
@@ -25,13 +25,13 @@
 // launch::amplitude_factor at time `t` (base intervals).
 __device__ __forceinline__ float amplitude_factor(unsigned int kind, float parameter, const float* table,
                                                   unsigned int table_points, float t) {
-    if (kind == 1u && parameter > 0.0f) {
+    if (kind == LBM_AMPLITUDE_RAMP && parameter > 0.0f) {
         return fminf(t / parameter, 1.0f);
     }
-    if (kind == 2u) {
+    if (kind == LBM_AMPLITUDE_SINE) {
         return sinf(2.0f * LBM_PI_F32 * t / parameter);
     }
-    if (kind == 3u && table_points >= 1u) {
+    if (kind == LBM_AMPLITUDE_TABLE && table_points >= 1u) {
         if (t <= table[0]) {
             return table[1];
         }

@@ -2,16 +2,16 @@
 //
 // What it is: device-side twins of lbm_core::lattice (velocities, weights,
 // shifted equilibrium, moments, even and odd non-equilibrium parts, TRT
-// collision with Guo forcing), of the coupling helpers of lbm_core::cpu
+// collision with Guo forcing), of the coupling helpers of lbm_core::kernels::refine
 // (gradient fields, rebuilding post-collision populations) and of
-// lbm_core::hierarchy::Layout::index (the tiled cell index).
+// lbm_core::domain::hierarchy::Layout::index (the tiled cell index).
 // Each function mirrors its Rust counterpart operation for operation, in f32 and
 // in the same order, so that with FMA contraction off (see `cargo xtask ptx`) a
 // kernel computes the same bits as the CPU reference. Populations are stored
 // minus their weights (f_i - w_i), exactly as on the CPU.
 //
 // It also holds the one boundary rule two kernel families share: Bouzidi's
-// interpolated bounce-back (lbm_core::cpu::bouzidi), which `stream_collide`
+// interpolated bounce-back (lbm_core::kernels::lbm::bouzidi), which `stream_collide`
 // applies on body links and `accumulate_exchange` needs for the population a
 // wall returns.
 //
@@ -21,28 +21,7 @@
 // are lbm.cu's).
 #pragma once
 
-#define LBM_Q 9
-
-// Cell flag values, identical to lbm_core::cpu::{FLAG_FLUID, FLAG_SOLID}.
-#define LBM_FLAG_FLUID 0
-#define LBM_FLAG_SOLID 1
-
-// Edge kinds, identical to lbm_core::launch::Edge as u32.
-#define LBM_EDGE_PERIODIC 0u
-#define LBM_EDGE_WALL 1u
-#define LBM_EDGE_GHOST 2u
-#define LBM_EDGE_INLET 3u
-#define LBM_EDGE_OUTFLOW 4u
-#define LBM_EDGE_SYMMETRY 5u
-
-// Ghost band width, lbm_core::hierarchy::GHOST.
-#define LBM_GHOST 4u
-
-// Words per link and per body accumulator, lbm_core::launch::{LINK_WORDS, EXCHANGE_WORDS},
-// and the link word for "no fluid cell behind" (lbm_core::launch::NO_CELL).
-#define LBM_LINK_WORDS 6u
-#define LBM_EXCHANGE_WORDS 4u
-#define LBM_NO_CELL 0xFFFFFFFFu
+#include "constants.cuh"
 
 // Lattice velocities c_i: rest, the four axis directions, then the diagonals.
 // Written as selects rather than tables so that every unrolled use folds to a
@@ -73,7 +52,7 @@ __device__ __forceinline__ float lbm_w(int i) {
 // Squared lattice speed of sound, the f32 nearest 1/3 as in lattice::CS2.
 #define LBM_CS2 (1.0f / 3.0f)
 
-// A storage layout: allocation size and tile shape (lbm_core::hierarchy::Layout).
+// A storage layout: allocation size and tile shape (lbm_core::domain::hierarchy::Layout).
 struct Layout {
     unsigned int nx;
     unsigned int ny;
@@ -250,9 +229,6 @@ __device__ __forceinline__ void non_equilibrium_odd_curvature(float tau_plus, fl
     }
 }
 
-// The fields whose gradients rebuild the non-equilibrium part (cpu::gradient_field):
-// ux, uy, ux ux, uy uy, ux uy (rho0 = 1).
-#define LBM_GRADIENT_FIELDS 5
 
 __device__ __forceinline__ float gradient_field(Moments m, int field) {
     return field == 0 ? m.ux : (field == 1 ? m.uy : (field == 2 ? m.ux * m.ux : (field == 3 ? m.uy * m.uy : m.ux * m.uy)));
@@ -324,17 +300,13 @@ __device__ __forceinline__ float bouzidi(const float* __restrict__ f, size_t pla
     return leaving / (2.0f * q) + (2.0f * q - 1.0f) / (2.0f * q) * f[(size_t)i * plane + index];
 }
 
-// Side kinds of a refined patch (lbm_core::launch::SideKind), two bits per
-// side in lbm_core::launch::SideKinds::packed order: x-min lowest.
-#define LBM_SIDE_INTERFACE 0u
-#define LBM_SIDE_WALL 1u
-#define LBM_SIDE_SYMMETRY 2u
+// Side kinds of a refined patch (lbm_core::domain::sides::PatchSide), two bits per
 
 __device__ __forceinline__ unsigned int side_kind(unsigned int packed, int side) {
     return (packed >> (2 * side)) & 3u;
 }
 
-// A patch's sides as its coupling stencils see them (lbm_core::launch::PatchSides).
+// A patch's sides as its coupling stencils see them (lbm_core::domain::sides::PatchSides).
 struct PatchSides {
     unsigned int kinds;
     float tangential[4];
@@ -355,11 +327,11 @@ __device__ __forceinline__ PatchSides make_sides(unsigned int kinds, float tange
 // of [lo, hi) its mirror image, `crossed` set to that side (else -1).
 __device__ __forceinline__ unsigned int mirror_axis(int c, unsigned int lo, unsigned int hi, int low_side,
                                                     unsigned int kinds, int* crossed) {
-    if (c < (int)lo && side_kind(kinds, low_side) != LBM_SIDE_INTERFACE) {
+    if (c < (int)lo && side_kind(kinds, low_side) != LBM_PATCH_SIDE_INTERFACE) {
         *crossed = low_side;
         return (unsigned int)(2 * (int)lo - 1 - c);
     }
-    if (c >= (int)hi && side_kind(kinds, low_side + 1) != LBM_SIDE_INTERFACE) {
+    if (c >= (int)hi && side_kind(kinds, low_side + 1) != LBM_PATCH_SIDE_INTERFACE) {
         *crossed = low_side + 1;
         return (unsigned int)(2 * (int)hi - 1 - c);
     }
@@ -369,7 +341,7 @@ __device__ __forceinline__ unsigned int mirror_axis(int c, unsigned int lo, unsi
 
 // cpu::reflect: the moments of a mirror image in wall side `side`.
 __device__ __forceinline__ Moments reflect(Moments m, PatchSides sides, int side) {
-    const bool no_slip = side_kind(sides.kinds, side) == LBM_SIDE_WALL;
+    const bool no_slip = side_kind(sides.kinds, side) == LBM_PATCH_SIDE_WALL;
     Moments r;
     r.delta_rho = m.delta_rho;
     if (side < 2) {

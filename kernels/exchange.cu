@@ -1,6 +1,6 @@
 // exchange.cu: `accumulate_exchange`, the momentum exchange on body links.
 //
-// One thread per link of the link table (lbm_core::launch::LINK_WORDS words per
+// One thread per link of the link table (lbm_core::domain::geometry::LINK_WORDS words per
 // link: the fluid cell's storage index; the direction d pointing into the body
 // plus 16 x the body slot; the lever arm x and y as f32 bits; the wall distance
 // q as f32 bits; the storage index of the fluid cell behind, or LBM_NO_CELL).
@@ -9,10 +9,10 @@
 // weights, hence the 2 w_d), f_in being what `bouzidi` returns along opp(d), and
 // the torque r x F about the body centre; the contributions are added in f64
 // with atomicAdd to the interval accumulator and, when `window_on`, to the
-// window accumulator (lbm_core::launch::EXCHANGE_WORDS doubles per body: Fx, Fy,
+// window accumulator (lbm_core::kernels::exchange::EXCHANGE_WORDS doubles per body: Fx, Fy,
 // torque, unused).
 //
-// It mirrors lbm_core::cpu::accumulate_exchange per link, each contribution bit
+// It mirrors lbm_core::kernels::exchange::accumulate_exchange per link, each contribution bit
 // for bit. What it does not do: it does not sum in link order (atomics land in
 // any order, so sums agree with the CPU to rounding, not bit for bit), it does
 // not zero the accumulators (the plan's memset does), and it does not check that

@@ -1,8 +1,8 @@
 // lbm.cu: `stream_collide`, the per-hop update of one patch (pull streaming with
 // boundaries, then TRT collision with Guo forcing), `current -> spare`.
 //
-// It mirrors lbm_core::cpu::stream_collide, cpu::pull, cpu::body_wall and
-// cpu::anti_bounce_back cell by cell: one thread per active cell, row-major over
+// It mirrors lbm_core::kernels::lbm::{stream_collide, pull, body_wall,
+// anti_bounce_back} cell by cell: one thread per active cell, row-major over
 // the active region; solid cells are copied unchanged. A population that would
 // come from beyond a side of the active region takes that side's rule, the first
 // match in this order winning at a corner: inlet (bounce-back with the inlet
@@ -21,18 +21,18 @@
 // levels (refine.cu), no update of the inlet factor (boundary.cu), and no reads
 // of a buffer the launch does not use: `wall_distance` only with interpolated
 // walls, `inlet_profile` and `boundary_state` only with an inlet side, which is
-// what lbm-cuda's launch validation sizes. It never reads outside the allocation
-// as long as ghost sides have at least one cell of band, which that validation
-// also checks.
+// what lbm-core's launch check sizes. It never reads outside the allocation
+// as long as ghost sides have at least one cell of band, which that check
+// also makes.
 #include "common.cuh"
 
 // No side: a source inside the active region along that axis.
-#define LBM_EDGE_NONE 0xFFFFFFFFu
+#define LBM_BOUNDARY_NONE 0xFFFFFFFFu
 
-// The kind of side `side` (0 x-min, 1 x-max, 2 y-min, 3 y-max), or LBM_EDGE_NONE for -1.
+// The kind of side `side` (0 x-min, 1 x-max, 2 y-min, 3 y-max), or LBM_BOUNDARY_NONE for -1.
 __device__ __forceinline__ unsigned int edge_kind(int side, unsigned int e0, unsigned int e1, unsigned int e2,
                                                   unsigned int e3) {
-    return side < 0 ? LBM_EDGE_NONE : (side == 0 ? e0 : (side == 1 ? e1 : (side == 2 ? e2 : e3)));
+    return side < 0 ? LBM_BOUNDARY_NONE : (side == 0 ? e0 : (side == 1 ? e1 : (side == 2 ? e2 : e3)));
 }
 
 // Whether (x, y) lies next to a side of kind `kind`, i.e. some population
@@ -104,8 +104,8 @@ extern "C" __global__ void stream_collide(
     const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
     const float* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
     const float* __restrict__ boundary_state, unsigned int nx, unsigned int ny, unsigned int tile_x,
-    unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int edge_x_min,
-    unsigned int edge_x_max, unsigned int edge_y_min, unsigned int edge_y_max, float wall_x_min_ux,
+    unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
+    unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
     float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
     float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
     unsigned int interpolated_walls) {
@@ -151,7 +151,7 @@ extern "C" __global__ void stream_collide(
     // outflow velocity the side rule needs is computed once, in those cells:
     // bit for bit what the CPU computes per population.
     const bool near_outflow =
-        next_to(LBM_EDGE_OUTFLOW, x, y, x0, y0, x1, y1, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
+        next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
     float outflow_ux = 0.0f;
     float outflow_uy = 0.0f;
     if (near_outflow) {
@@ -165,8 +165,8 @@ extern "C" __global__ void stream_collide(
         int sy = (int)y - lbm_cy(i);
         const int side_x = sx < (int)x0 ? 0 : (sx >= (int)x1 ? 1 : -1);
         const int side_y = sy < (int)y0 ? 2 : (sy >= (int)y1 ? 3 : -1);
-        const unsigned int kind_x = edge_kind(side_x, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
-        const unsigned int kind_y = edge_kind(side_y, edge_x_min, edge_x_max, edge_y_min, edge_y_max);
+        const unsigned int kind_x = edge_kind(side_x, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
+        const unsigned int kind_y = edge_kind(side_y, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
         const float cx = (float)lbm_cx(i);
         const float cy = (float)lbm_cy(i);
 
@@ -175,23 +175,23 @@ extern "C" __global__ void stream_collide(
         // mass flux, and between walls the y side wins, so a lid's two
         // diagonal terms cancel (cpu::pull).
         int bounce = -1;
-        unsigned int bounce_kind = LBM_EDGE_NONE;
-        if (kind_x == LBM_EDGE_INLET || kind_y == LBM_EDGE_INLET) {
-            bounce = kind_x == LBM_EDGE_INLET ? side_x : side_y;
-            bounce_kind = LBM_EDGE_INLET;
-        } else if (kind_y == LBM_EDGE_WALL) {
+        unsigned int bounce_kind = LBM_BOUNDARY_NONE;
+        if (kind_x == LBM_BOUNDARY_INLET || kind_y == LBM_BOUNDARY_INLET) {
+            bounce = kind_x == LBM_BOUNDARY_INLET ? side_x : side_y;
+            bounce_kind = LBM_BOUNDARY_INLET;
+        } else if (kind_y == LBM_BOUNDARY_WALL) {
             bounce = side_y;
             bounce_kind = kind_y;
-        } else if (kind_x == LBM_EDGE_WALL) {
+        } else if (kind_x == LBM_BOUNDARY_WALL) {
             bounce = side_x;
             bounce_kind = kind_x;
         }
         if (bounce >= 0) {
             float ux;
             float uy;
-            if (bounce_kind == LBM_EDGE_INLET) {
+            if (bounce_kind == LBM_BOUNDARY_INLET) {
                 // launch::inlet_sample: where the link crosses the inlet.
-                ux = inlet_profile[3 * (y - y0) + 1 - lbm_cy(i)] * boundary_state[1];
+                ux = inlet_profile[LBM_INLET_SAMPLE(y - y0, lbm_cy(i))] * boundary_state[1];
                 uy = 0.0f;
             } else {
                 ux = bounce == 0 ? wall_x_min_ux
@@ -207,7 +207,7 @@ extern "C" __global__ void stream_collide(
         }
 
         // Outflow: anti-bounce-back at rest density.
-        if (kind_x == LBM_EDGE_OUTFLOW || kind_y == LBM_EDGE_OUTFLOW) {
+        if (kind_x == LBM_BOUNDARY_OUTFLOW || kind_y == LBM_BOUNDARY_OUTFLOW) {
             const float cu = cx * outflow_ux + cy * outflow_uy;
             f[i] = -src[(size_t)lbm_opp(i) * plane + index] +
                    2.0f * lbm_w(i) *
@@ -217,18 +217,18 @@ extern "C" __global__ void stream_collide(
 
         // Free slip: the population that left this row (column) towards the wall, mirrored.
         int direction = i;
-        if (kind_x == LBM_EDGE_SYMMETRY) {
+        if (kind_x == LBM_BOUNDARY_FREE_SLIP) {
             direction = lbm_mirror_x(direction);
             sx = (int)x;
         }
-        if (kind_y == LBM_EDGE_SYMMETRY) {
+        if (kind_y == LBM_BOUNDARY_FREE_SLIP) {
             direction = lbm_mirror_y(direction);
             sy = (int)y;
         }
-        if (kind_x == LBM_EDGE_PERIODIC) {
+        if (kind_x == LBM_BOUNDARY_PERIODIC) {
             sx += side_x == 0 ? (int)width : -(int)width;
         }
-        if (kind_y == LBM_EDGE_PERIODIC) {
+        if (kind_y == LBM_BOUNDARY_PERIODIC) {
             sy += side_y == 2 ? (int)height : -(int)height;
         }
         const size_t source = cell_index(layout, (unsigned int)sx, (unsigned int)sy);

@@ -5,7 +5,7 @@
 // Lagrange), the gradients of velocity and momentum flux by central differences
 // on the parent and bilinearly between them, all linearly in time by `alpha`,
 // and turned into fine post-collision populations with the fine tau+ and tau-.
-// One thread per band cell, in the order of lbm_core::cpu::band_cell: bottom
+// One thread per band cell, in the order of lbm_core::domain::order::band_cell: bottom
 // rows, top rows, then the left and right columns between them.
 //
 // `restrict_to_parent` (fine to coarse) overwrites every parent cell the fine
@@ -18,7 +18,7 @@
 // beyond it: the parent's in `fill_ghost`, the fine patch's own in
 // `restrict_to_parent`.
 //
-// Both mirror lbm_core::cpu::{fill_ghost, restrict_to_parent} operation for
+// Both mirror lbm_core::kernels::refine::{fill_ghost, restrict_to_parent} operation for
 // operation. What they do not do: no stream or collision of their own, no check
 // that the stencil stays inside the parent (the host validates the geometry
 // before launching), and no handling of solid cells in the coupling zone (the
@@ -100,10 +100,10 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
 
     // Band cells beyond a wall side are left as they are: the fine level
     // applies the wall's rule there and nothing reads them (cpu::beyond_wall).
-    if ((fx < LBM_GHOST && side_kind(side_kinds, 0) != LBM_SIDE_INTERFACE) ||
-        (fx >= fine_nx - LBM_GHOST && side_kind(side_kinds, 1) != LBM_SIDE_INTERFACE) ||
-        (fy < LBM_GHOST && side_kind(side_kinds, 2) != LBM_SIDE_INTERFACE) ||
-        (fy >= fine_ny - LBM_GHOST && side_kind(side_kinds, 3) != LBM_SIDE_INTERFACE)) {
+    if ((fx < LBM_GHOST && side_kind(side_kinds, 0) != LBM_PATCH_SIDE_INTERFACE) ||
+        (fx >= fine_nx - LBM_GHOST && side_kind(side_kinds, 1) != LBM_PATCH_SIDE_INTERFACE) ||
+        (fy < LBM_GHOST && side_kind(side_kinds, 2) != LBM_PATCH_SIDE_INTERFACE) ||
+        (fy >= fine_ny - LBM_GHOST && side_kind(side_kinds, 3) != LBM_PATCH_SIDE_INTERFACE)) {
         return;
     }
     // The fine allocation starts LBM_GHOST / 2 parent cells before its active region.

@@ -2,7 +2,7 @@
 //
 // `accumulate_fine_flux` adds, for every parent ring cell around a fine patch
 // (beyond its interface sides only, as a side on a domain wall has no ring; in
-// lbm_core::launch::ring_cell order, in "fine allocation, parent resolution"
+// lbm_core::domain::order::ring_cell order, in "fine allocation, parent resolution"
 // coordinates), a quarter of the mass its ghost cells send into the
 // active region minus the mass the active region sends back, for the coming
 // fine hop. One thread per ring cell; the flux slots accumulate over both fine
@@ -16,21 +16,19 @@
 // strided slots in f64 and a fixed tree combines the partial sums, so the
 // result is deterministic run to run.
 //
-// Both mirror lbm_core::cpu::{accumulate_fine_flux, correct_interface_mass}
+// Both mirror lbm_core::kernels::reflux::{accumulate_fine_flux, correct_interface_mass}
 // per cell. What they do not do: the CPU sums the ring in slot order and this
 // kernel in tree order (both in f64), so the share can differ from the CPU's in
 // the last bit; they do not check the geometry (the host validates it) and do
 // not touch the covered cells' populations.
 #include "common.cuh"
 
-#define LBM_REFLUX_THREADS 256
-
 // Whether side `side` of the patch is a coarse-fine interface (1) or a wall (0).
 __device__ __forceinline__ unsigned int open_side(unsigned int kinds, int side) {
-    return side_kind(kinds, side) == LBM_SIDE_INTERFACE ? 1u : 0u;
+    return side_kind(kinds, side) == LBM_PATCH_SIDE_INTERFACE ? 1u : 0u;
 }
 
-// lbm_core::launch::ring_cell: the k-th parent cell at Chebyshev distance one
+// lbm_core::domain::order::ring_cell: the k-th parent cell at Chebyshev distance one
 // from `covered` beyond an interface side: the row below (corners included),
 // the row above, then the left and right columns between them.
 __device__ __forceinline__ void ring_cell(unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1,
@@ -57,7 +55,7 @@ __device__ __forceinline__ void ring_cell(unsigned int x0, unsigned int y0, unsi
     }
 }
 
-// lbm_core::launch::ring_cells.
+// lbm_core::domain::order::ring_cells.
 __device__ __forceinline__ unsigned int ring_cells(unsigned int w, unsigned int h, unsigned int kinds) {
     const unsigned int row = w + open_side(kinds, 0) + open_side(kinds, 1);
     return (open_side(kinds, 2) + open_side(kinds, 3)) * row + (open_side(kinds, 0) + open_side(kinds, 1)) * h;
@@ -66,7 +64,7 @@ __device__ __forceinline__ unsigned int ring_cells(unsigned int w, unsigned int 
 extern "C" __global__ void accumulate_fine_flux(const float* __restrict__ fine, float* __restrict__ flux,
                                                 unsigned int nx, unsigned int ny, unsigned int tile_x,
                                                 unsigned int tile_y, unsigned int side_kinds) {
-    // lbm_core::launch::fine_covered.
+    // lbm_core::domain::order::fine_covered.
     const unsigned int g = LBM_GHOST / 2;
     const unsigned int cov_x0 = g;
     const unsigned int cov_y0 = g;
@@ -109,9 +107,9 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
                                                   unsigned int tile_x, unsigned int tile_y, unsigned int x0,
                                                   unsigned int y0, unsigned int x1, unsigned int y1,
                                                   unsigned int side_kinds) {
-    __shared__ double partial[LBM_REFLUX_THREADS];
-    // The host launches exactly one block of LBM_REFLUX_THREADS threads.
-    if (blockIdx.x != 0 || blockDim.x != LBM_REFLUX_THREADS) {
+    __shared__ double partial[LBM_BLOCK_THREADS];
+    // The host launches exactly one block of LBM_BLOCK_THREADS threads.
+    if (blockIdx.x != 0 || blockDim.x != LBM_BLOCK_THREADS) {
         return;
     }
     const Layout layout = make_layout(nx, ny, tile_x, tile_y);
@@ -124,7 +122,7 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
     }
 
     double local = 0.0;
-    for (unsigned int slot = tid; slot < n_ring; slot += LBM_REFLUX_THREADS) {
+    for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
         unsigned int x;
         unsigned int y;
         ring_cell(x0, y0, x1, y1, side_kinds, slot, &x, &y);
@@ -145,7 +143,7 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
     partial[tid] = local;
     __syncthreads();
 #pragma unroll
-    for (unsigned int stride = LBM_REFLUX_THREADS / 2; stride > 0; stride >>= 1) {
+    for (unsigned int stride = LBM_BLOCK_THREADS / 2; stride > 0; stride >>= 1) {
         if (tid < stride) {
             partial[tid] += partial[tid + stride];
         }
@@ -153,7 +151,7 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
     }
     const float share = (float)(partial[0] / (double)n_ring);
 
-    for (unsigned int slot = tid; slot < n_ring; slot += LBM_REFLUX_THREADS) {
+    for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
         unsigned int x;
         unsigned int y;
         ring_cell(x0, y0, x1, y1, side_kinds, slot, &x, &y);

@@ -8,13 +8,29 @@ pub mod validate;
 
 use thiserror::Error;
 
+/// Every way the CLI fails; [`AppError::exit_code`] tells bad input (2) from a
+/// failed run (1).
 #[derive(Debug, Error)]
 pub enum AppError {
     #[error(transparent)]
     Core(#[from] lbm_core::Error),
 
+    /// A command-line flag out of its accepted range.
+    #[error("invalid {flag} {value}: {accepted}")]
+    Flag {
+        flag: &'static str,
+        value: String,
+        accepted: String,
+    },
+
+    #[error("case file {path}: {source}")]
+    Case { path: String, source: lbm_core::Error },
+
     #[error("cannot read case file {path}: {source}")]
     ReadCase { path: String, source: std::io::Error },
+
+    #[error("DFG 2D-2: the lift did not oscillate within {time_limit} s, so there is no shedding period")]
+    NoShedding { time_limit: f64 },
 
     #[error("output directory {path} is not empty; choose a new one with --out or remove it")]
     OutputNotEmpty { path: String },
@@ -27,4 +43,21 @@ pub enum AppError {
 
     #[error("{source}; what was measured until then is in {kept}")]
     Interrupted { source: Box<AppError>, kept: String },
+}
+
+impl AppError {
+    /// 2 for input the run refused before any work (flags, case files, an
+    /// output directory in use, a configuration out of range), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        use lbm_core::Error as Core;
+        match self {
+            AppError::Flag { .. }
+            | AppError::Case { .. }
+            | AppError::ReadCase { .. }
+            | AppError::OutputNotEmpty { .. } => 2,
+            AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
+            AppError::Interrupted { source, .. } => source.exit_code(),
+            _ => 1,
+        }
+    }
 }

@@ -58,7 +58,10 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         path: options.case.display().to_string(),
         source,
     })?;
-    let case = Case::from_toml(&text)?;
+    let case = Case::from_toml(&text).map_err(|source| AppError::Case {
+        path: options.case.display().to_string(),
+        source,
+    })?;
     let mut resolved = case.resolve()?;
     if let Some(steps) = options.steps {
         resolved.steps = steps;

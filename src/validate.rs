@@ -18,7 +18,7 @@ use clap::ValueEnum;
 use serde::Serialize;
 
 use lbm_core::case::{Case, Resolved};
-use lbm_core::geometry::Shape;
+use lbm_core::domain::geometry::Shape;
 use lbm_core::units::UnitSystem;
 use lbm_core::{CpuDriver, Driver, ExecConfig, Stepper};
 
@@ -131,7 +131,10 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
                 path: path.display().to_string(),
                 source,
             })?;
-            let case = Case::from_toml(&text)?;
+            let case = Case::from_toml(&text).map_err(|source| AppError::Case {
+                path: path.display().to_string(),
+                source,
+            })?;
             check_benchmark_geometry(&case)?;
             case
         }
@@ -143,29 +146,33 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
     let available = case.refinement.len() as u32;
     let levels = options.levels.unwrap_or(available);
     if levels > available {
-        return Err(lbm_core::Error::parameter(
-            "--levels",
-            levels,
-            &format!("0 to {available}, the refinement levels of the case"),
-        )
-        .into());
+        return Err(AppError::Flag {
+            flag: "--levels",
+            value: levels.to_string(),
+            accepted: format!("0 to {available}, the refinement levels of the case"),
+        });
     }
     // The base grid must fit the 0.41 m channel exactly: 10 cells per diameter
     // at the least, in steps of 10.
     let step = 10 << levels;
     if resolution == 0 || resolution % step != 0 {
-        return Err(lbm_core::Error::parameter(
-            "--resolution",
-            resolution,
-            &format!("a multiple of {step} cells per diameter on the finest level with {levels} refinement levels"),
-        )
-        .into());
+        return Err(AppError::Flag {
+            flag: "--resolution",
+            value: resolution.to_string(),
+            accepted: format!(
+                "a multiple of {step} cells per diameter on the finest level with {levels} refinement levels"
+            ),
+        });
     }
     case.refinement.truncate(levels as usize);
     case.domain.resolution = (resolution >> levels) as f64;
     if let Some(velocity) = options.lattice_velocity {
         if !(velocity > 0.0 && velocity.is_finite()) {
-            return Err(lbm_core::Error::parameter("--lattice-velocity", velocity, "a positive number").into());
+            return Err(AppError::Flag {
+                flag: "--lattice-velocity",
+                value: velocity.to_string(),
+                accepted: "a positive number".into(),
+            });
         }
         case.flow.lattice_velocity = velocity;
     }
@@ -336,11 +343,7 @@ fn periodic<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Mea
         let time = series.last().expect("just pushed").time;
         if repeating || time > time_limit {
             if crossings.len() < 2 {
-                return Err(lbm_core::Error::NotAvailable {
-                    what: "DFG 2D-2 shedding period".into(),
-                    reason: format!("the lift did not oscillate within {time_limit} s"),
-                }
-                .into());
+                return Err(AppError::NoShedding { time_limit });
             }
             let (t_start, t_end) = (crossings[crossings.len() - 2], crossings[crossings.len() - 1]);
             let period: Vec<&Sample> = series.iter().filter(|s| s.time >= t_start && s.time <= t_end).collect();
@@ -394,12 +397,11 @@ fn interpolate(series: &[Sample], time: f64, value: impl Fn(&Sample) -> f64) -> 
 fn check_benchmark_geometry(case: &Case) -> Result<(), AppError> {
     let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
     if !(close(case.domain.size[0], 2.2) && close(case.domain.size[1], 0.41)) {
-        return Err(lbm_core::Error::parameter(
-            "--case domain.size",
-            format!("{:?}", case.domain.size),
-            "the benchmark's channel, [2.2, 0.41]",
-        )
-        .into());
+        return Err(AppError::Flag {
+            flag: "--case domain.size",
+            value: format!("{:?}", case.domain.size),
+            accepted: "the benchmark's channel, [2.2, 0.41]".into(),
+        });
     }
     let cylinder = Shape::Circle {
         center: CENTER,
@@ -411,12 +413,11 @@ fn check_benchmark_geometry(case: &Case) -> Result<(), AppError> {
         {
             Ok(())
         }
-        other => Err(lbm_core::Error::parameter(
-            "--case bodies",
-            format!("{other:?}"),
-            &format!("exactly the benchmark's cylinder, {cylinder:?}"),
-        )
-        .into()),
+        other => Err(AppError::Flag {
+            flag: "--case bodies",
+            value: format!("{other:?}"),
+            accepted: format!("exactly the benchmark's cylinder, {cylinder:?}"),
+        }),
     }
 }
 

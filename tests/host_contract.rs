@@ -9,12 +9,13 @@
 //! kernels compute are the CPU physics tests' business (`tests/physics.rs`),
 //! except that the executing mock must match `CpuDriver` bit for bit.
 
-use lbm_core::geometry::{Body, Shape};
-use lbm_core::hierarchy::{HierarchySpec, Rect};
+use lbm_core::Boundary;
+use lbm_core::config::Amplitude;
+use lbm_core::config::{InletSpec, Profile};
+use lbm_core::device::Action;
+use lbm_core::domain::geometry::{Body, Shape};
+use lbm_core::domain::hierarchy::{HierarchySpec, Rect};
 use lbm_core::lattice::{Collision, Moments};
-use lbm_core::launch::{Amplitude, Edge};
-use lbm_core::plan::Action;
-use lbm_core::stepper::{InletSpec, Profile};
 use lbm_core::{CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Status, Stepper};
 use mock_driver::{Event, EventKind, LoggedArg, MockDriver, MockHandle, render};
 
@@ -77,7 +78,7 @@ impl Fixture {
             collision: Collision::default(),
             tau: 0.6,
             force: [0.0, 0.0],
-            edges: [Edge::Wall; 4],
+            boundaries: [Boundary::Wall; 4],
             wall_velocity: [[0.0; 2]; 4],
             inlet: None,
             bodies: vec![Body {
@@ -136,7 +137,7 @@ fn without_synchronize(events: Vec<Event>) -> Vec<Event> {
 /// The label of the first buffer argument of a launch (its source populations).
 fn first_buffer(event: &Event) -> Option<String> {
     match event {
-        Event::Launch { args, .. } => args.iter().find_map(|a| match a {
+        Event::Launch { args, .. } => args.iter().find_map(|a| match &a.value {
             LoggedArg::Buffer { buffer, .. } => buffer.label.clone(),
             _ => None,
         }),
@@ -179,9 +180,14 @@ fn check_step1(fixture: Fixture, window_on: bool) {
     assert_eq!(log.last(), Some(&Event::Synchronize), "{context}");
     let interval = format!("L{}.exchange.interval", fixture.body_level());
     assert!(
-        matches!(&log[0], Event::Memset { buffer, value: 0, .. } if buffer.label.as_deref() == Some(interval.as_str())),
-        "{context}: the first event zeroes the interval integral, got {}",
+        matches!(&log[0], Event::Replay { .. }),
+        "{context}: the interval is a replay, got {}",
         log[0]
+    );
+    assert!(
+        matches!(&log[1], Event::Memset { buffer, value: 0, .. } if buffer.label.as_deref() == Some(interval.as_str())),
+        "{context}: the replay's first action zeroes the interval integral, got {}",
+        log[1]
     );
     assert_eq!(handle.count(EventKind::Memset), 1, "{context}");
     assert_eq!(handle.count(EventKind::Error), 0, "{context}");
@@ -389,7 +395,10 @@ fn a_failing_wait_publishes_nothing() {
     handle.clear_log();
     handle.fail_synchronize(1);
     let message = stepper.step(3).unwrap_err().to_string();
-    assert!(message.contains("mock device error during synchronize"), "{message}");
+    assert!(
+        message.contains("mock synchronize") && message.contains("failed as injected"),
+        "{message}"
+    );
     let log = handle.log();
     // The error surfaced at the one wait, after all three intervals were enqueued.
     assert_eq!(handle.count(EventKind::Synchronize), 1);
@@ -413,7 +422,10 @@ fn check_launch_failure(position: usize, interval: usize) {
     handle.clear_log();
     handle.fail_launch(position as u64);
     let message = stepper.step(3).unwrap_err().to_string();
-    assert!(message.contains("injected launch failure"), "{context}: {message}");
+    assert!(
+        message.contains("mock launch") && message.contains("failed as injected"),
+        "{context}: {message}"
+    );
     assert_eq!(
         handle.count(EventKind::Synchronize),
         0,
@@ -508,7 +520,7 @@ fn an_executing_mock_matches_the_cpu_backend_bit_for_bit() {
 /// on x-max.
 fn inlet_channel() -> LatticeConfig {
     let mut lattice = TWO_LEVEL.lattice();
-    lattice.edges = [Edge::Inlet, Edge::Outflow, Edge::Wall, Edge::Wall];
+    lattice.boundaries = [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall];
     lattice.inlet = Some(InletSpec {
         profile: Profile::Parabolic,
         velocity: 0.05,
@@ -551,24 +563,33 @@ fn an_inlet_updates_its_state_once_per_interval_right_after_the_zeroing() {
                 updates += 1;
                 let labels: Vec<String> = args.iter().map(ToString::to_string).collect();
                 assert!(labels[0].contains("\"boundary.state\""), "{event}");
-                assert!(labels[1].contains("\"boundary.amplitude_table\""), "{event}");
+                assert_eq!(labels[1], "table = none", "a ramp reads no table: {event}");
             }
             Event::Launch {
                 kernel: Kernel::StreamCollide,
                 args,
                 ..
             } => {
+                // Only a patch with an inlet side reads the inlet's buffers.
                 let labels: Vec<String> = args.iter().map(ToString::to_string).collect();
-                assert!(labels[4].contains("\"boundary.inlet_profile\""), "{event}");
-                assert!(labels[5].contains("\"boundary.state\""), "{event}");
+                if labels[14] == "boundary_x_min = 3u32" {
+                    assert!(labels[4].contains("\"boundary.inlet_profile\""), "{event}");
+                    assert!(labels[5].contains("\"boundary.state\""), "{event}");
+                } else {
+                    assert_eq!(
+                        [&labels[4], &labels[5]],
+                        ["inlet_profile = none", "boundary_state = none"]
+                    );
+                }
             }
             _ => {}
         }
     }
     assert!(
-        matches!(&log[0], Event::Memset { .. }),
-        "the zeroing comes first: {}",
-        log[0]
+        matches!((&log[0], &log[1]), (Event::Replay { .. }, Event::Memset { .. })),
+        "the zeroing comes first in the interval's replay: {} {}",
+        log[0],
+        log[1]
     );
     assert_eq!(updates, 3, "one update per interval");
     assert_eq!(handle.count(EventKind::Memset), 3);
@@ -605,11 +626,13 @@ fn annotated_step1(fixture: Fixture) -> String {
     let steps = plan.interval(0);
     assert_eq!(
         log.len(),
-        steps.len() + 1,
-        "{}: one event per plan step, then the wait",
+        steps.len() + 2,
+        "{}: the replay, one event per plan step, then the wait",
         fixture.name
     );
-    let mut text = String::new();
+    assert!(matches!(log[0], Event::Replay { .. }), "{}: {}", fixture.name, log[0]);
+    let mut text = format!("(replay): {}\n", log[0]);
+    let log = &log[1..];
     for (event, plan_step) in log.iter().zip(steps) {
         let kind = match &plan_step.action {
             Action::Launch(_) => EventKind::Launch,

@@ -36,7 +36,17 @@ pub fn run(args: &[String]) -> Result<()> {
         cargo()
             .current_dir(&root)
             .env("LBM_KERNEL_EMU", &library)
-            .args(["test", "-p", "lbm-cuda", "--test", "gpu", "--", "--include-ignored"])
+            .args([
+                "test",
+                "-p",
+                "lbm-cuda",
+                "--features",
+                "emu",
+                "--test",
+                "gpu",
+                "--",
+                "--include-ignored",
+            ])
             .args(args),
     )
 }

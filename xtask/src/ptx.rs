@@ -41,6 +41,16 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let root = workspace_root();
+    let header = root.join("kernels").join("constants.cuh");
+    let constants = lbm_core::kernels::cuda_constants();
+    if check {
+        if read(&header)? != constants {
+            return Err(format!("{} is stale: run `cargo xtask ptx`", header.display()));
+        }
+    } else {
+        std::fs::write(&header, &constants).map_err(|e| format!("cannot write {}: {e}", header.display()))?;
+        eprintln!("xtask ptx: wrote {}", header.display());
+    }
     let toolchain = find_or_install(&root)?;
     let work = target_dir(&root).join("xtask-ptx");
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;

@@ -6,8 +6,7 @@
 //! "elements/s"; one element is one cell, so Melem/s reads as MLUPS.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use lbm_core::lattice::{Collision, Relaxation};
-use lbm_core::launch::StreamCollide;
+use lbm_core::fixtures::{PeriodicBenchmark, benchmark_physics};
 use lbm_core::{CpuDriver, Driver};
 
 fn bench(c: &mut Criterion) {
@@ -17,8 +16,7 @@ fn bench(c: &mut Criterion) {
         let cells = (n * n) as usize;
         group.throughput(Throughput::Elements(cells as u64));
         let mut driver = CpuDriver::new();
-        let relaxation = Relaxation::new(Collision::default(), 0.625);
-        let bench = StreamCollide::periodic_benchmark(&mut driver, n, relaxation).unwrap();
+        let bench = PeriodicBenchmark::allocate(&mut driver, n, benchmark_physics()).unwrap();
         let (src, dst, bytes) = (bench.src, bench.dst, bench.population_bytes);
         let launch = bench.launches[0].clone();
         group.bench_with_input(BenchmarkId::new("stream_collide", n), &launch, |b, launch| {

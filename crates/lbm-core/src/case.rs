@@ -7,12 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Amplitude, Boundary, InletSpec, LatticeConfig, Profile};
+use crate::domain::geometry::{Body, Shape};
+use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect};
 use crate::error::{Error, Result};
-use crate::geometry::{Body, Shape};
-use crate::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect};
 use crate::lattice::Collision;
-use crate::launch::{Amplitude, Edge};
-use crate::stepper::{InletSpec, LatticeConfig, Profile};
 use crate::units::UnitSystem;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -75,10 +74,10 @@ fn default_lattice_velocity() -> f64 {
     0.05
 }
 
-/// One side of the domain.
+/// What one side of the domain is, in physical units.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Side {
+pub enum BoundarySpec {
     Periodic,
     Wall,
     /// A wall sliding with this velocity, m/s.
@@ -87,8 +86,8 @@ pub enum Side {
     Inlet(InletSide),
     /// A pressure outlet (x_max only).
     Outflow,
-    /// A free-slip wall.
-    Symmetry,
+    /// A free-slip wall: no flow through it, no friction along it.
+    FreeSlip,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -105,10 +104,10 @@ pub struct InletSide {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Boundaries {
-    pub x_min: Side,
-    pub x_max: Side,
-    pub y_min: Side,
-    pub y_max: Side,
+    pub x_min: BoundarySpec,
+    pub x_max: BoundarySpec,
+    pub y_min: BoundarySpec,
+    pub y_max: BoundarySpec,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -139,7 +138,24 @@ pub struct Resolved {
 
 impl Case {
     pub fn from_toml(text: &str) -> Result<Case> {
-        toml::from_str(text).map_err(|e| Error::parameter("case file", "", &e.to_string().replace('\n', " ")))
+        toml::from_str(text).map_err(|e: toml::de::Error| {
+            let (line, column) = e
+                .span()
+                .map(|span| {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    (
+                        Some(line),
+                        Some(span.start - before.rfind('\n').map_or(0, |n| n + 1) + 1),
+                    )
+                })
+                .unwrap_or((None, None));
+            Error::CaseSyntax {
+                line,
+                column,
+                message: e.message().to_owned(),
+            }
+        })
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
@@ -191,19 +207,19 @@ impl Case {
             &self.boundaries.y_min,
             &self.boundaries.y_max,
         ];
-        let edges = sides.map(|s| match s {
-            Side::Periodic => Edge::Periodic,
-            Side::Wall | Side::MovingWall(_) => Edge::Wall,
-            Side::Inlet(_) => Edge::Inlet,
-            Side::Outflow => Edge::Outflow,
-            Side::Symmetry => Edge::Symmetry,
+        let boundaries = sides.map(|s| match s {
+            BoundarySpec::Periodic => Boundary::Periodic,
+            BoundarySpec::Wall | BoundarySpec::MovingWall(_) => Boundary::Wall,
+            BoundarySpec::Inlet(_) => Boundary::Inlet,
+            BoundarySpec::Outflow => Boundary::Outflow,
+            BoundarySpec::FreeSlip => Boundary::FreeSlip,
         });
         let wall_velocity = sides.map(|s| match s {
-            Side::MovingWall([u, v]) => [units.velocity_to_lattice(*u), units.velocity_to_lattice(*v)],
+            BoundarySpec::MovingWall([u, v]) => [units.velocity_to_lattice(*u), units.velocity_to_lattice(*v)],
             _ => [0.0, 0.0],
         });
         let inlet = match &self.boundaries.x_min {
-            Side::Inlet(side) => Some(InletSpec {
+            BoundarySpec::Inlet(side) => Some(InletSpec {
                 profile: side.profile,
                 velocity: units.velocity_to_lattice(side.velocity),
                 amplitude: side.amplitude.rescaled(1.0 / units.dt),
@@ -224,7 +240,7 @@ impl Case {
             collision: self.flow.collision,
             tau: units.tau(self.fluid.viscosity),
             force: self.flow.acceleration.map(|g| units.acceleration_to_lattice(g)),
-            edges,
+            boundaries,
             wall_velocity,
             inlet,
             bodies,
@@ -246,7 +262,7 @@ impl Case {
 /// `PARENT_MARGIN` cells of that level from its interfaces (a side on the
 /// domain's boundary needs none); a body that crosses the edge of a finer patch
 /// is refused because its links would span two levels.
-fn body_level(hierarchy: &crate::hierarchy::Hierarchy, shape: &Shape, body: usize) -> Result<usize> {
+fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, body: usize) -> Result<usize> {
     let [x0, y0, x1, y1] = shape.bounds();
     let mut chosen = 0;
     for (level, patches) in hierarchy.levels.iter().enumerate().skip(1) {
@@ -256,7 +272,7 @@ fn body_level(hierarchy: &crate::hierarchy::Hierarchy, shape: &Shape, body: usiz
         let margin = PARENT_MARGIN as f64;
         for patch in patches {
             let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
-            let gap = |side: usize| if patch.on_domain[side] { 0.0 } else { margin };
+            let gap = |side: usize| if patch.on_boundary[side] { 0.0 } else { margin };
             let inside =
                 lo[0] >= ax0 + gap(0) && lo[1] >= ay0 + gap(2) && hi[0] <= ax1 - gap(1) && hi[1] <= ay1 - gap(3);
             let apart = hi[0] <= ax0 || hi[1] <= ay0 || lo[0] >= ax1 || lo[1] >= ay1;
@@ -264,7 +280,8 @@ fn body_level(hierarchy: &crate::hierarchy::Hierarchy, shape: &Shape, body: usiz
                 chosen = level;
             } else if !apart {
                 return Err(Error::Layout {
-                    patch: format!("level {level} patch {}", patch.index),
+                    level,
+                    patch: Some((patch.index, patch.rect)),
                     reason: format!(
                         "body {body} crosses its edge or lies within {PARENT_MARGIN} cells of it; \
                          enlarge the patch or move the body"

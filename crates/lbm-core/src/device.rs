@@ -1,8 +1,12 @@
 //! The device seam: the [`Driver`] trait every backend implements, the [`Kernel`]
-//! manifest of all device code, and the serialisable [`Launch`] description.
+//! manifest of all device code, the serialisable [`Launch`] description and the
+//! [`Action`]s a prepared plan replays.
 //!
-//! Everything above this seam (plan, stepper, ledgers) is backend-agnostic; nothing
-//! here knows about CUDA, threads or host memory layout of a particular backend.
+//! Everything above this seam (schedule, stepper, ledgers) is backend-agnostic;
+//! nothing here knows about CUDA, threads or the host memory layout of a
+//! particular backend. What a launch may touch is not decided here either: each
+//! kernel family in [`crate::kernels`] declares it, and
+//! [`crate::kernels::check_launch`] is the one check every driver applies.
 
 use serde::Serialize;
 
@@ -12,32 +16,68 @@ use crate::error::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct BufferId(pub u32);
 
-/// Buffer `id` of a backend's table indexed by id, where a freed or never
-/// allocated buffer is `None`; the error names the backend.
-pub fn live_buffer<'a, T>(table: &'a [Option<T>], id: BufferId, backend: &str) -> Result<&'a T> {
-    table
-        .get(id.0 as usize)
-        .and_then(Option::as_ref)
-        .ok_or_else(|| Error::unknown_buffer(backend, id))
-}
-
-/// [`live_buffer`] for writing.
-pub fn live_buffer_mut<'a, T>(table: &'a mut [Option<T>], id: BufferId, backend: &str) -> Result<&'a mut T> {
-    table
-        .get_mut(id.0 as usize)
-        .and_then(Option::as_mut)
-        .ok_or_else(|| Error::unknown_buffer(backend, id))
-}
-
 impl std::fmt::Display for BufferId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "buf#{}", self.0)
     }
 }
 
+/// A buffer and a byte offset into it, as a kernel parameter sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct BufferRef {
+    pub id: BufferId,
+    pub byte_offset: u64,
+}
+
+impl From<BufferId> for BufferRef {
+    fn from(id: BufferId) -> Self {
+        BufferRef { id, byte_offset: 0 }
+    }
+}
+
+/// Buffer `id` of a backend's table indexed by id, where a freed or never
+/// allocated buffer is `None`; the error names the backend.
+pub fn live_buffer<'a, T>(table: &'a [Option<T>], id: BufferId, backend: &'static str) -> Result<&'a T> {
+    table
+        .get(id.0 as usize)
+        .and_then(Option::as_ref)
+        .ok_or(Error::UnknownBuffer { backend, buffer: id })
+}
+
+/// [`live_buffer`] for writing.
+pub fn live_buffer_mut<'a, T>(table: &'a mut [Option<T>], id: BufferId, backend: &'static str) -> Result<&'a mut T> {
+    table
+        .get_mut(id.0 as usize)
+        .and_then(Option::as_mut)
+        .ok_or(Error::UnknownBuffer { backend, buffer: id })
+}
+
+/// An ordered queue of device work. [`StreamId::MAIN`] is where every launch,
+/// memset and copy goes; further streams (from [`Driver::create_stream`]) carry
+/// downloads into staging memory alongside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct StreamId(pub u32);
+
+impl StreamId {
+    pub const MAIN: StreamId = StreamId(0);
+}
+
+/// A marker recorded on one stream that another stream (or the host) can wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct EventId(pub u32);
+
+/// Host memory a download can land in asynchronously (page-locked on CUDA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct StagingId(pub u32);
+
+/// A plan prepared by [`Driver::prepare`], replayed by [`Driver::replay`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct PlanId(pub u32);
+
 /// One variant per `__global__` function in `kernels/`. Adding a kernel means the
-/// `.cu` function, the variant here, its CPU reference in [`crate::cpu`] and its
-/// arguments in [`crate::launch`]; the tidy test checks the first two agree.
+/// `.cu` function, the variant here and its family module in [`crate::kernels`]
+/// (launch struct, buffer needs, CPU reference); the tidy test checks that the
+/// `.cu` signatures and [`Kernel::params`] agree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kernel {
@@ -80,29 +120,66 @@ impl Kernel {
             Kernel::UpdateBoundaryState => "update_boundary_state",
         }
     }
+
+    /// The parameter names of the `__global__` function, in order: what a
+    /// launch log prints beside each argument.
+    pub fn params(self) -> &'static [&'static str] {
+        use crate::kernels::{KernelArgs, boundary, exchange, lbm, refine, reflux};
+        match self {
+            Kernel::StreamCollide => lbm::StreamCollide::PARAMS,
+            Kernel::FillGhost => refine::FillGhost::PARAMS,
+            Kernel::RestrictToParent => refine::RestrictToParent::PARAMS,
+            Kernel::AccumulateFineFlux => reflux::AccumulateFineFlux::PARAMS,
+            Kernel::CorrectInterfaceMass => reflux::CorrectInterfaceMass::PARAMS,
+            Kernel::AccumulateExchange => exchange::AccumulateExchange::PARAMS,
+            Kernel::UpdateBoundaryState => boundary::UpdateBoundaryState::PARAMS,
+        }
+    }
+}
+
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.cuda_name())
+    }
 }
 
 /// One kernel argument, in the order of the `__global__` signature.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum Arg {
-    Buffer { id: BufferId, byte_offset: u64 },
+    Buffer {
+        id: BufferId,
+        byte_offset: u64,
+    },
+    /// An optional buffer that is absent: a null pointer the kernel never reads.
+    NoBuffer,
     U32(u32),
     U64(u64),
     F32(f32),
     F64(f64),
 }
 
-impl Arg {
-    pub fn buffer(id: BufferId) -> Arg {
-        Arg::Buffer { id, byte_offset: 0 }
+impl From<BufferRef> for Arg {
+    fn from(r: BufferRef) -> Arg {
+        Arg::Buffer {
+            id: r.id,
+            byte_offset: r.byte_offset,
+        }
+    }
+}
+
+impl From<Option<BufferRef>> for Arg {
+    fn from(r: Option<BufferRef>) -> Arg {
+        r.map_or(Arg::NoBuffer, Arg::from)
     }
 }
 
 /// Threads per block of every launch.
 pub const BLOCK_THREADS: u32 = 256;
+/// Threads per block a CUDA device accepts at most.
+pub const MAX_BLOCK_THREADS: u32 = 1024;
 
-/// A complete kernel launch: built only by the typed constructors in
-/// [`crate::launch`], replayed by every driver, logged by the mock.
+/// A complete kernel launch: built only by the launch structs of
+/// [`crate::kernels`], replayed by every driver, logged by the mock.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Launch {
     pub kernel: Kernel,
@@ -122,14 +199,53 @@ impl Launch {
             args,
         }
     }
+
+    /// Threads the launch starts.
+    pub fn threads(&self) -> u64 {
+        self.grid.iter().chain(&self.block).map(|&d| u64::from(d)).product()
+    }
+
+    /// Every buffer argument, in order.
+    pub fn buffers(&self) -> impl Iterator<Item = BufferId> + '_ {
+        self.args.iter().filter_map(|a| match a {
+            Arg::Buffer { id, .. } => Some(*id),
+            _ => None,
+        })
+    }
 }
 
-/// A backend that owns device memory and one ordered stream.
+/// One piece of work a prepared plan enqueues on [`StreamId::MAIN`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Action {
+    Launch(Launch),
+    /// Zero `bytes` bytes from the start of `buffer`.
+    Memset {
+        buffer: BufferId,
+        bytes: usize,
+    },
+}
+
+impl Action {
+    /// Every buffer the action names.
+    pub fn buffers(&self) -> Vec<BufferId> {
+        match self {
+            Action::Launch(launch) => launch.buffers().collect(),
+            Action::Memset { buffer, .. } => vec![*buffer],
+        }
+    }
+}
+
+/// A backend that owns device memory and ordered streams.
 ///
-/// Every `*_async` call and every launch is enqueued on that stream;
-/// [`Driver::synchronize`] is the only host wait, and errors of enqueued work may
-/// surface there rather than at the call that caused them. `upload` and
-/// `download` are ordered with the stream and complete before they return.
+/// Every `*_async` call and every launch is enqueued on [`StreamId::MAIN`]
+/// unless a stream is named; [`Driver::synchronize`] waits for every stream and
+/// is where errors of enqueued work may surface rather than at the call that
+/// caused them. `upload` and `download` are ordered with the main stream and
+/// complete before they return.
+///
+/// Launches are checked against [`crate::kernels::check_launch`] before they
+/// run: by [`Driver::launch`] each time, and by [`Driver::prepare`] once for a
+/// plan that [`Driver::replay`] then enqueues without checking again.
 pub trait Driver: Send {
     /// A short name for messages and manifests: "cpu", "cuda", "mock".
     fn backend(&self) -> &'static str;
@@ -147,8 +263,45 @@ pub trait Driver: Send {
         dst_offset: usize,
         bytes: usize,
     ) -> Result<()>;
+    /// Checks `launch` and enqueues it on the main stream.
     fn launch(&mut self, launch: &Launch) -> Result<()>;
+    /// Waits for every stream.
     fn synchronize(&mut self) -> Result<()>;
     /// Free device memory in bytes, for the memory ledger and admission checks.
     fn free_memory(&self) -> Result<u64>;
+
+    /// A further stream, ordered only with itself and the events it waits for.
+    fn create_stream(&mut self) -> Result<StreamId>;
+    fn create_event(&mut self) -> Result<EventId>;
+    /// Marks the point `stream` has reached; work enqueued later is not covered.
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<()>;
+    /// Makes `stream` wait, without blocking the host, until `event` is reached.
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<()>;
+    /// Blocks the host until `event` is reached.
+    fn synchronize_event(&mut self, event: EventId) -> Result<()>;
+
+    /// Host staging memory of `bytes` bytes for asynchronous downloads.
+    fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId>;
+    fn free_staging(&mut self, staging: StagingId) -> Result<()>;
+    /// Enqueues a copy of `bytes` bytes from `buffer` at `byte_offset` into
+    /// `staging` at `staging_offset` on `stream`; the bytes are there once an
+    /// event recorded after it is reached.
+    fn download_async(
+        &mut self,
+        stream: StreamId,
+        buffer: BufferId,
+        byte_offset: usize,
+        staging: StagingId,
+        staging_offset: usize,
+        bytes: usize,
+    ) -> Result<()>;
+    /// Copies staged bytes out; the caller has waited for the downloads.
+    fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> Result<()>;
+
+    /// Checks every action of a plan once and keeps it for [`Driver::replay`]
+    /// (a CUDA graph may stand behind it; the CPU and the mock loop over it).
+    fn prepare(&mut self, label: &str, actions: &[Action]) -> Result<PlanId>;
+    /// Enqueues every action of a prepared plan on the main stream, in order.
+    fn replay(&mut self, plan: PlanId) -> Result<()>;
+    fn release_plan(&mut self, plan: PlanId) -> Result<()>;
 }

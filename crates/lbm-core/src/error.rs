@@ -1,15 +1,29 @@
 //! The one error type of `lbm-core`, shared by every driver through the device seam.
 //!
-//! Drivers in other crates report their failures as [`Error::Device`] so the
-//! stepper can treat a CUDA, CPU or mock failure the same way.
+//! Errors are data: each variant carries the values that failed, so a caller
+//! can tell an out-of-memory device from a sticky fault ([`CudaCode`]) or a
+//! refused launch ([`LaunchProblem`]) without reading text. The messages name
+//! the thing and what is accepted. Nothing here formats a CUDA error itself:
+//! `lbm-cuda` hands over the driver's result code and its name.
 
 use thiserror::Error;
 
+use crate::device::{BufferId, Kernel, PlanId};
+use crate::domain::hierarchy::Rect;
+
 #[derive(Debug, Error)]
 pub enum Error {
-    #[error("refinement layout: {patch}: {reason}")]
-    Layout { patch: String, reason: String },
+    /// A refinement layout the hierarchy refuses.
+    #[error("refinement layout: level {level}{}: {reason}", patch.map_or(String::new(), |(i, r)| format!(" patch {i} {r}")))]
+    Layout {
+        level: usize,
+        /// The patch index and its rectangle in parent-level cells, when one
+        /// patch is at fault.
+        patch: Option<(usize, Rect)>,
+        reason: String,
+    },
 
+    /// A configuration value out of its accepted range.
     #[error("invalid parameter `{key}` = {value}: {accepted}")]
     Parameter {
         key: String,
@@ -17,30 +31,82 @@ pub enum Error {
         accepted: String,
     },
 
-    #[error("{backend} device error during {operation}: {message}")]
-    Device {
-        backend: String,
-        operation: String,
+    /// A case file that is not valid TOML or does not fit the case schema
+    /// (unknown key, wrong type).
+    #[error("{}{message}", line.map_or(String::new(), |l| format!("line {l}, column {}: ", column.unwrap_or(1))))]
+    CaseSyntax {
+        line: Option<usize>,
+        column: Option<usize>,
         message: String,
     },
 
-    #[error("unknown buffer {buffer} on the {backend} backend")]
-    UnknownBuffer { backend: String, buffer: u32 },
+    /// A CUDA driver call failed with `code`.
+    #[error("cuda error during {operation}: {code}")]
+    Cuda { operation: String, code: CudaCode },
 
-    #[error("{kernel} launch arguments: {reason}")]
-    LaunchArgs { kernel: String, reason: String },
+    /// A backend cannot work at all (no driver library, a module that does not
+    /// load, an emulator library missing).
+    #[error("{backend} backend unavailable: {reason}")]
+    Unavailable { backend: &'static str, reason: String },
+
+    /// A host-side byte range outside a buffer or staging area; nothing was
+    /// enqueued.
+    #[error("{backend} {operation}: byte range [{start}, {end}) is outside `{label}` ({size} bytes)")]
+    OutOfRange {
+        backend: &'static str,
+        operation: &'static str,
+        label: String,
+        start: u64,
+        end: u64,
+        size: u64,
+    },
+
+    /// A device allocation larger than the memory left.
+    #[error("{backend} alloc of {bytes} bytes for `{label}`: only {available} bytes free")]
+    OutOfMemory {
+        backend: &'static str,
+        label: String,
+        bytes: u64,
+        available: u64,
+    },
+
+    #[error("unknown buffer {buffer} on the {backend} backend")]
+    UnknownBuffer { backend: &'static str, buffer: BufferId },
+
+    #[error("unknown {what} {id} on the {backend} backend")]
+    UnknownHandle {
+        backend: &'static str,
+        what: &'static str,
+        id: u32,
+    },
+
+    /// A plan whose buffers were freed after it was prepared.
+    #[error("plan {} on the {backend} backend uses {buffer}, freed since it was prepared", plan.0)]
+    StalePlan {
+        backend: &'static str,
+        plan: PlanId,
+        buffer: BufferId,
+    },
+
+    /// A launch the shared launch check refuses.
+    #[error("{kernel} launch: {problem}")]
+    Launch { kernel: Kernel, problem: LaunchProblem },
+
+    /// A fault the mock driver was told to inject.
+    #[error("mock {call} #{count} failed as injected")]
+    Injected { call: &'static str, count: u64 },
 
     #[error("the stepper failed earlier and can no longer {action}; build a new one")]
-    Failed { action: String },
+    Failed { action: &'static str },
 
     #[error("the stepper is closed and can no longer {action}")]
-    Closed { action: String },
+    Closed { action: &'static str },
 
     #[error("no interval has completed yet: {what} is available after the first step")]
-    NotCompleted { what: String },
+    NotCompleted { what: &'static str },
 
     #[error("{what}: {reason}")]
-    NotAvailable { what: String, reason: String },
+    NotAvailable { what: String, reason: &'static str },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -54,10 +120,97 @@ impl Error {
         }
     }
 
-    pub fn unknown_buffer(backend: &str, id: crate::device::BufferId) -> Self {
-        Error::UnknownBuffer {
-            backend: backend.to_owned(),
-            buffer: id.0,
-        }
+    /// Whether the error leaves the device unusable for this process (a sticky
+    /// CUDA fault); every later call would fail the same way.
+    pub fn is_sticky(&self) -> bool {
+        matches!(self, Error::Cuda { code, .. } if code.is_sticky())
     }
+}
+
+/// A CUDA driver result code (`CUresult`) and its name, e.g. 2
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaCode {
+    pub code: u32,
+    pub name: String,
+}
+
+impl CudaCode {
+    pub const OUT_OF_MEMORY: u32 = 2;
+    pub const LAUNCH_FAILED: u32 = 719;
+    /// Results after which the context is unusable (illegal address, hardware
+    /// stack error, illegal instruction, misaligned address, invalid address
+    /// space, invalid PC, launch failed).
+    const STICKY: [u32; 7] = [700, 714, 715, 716, 717, 718, 719];
+
+    pub fn is_out_of_memory(&self) -> bool {
+        self.code == Self::OUT_OF_MEMORY
+    }
+
+    pub fn is_sticky(&self) -> bool {
+        Self::STICKY.contains(&self.code)
+    }
+}
+
+impl std::fmt::Display for CudaCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name, self.code)
+    }
+}
+
+/// Why the launch check refused a launch.
+#[derive(Clone, Debug, PartialEq, Error)]
+pub enum LaunchProblem {
+    #[error("argument {index}: expected {expected}, got {got}")]
+    ArgKind {
+        index: usize,
+        expected: &'static str,
+        got: String,
+    },
+    #[error("{got} arguments, the kernel takes {expected}")]
+    ArgCount { expected: usize, got: usize },
+    #[error("`{param}` = {value} is not one of {accepted}")]
+    ArgValue {
+        param: &'static str,
+        value: u32,
+        accepted: &'static str,
+    },
+    #[error("grid {grid:?} x block {block:?} has a zero dimension")]
+    EmptyGrid { grid: [u32; 3], block: [u32; 3] },
+    #[error("block {block:?} has more than {max} threads")]
+    BlockTooLarge { block: [u32; 3], max: u32 },
+    #[error("block {block:?} must be exactly {required} threads")]
+    BlockShape { block: [u32; 3], required: u32 },
+    #[error("{threads} threads do not cover the {items} work items")]
+    GridTooSmall { threads: u64, items: u64 },
+    #[error("`{param}` is required: {why}")]
+    MissingBuffer { param: &'static str, why: &'static str },
+    #[error("`{param}` is passed but {why}")]
+    UnexpectedBuffer { param: &'static str, why: &'static str },
+    #[error("`{param}` ({buffer}) is not a buffer of this driver")]
+    UnknownBuffer { param: &'static str, buffer: BufferId },
+    #[error("`{param}` ({buffer}) byte offset {offset} is not a multiple of {align}")]
+    Misaligned {
+        param: &'static str,
+        buffer: BufferId,
+        offset: u64,
+        align: u64,
+    },
+    #[error("`{param}` ({buffer}) holds {available} bytes after offset {offset}, the launch needs {needed}")]
+    TooSmall {
+        param: &'static str,
+        buffer: BufferId,
+        offset: u64,
+        available: u64,
+        needed: u64,
+    },
+    #[error("`{written}` and `{other}` are the same buffer {buffer}; kernels work out of place")]
+    Aliased {
+        written: &'static str,
+        other: &'static str,
+        buffer: BufferId,
+    },
+    /// A geometric inconsistency of the arguments (regions, stencils).
+    #[error("{0}")]
+    Shape(String),
 }

@@ -2,14 +2,15 @@
 //! moving wall, Poiseuille flow for the inlet and the outflow, a uniform stream
 //! between free-slip walls, and the inlet's time dependence.
 
-use lbm_core::launch::{Amplitude, Edge};
-use lbm_core::stepper::{InletSpec, Profile};
+use lbm_core::Boundary;
+use lbm_core::config::Amplitude;
+use lbm_core::config::{InletSpec, Profile};
 use lbm_core::{CpuDriver, ExecConfig, LatticeConfig, Stepper};
 
-fn channel(nx: u32, ny: u32, tau: f64, edges: [Edge; 4], inlet: Option<InletSpec>) -> LatticeConfig {
+fn channel(nx: u32, ny: u32, tau: f64, boundaries: [Boundary; 4], inlet: Option<InletSpec>) -> LatticeConfig {
     LatticeConfig {
         inlet,
-        ..LatticeConfig::uniform(nx, ny, tau, edges)
+        ..LatticeConfig::uniform(nx, ny, tau, boundaries)
     }
 }
 
@@ -37,7 +38,7 @@ fn a_moving_lid_drives_linear_couette_flow() {
         4,
         16,
         0.8,
-        [Edge::Periodic, Edge::Periodic, Edge::Wall, Edge::Wall],
+        [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall],
         None,
     );
     config.wall_velocity[3] = [0.05, 0.0];
@@ -61,7 +62,7 @@ fn a_parabolic_inlet_and_the_outflow_carry_poiseuille_flow() {
         nx,
         ny,
         tau,
-        [Edge::Inlet, Edge::Outflow, Edge::Wall, Edge::Wall],
+        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
         Some(inlet),
     );
     let stepper = run(config, 12000);
@@ -117,7 +118,12 @@ fn free_slip_walls_leave_a_uniform_stream_uniform() {
         32,
         12,
         1.0,
-        [Edge::Inlet, Edge::Outflow, Edge::Symmetry, Edge::Symmetry],
+        [
+            Boundary::Inlet,
+            Boundary::Outflow,
+            Boundary::FreeSlip,
+            Boundary::FreeSlip,
+        ],
         Some(inlet),
     );
     let stepper = run(config, 8000);
@@ -142,7 +148,12 @@ fn the_inlet_amplitude_follows_its_ramp() {
         32,
         8,
         0.8,
-        [Edge::Inlet, Edge::Outflow, Edge::Symmetry, Edge::Symmetry],
+        [
+            Boundary::Inlet,
+            Boundary::Outflow,
+            Boundary::FreeSlip,
+            Boundary::FreeSlip,
+        ],
         Some(inlet),
     );
     let stepper = Stepper::new(CpuDriver::new(), config, ExecConfig::default()).unwrap();

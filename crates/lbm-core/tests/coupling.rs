@@ -9,11 +9,12 @@
 use std::f64::consts::PI;
 
 use lbm_core::BufferId;
-use lbm_core::cpu::{band_cell, beyond_wall, fill_ghost, restrict_to_parent};
-use lbm_core::geometry::cell_center;
-use lbm_core::hierarchy::{GHOST, HierarchySpec, Patch, Rect};
+use lbm_core::domain::geometry::cell_center;
+use lbm_core::domain::hierarchy::{GHOST, HierarchySpec, Patch, Rect};
+use lbm_core::domain::order::{band_cell, band_cells};
+use lbm_core::domain::sides::{PatchSide, PatchSides, beyond_wall};
+use lbm_core::kernels::refine::{FillGhost, RestrictToParent, fill_ghost, restrict_to_parent};
 use lbm_core::lattice::{self, Collision, Moments, Q, Relaxation};
-use lbm_core::launch::{FillGhost, PatchSides, RestrictToParent, SideKind};
 
 const TAU: f64 = 0.65;
 const U0: f64 = 0.03;
@@ -104,7 +105,7 @@ fn errors(n: u32, walled: bool) -> [(f64, f64); 2] {
     .unwrap();
     let mut sides = PatchSides::INTERFACES;
     if walled {
-        sides.kinds.0[2] = SideKind::Symmetry;
+        sides.kinds[2] = PatchSide::FreeSlip;
     }
     let (coarse, fine) = (&hierarchy.levels[0][0], &hierarchy.levels[1][0]);
     let collision = Collision::default();
@@ -116,9 +117,9 @@ fn errors(n: u32, walled: bool) -> [(f64, f64); 2] {
 
     let mut ghost = vec![f32::NAN; fine_field.len()];
     let fill = FillGhost {
-        coarse_t: BufferId(0),
-        coarse_t1: BufferId(1),
-        fine_dst: BufferId(2),
+        coarse_t: BufferId(0).into(),
+        coarse_t1: BufferId(1).into(),
+        fine_dst: BufferId(2).into(),
         coarse: coarse.layout,
         coarse_active: coarse.active,
         fine: fine.layout,
@@ -133,7 +134,7 @@ fn errors(n: u32, walled: bool) -> [(f64, f64); 2] {
     // Every band cell is written but those beyond the wall, which nothing reads.
     let plane = fine.layout.plane_cells();
     let (mut band, mut skipped) = (Vec::new(), 0);
-    for c in 0..FillGhost::band_cells(&fine.layout) {
+    for c in 0..band_cells(&fine.layout) {
         let (x, y) = band_cell(&fine.layout, GHOST, c);
         let index = fine.layout.index(x, y);
         let written = (0..Q).map(|i| ghost[i * plane + index]).filter(|v| !v.is_nan()).count();
@@ -151,8 +152,8 @@ fn errors(n: u32, walled: bool) -> [(f64, f64); 2] {
     let mut restricted: Vec<f32> = coarse_field.iter().map(|_| f32::NAN).collect();
     let covered = patch;
     let restrict = RestrictToParent {
-        fine_src: BufferId(0),
-        coarse_dst: BufferId(1),
+        fine_src: BufferId(0).into(),
+        coarse_dst: BufferId(1).into(),
         fine: fine.layout,
         coarse: coarse.layout,
         covered,

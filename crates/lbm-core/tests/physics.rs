@@ -4,18 +4,18 @@
 
 use std::f64::consts::PI;
 
-use lbm_core::geometry::{Body, Shape};
-use lbm_core::hierarchy::Rect;
+use lbm_core::Boundary;
+use lbm_core::domain::geometry::{Body, Shape};
+use lbm_core::domain::hierarchy::Rect;
 use lbm_core::lattice::Moments;
-use lbm_core::launch::Edge;
 use lbm_core::{CpuDriver, ExecConfig, LatticeConfig, Stepper};
 
-fn config(nx: u32, ny: u32, tau: f64, edges: [Edge; 4]) -> LatticeConfig {
-    LatticeConfig::uniform(nx, ny, tau, edges)
+fn config(nx: u32, ny: u32, tau: f64, boundaries: [Boundary; 4]) -> LatticeConfig {
+    LatticeConfig::uniform(nx, ny, tau, boundaries)
 }
 
-const PERIODIC: [Edge; 4] = [Edge::Periodic; 4];
-const BOX: [Edge; 4] = [Edge::Wall; 4];
+const PERIODIC: [Boundary; 4] = [Boundary::Periodic; 4];
+const BOX: [Boundary; 4] = [Boundary::Wall; 4];
 
 fn kinetic_energy(stepper: &Stepper<CpuDriver>) -> f64 {
     let f = stepper.fields(0, 0).unwrap();
@@ -63,7 +63,12 @@ fn body_force_poiseuille_matches_the_parabola() {
     let (nx, ny) = (4u32, 32u32);
     let tau = 1.0;
     let force = 1e-6;
-    let mut cfg = config(nx, ny, tau, [Edge::Periodic, Edge::Periodic, Edge::Wall, Edge::Wall]);
+    let mut cfg = config(
+        nx,
+        ny,
+        tau,
+        [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall],
+    );
     cfg.force = [force, 0.0];
     let stepper = Stepper::new(CpuDriver::new(), cfg, ExecConfig::default()).unwrap();
     stepper.step(8000).unwrap();

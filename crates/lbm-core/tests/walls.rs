@@ -4,14 +4,14 @@
 //! keeps its parabola on both levels, and a patch may not touch a side that is
 //! not a wall.
 
-use lbm_core::hierarchy::Rect;
-use lbm_core::launch::Edge;
+use lbm_core::Boundary;
+use lbm_core::domain::hierarchy::Rect;
 use lbm_core::{CpuDriver, ExecConfig, LatticeConfig, Stepper};
 
 /// A lid-driven box with a level-1 patch in its top-left corner (on the lid
 /// and the left wall) and a level-2 patch on the lid inside it.
 fn cornered_cavity() -> Stepper<CpuDriver> {
-    let mut cfg = LatticeConfig::uniform(32, 32, 0.56, [Edge::Wall; 4]);
+    let mut cfg = LatticeConfig::uniform(32, 32, 0.56, [Boundary::Wall; 4]);
     cfg.hierarchy.levels = vec![vec![Rect::new(0, 16, 16, 32)], vec![Rect::new(8, 40, 28, 64)]];
     cfg.wall_velocity[3] = [0.08, 0.0];
     Stepper::new(CpuDriver::new(), cfg, ExecConfig::default()).unwrap()
@@ -21,8 +21,8 @@ fn cornered_cavity() -> Stepper<CpuDriver> {
 fn mass_is_conserved_with_patches_on_the_lid_and_a_wall() {
     let stepper = cornered_cavity();
     let hierarchy = stepper.hierarchy();
-    assert_eq!(hierarchy.levels[1][0].on_domain, [true, false, false, true]);
-    assert_eq!(hierarchy.levels[2][0].on_domain, [false, false, false, true]);
+    assert_eq!(hierarchy.levels[1][0].on_boundary, [true, false, false, true]);
+    assert_eq!(hierarchy.levels[2][0].on_boundary, [false, false, false, true]);
     let m0 = stepper.total_mass().unwrap();
     stepper.step(1000).unwrap();
     let m1 = stepper.total_mass().unwrap();
@@ -54,12 +54,17 @@ fn parabola_error(stepper: &Stepper<CpuDriver>, level: usize, force: f64, nu: f6
 fn poiseuille_flow_crosses_a_patch_that_spans_the_channel() {
     let (nx, ny, tau, force) = (32u32, 16u32, 0.8, 1e-5);
     let nu = (tau - 0.5) / 3.0;
-    let mut cfg = LatticeConfig::uniform(nx, ny, tau, [Edge::Periodic, Edge::Periodic, Edge::Wall, Edge::Wall]);
+    let mut cfg = LatticeConfig::uniform(
+        nx,
+        ny,
+        tau,
+        [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall],
+    );
     cfg.force = [force, 0.0];
     let uniform = Stepper::new(CpuDriver::new(), cfg.clone(), ExecConfig::default()).unwrap();
     cfg.hierarchy.levels = vec![vec![Rect::new(8, 0, 24, ny)]];
     let refined = Stepper::new(CpuDriver::new(), cfg, ExecConfig::default()).unwrap();
-    assert_eq!(refined.hierarchy().levels[1][0].on_domain, [false, false, true, true]);
+    assert_eq!(refined.hierarchy().levels[1][0].on_boundary, [false, false, true, true]);
     // Several viscous times of the channel, H^2 / nu.
     let steps = (6.0 * (ny * ny) as f64 / nu) as u64;
     uniform.step(steps).unwrap();
@@ -76,12 +81,17 @@ fn poiseuille_flow_crosses_a_patch_that_spans_the_channel() {
 }
 
 #[test]
-fn a_patch_may_touch_only_a_wall_or_symmetry_side() {
+fn a_patch_may_touch_only_a_wall_or_free_slip_side() {
     let mut cfg = LatticeConfig::uniform(
         32,
         16,
         0.8,
-        [Edge::Periodic, Edge::Periodic, Edge::Wall, Edge::Symmetry],
+        [
+            Boundary::Periodic,
+            Boundary::Periodic,
+            Boundary::Wall,
+            Boundary::FreeSlip,
+        ],
     );
     cfg.hierarchy.levels = vec![vec![Rect::new(8, 0, 24, 16)]];
     Stepper::new(CpuDriver::new(), cfg.clone(), ExecConfig::default()).expect("wall and free-slip sides");
@@ -90,7 +100,7 @@ fn a_patch_may_touch_only_a_wall_or_symmetry_side() {
         .err()
         .expect("a patch on a periodic side is refused")
         .to_string();
-    for part in ["level 1 patch 0", "x_min", "Periodic", "wall, moving wall or symmetry"] {
+    for part in ["level 1 patch 0", "x_min", "Periodic", "wall, moving wall or free-slip"] {
         assert!(message.contains(part), "`{message}` lacks `{part}`");
     }
 }

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use lbm_core::Driver;
-use lbm_core::lattice::{Collision, Relaxation};
-use lbm_core::launch::StreamCollide;
+use lbm_core::fixtures::{PeriodicBenchmark, benchmark_physics};
 use lbm_cuda::CudaDriver;
 
 /// Times `iters` enqueues of `work` with one wait at the end.
@@ -37,9 +36,8 @@ fn bench(c: &mut Criterion) {
     for n in [1024u32, 4096] {
         let cells = (n * n) as usize;
         group.throughput(Throughput::Elements(cells as u64));
-        let relaxation = Relaxation::new(Collision::default(), 0.625);
         // Ping-pong like the stepper, so no launch reads what it writes.
-        let bench = StreamCollide::periodic_benchmark(&mut driver, n, relaxation).unwrap();
+        let bench = PeriodicBenchmark::allocate(&mut driver, n, benchmark_physics()).unwrap();
         let (src, dst, flags, bytes) = (bench.src, bench.dst, bench.flags, bench.population_bytes);
         let launches = bench.launches;
         group.bench_function(BenchmarkId::new("stream_collide", n), |b| {

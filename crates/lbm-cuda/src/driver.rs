@@ -1,37 +1,52 @@
 //! [`CudaDriver`]: the [`Driver`] seam over cudarc, one context, one stream, one
 //! module loaded from the embedded PTX.
 //!
-//! Every enqueue (`memset_async`, `copy_async`, `launch`) goes to the one stream
-//! and returns at once; [`Driver::synchronize`] is the only wait that reports the
-//! errors of enqueued work. `upload` and `download` also wait for the stream
-//! (they must complete before returning), so an earlier asynchronous error can
-//! surface there too, as the trait allows. Launches are checked on the host
-//! first ([`crate::check_launch`]) so that no kernel can touch memory outside the
-//! buffers it was given; a buffer argument is passed as its device pointer plus
-//! its byte offset.
+//! Every enqueue (`memset_async`, `copy_async`, `launch`, replays) goes to the
+//! main stream and returns at once; [`Driver::synchronize`] is the only wait
+//! that reports the errors of enqueued work. `upload` and `download` also wait
+//! for the main stream (they must complete before returning), so an earlier
+//! asynchronous error can surface there too, as the trait allows. Launches are
+//! checked on the host first ([`lbm_core::kernels::check_launch`]: by `launch`
+//! each time, by `prepare` once per plan) so that no kernel can touch memory
+//! outside the buffers it was given; a buffer argument is passed as its device
+//! pointer plus its byte offset, an absent one as a null pointer.
 //!
-//! What it does not do: no second stream, no graphs, no pinned staging memory,
-//! no retry; it never reuses a freed buffer's id, and it refuses an overlapping
-//! copy within one buffer (the CPU driver allows it).
+//! Further streams come from the same context; events are CUDA events;
+//! staging areas are page-locked host memory with default flags (not
+//! write-combined, which the CPU reads slowly). A prepared plan is its
+//! marshalled launches, replayed in order; CUDA graphs can stand behind the
+//! same calls later.
+//!
+//! What it does not do: no graphs yet, no retry; it never reuses a freed
+//! buffer's id, and it refuses an overlapping copy within one buffer (the CPU
+//! driver allows it).
 
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg, result, sys,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PinnedHostSlice,
+    PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
-use lbm_core::device::live_buffer;
+use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId, live_buffer};
+use lbm_core::error::CudaCode;
+use lbm_core::kernels::{check_action, check_launch};
 use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
 
-use crate::validate;
+const BACKEND: &str = "cuda";
 
 /// The CUDA backend; see the module documentation.
 pub struct CudaDriver {
     // Fields drop in order: buffers are freed (stream-ordered) while the
     // module, stream and context they need are still alive.
     buffers: Vec<Option<DeviceBuffer>>,
+    staging: Vec<Option<Staging>>,
+    plans: Vec<Option<Vec<Action>>>,
+    events: Vec<CudaEvent>,
     /// One function per kernel, in [`Kernel::ALL`] order.
     functions: Vec<CudaFunction>,
+    /// Further streams; [`StreamId`] `k` is `streams[k - 1]`.
+    streams: Vec<Arc<CudaStream>>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
     device_name: String,
@@ -45,6 +60,18 @@ struct DeviceBuffer {
     /// Owns the allocation; dropping it frees the memory in stream order.
     _memory: CudaSlice<u8>,
 }
+
+struct Staging {
+    label: String,
+    ptr: *mut u8,
+    bytes: usize,
+    /// Owns the page-locked allocation.
+    _memory: PinnedHostSlice<u8>,
+}
+
+// SAFETY: `ptr` points into `_memory`, which this struct owns and which lives
+// in host memory any thread may access; the driver moves with its staging.
+unsafe impl Send for Staging {}
 
 impl Drop for CudaDriver {
     fn drop(&mut self) {
@@ -74,38 +101,41 @@ enum Param {
     F64(f64),
 }
 
-/// The error every failure of this backend becomes.
-fn device_error(operation: impl Into<String>, message: impl Into<String>) -> Error {
-    Error::Device {
-        backend: "cuda".into(),
-        operation: operation.into(),
-        message: message.into(),
-    }
-}
-
-/// A CUDA error with its name and description, e.g.
-/// `CUDA_ERROR_OUT_OF_MEMORY: out of memory`.
-fn cuda_message(error: DriverError) -> String {
+/// A failed CUDA call: the result code kept as data, with its name.
+fn cuda_error(operation: impl Into<String>, error: DriverError) -> Error {
     let name = error
         .error_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|_| format!("{:?}", error.0));
-    match error.error_string() {
-        Ok(text) => format!("{name}: {}", text.to_string_lossy()),
-        Err(_) => name,
+    Error::Cuda {
+        operation: operation.into(),
+        code: CudaCode {
+            code: error.0 as u32,
+            name,
+        },
     }
 }
 
-fn cuda_error(operation: impl Into<String>, error: DriverError) -> Error {
-    device_error(operation, cuda_message(error))
+fn unavailable(reason: impl Into<String>) -> Error {
+    Error::Unavailable {
+        backend: BACKEND,
+        reason: reason.into(),
+    }
 }
 
 fn no_driver() -> Error {
-    device_error(
-        "initialise",
+    unavailable(
         "no CUDA driver was found: the NVIDIA driver library (libcuda.so) could not be loaded; \
          install the NVIDIA driver or use the CPU backend",
     )
+}
+
+fn unknown(what: &'static str, id: u32) -> Error {
+    Error::UnknownHandle {
+        backend: BACKEND,
+        what,
+        id,
+    }
 }
 
 /// The text of a caught panic.
@@ -146,14 +176,15 @@ impl CudaDriver {
             return Err(no_driver());
         }
         std::panic::catch_unwind(move || Self::open(ordinal))
-            .unwrap_or_else(|panic| Err(device_error("initialise", panic_text(panic))))
+            .unwrap_or_else(|panic| Err(unavailable(panic_text(panic))))
     }
 
     fn open(ordinal: usize) -> Result<Self> {
         let ctx = CudaContext::new(ordinal).map_err(|e| cuda_error(format!("open device {ordinal}"), e))?;
-        // SAFETY: every operation of this driver runs on its one stream, so
-        // cudarc's cross-stream event tracking has nothing to order; it is off
-        // before the stream and any buffer exist.
+        // SAFETY: this driver orders its streams itself, through the events its
+        // caller records and waits for (the seam's contract), so cudarc's
+        // cross-stream event tracking is not needed; it is off before any
+        // stream or buffer exists.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| cuda_error("create the stream", e))?;
         let module = ctx
@@ -170,7 +201,11 @@ impl CudaDriver {
         let device_name = ctx.name().map_err(|e| cuda_error("read the device name", e))?;
         Ok(CudaDriver {
             buffers: Vec::new(),
+            staging: Vec::new(),
+            plans: Vec::new(),
+            events: Vec::new(),
             functions,
+            streams: Vec::new(),
             stream,
             ctx,
             device_name,
@@ -187,19 +222,71 @@ impl CudaDriver {
     }
 
     fn buffer(&self, id: BufferId) -> Result<&DeviceBuffer> {
-        live_buffer(&self.buffers, id, "cuda")
+        live_buffer(&self.buffers, id, BACKEND)
+    }
+
+    fn size_of(&self, id: BufferId) -> Option<usize> {
+        self.buffer(id).ok().map(|b| b.bytes)
+    }
+
+    fn stream_of(&self, stream: StreamId) -> Result<&Arc<CudaStream>> {
+        match stream.0 {
+            0 => Ok(&self.stream),
+            k => self.streams.get(k as usize - 1).ok_or(unknown("stream", k)),
+        }
+    }
+
+    fn event(&self, event: EventId) -> Result<&CudaEvent> {
+        self.events.get(event.0 as usize).ok_or(unknown("event", event.0))
+    }
+
+    /// Enqueues a launch that the check has passed.
+    fn enqueue(&self, launch: &Launch) -> Result<()> {
+        let name = launch.kernel.cuda_name();
+        let params = marshal(&launch.args, |id| Ok(self.buffer(id)?.ptr))?;
+        let index = Kernel::ALL
+            .iter()
+            .position(|k| *k == launch.kernel)
+            .expect("Kernel::ALL lists every kernel");
+        let mut builder = self.stream.launch_builder(&self.functions[index]);
+        for param in &params {
+            match param {
+                Param::U32(v) => builder.arg(v),
+                Param::U64(v) => builder.arg(v),
+                Param::F32(v) => builder.arg(v),
+                Param::F64(v) => builder.arg(v),
+            };
+        }
+        let config = LaunchConfig {
+            grid_dim: launch.grid.into(),
+            block_dim: launch.block.into(),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the parameters follow the kernel's signature (the typed decoder
+        // accepted the argument kinds and count, and the tidy test pins each
+        // `__global__` signature to them); `check_launch` proved every access
+        // the kernel makes lies inside the buffers passed, and an absent
+        // optional buffer (a null pointer) is never read; those buffers stay
+        // allocated until the launch completes because frees are stream-ordered;
+        // and `params` outlives this call, which copies the values.
+        unsafe { builder.launch(config) }.map_err(|e| cuda_error(format!("launch {name}"), e))?;
+        Ok(())
     }
 
     /// The device address of `[offset, offset + len)` of `id`, once that range
     /// is known to lie inside the buffer.
-    fn range(&self, operation: &str, id: BufferId, offset: usize, len: usize) -> Result<sys::CUdeviceptr> {
+    fn range(&self, operation: &'static str, id: BufferId, offset: usize, len: usize) -> Result<sys::CUdeviceptr> {
         let b = self.buffer(id)?;
         let end = offset.saturating_add(len);
         if end > b.bytes {
-            return Err(device_error(
+            return Err(Error::OutOfRange {
+                backend: BACKEND,
                 operation,
-                format!("byte range ends at {end}, past the {} bytes of `{}`", b.bytes, b.label),
-            ));
+                label: b.label.clone(),
+                start: offset as u64,
+                end: end as u64,
+                size: b.bytes as u64,
+            });
         }
         Ok(b.ptr + offset as u64)
     }
@@ -219,6 +306,7 @@ fn marshal(args: &[Arg], pointer: impl Fn(BufferId) -> Result<u64>) -> Result<Ve
         .map(|arg| {
             Ok(match *arg {
                 Arg::Buffer { id, byte_offset } => Param::U64(pointer(id)? + byte_offset),
+                Arg::NoBuffer => Param::U64(0),
                 Arg::U32(v) => Param::U32(v),
                 Arg::U64(v) => Param::U64(v),
                 Arg::F32(v) => Param::F32(v),
@@ -236,12 +324,10 @@ impl Driver for CudaDriver {
     fn alloc(&mut self, label: &str, bytes: usize) -> Result<BufferId> {
         self.bind("alloc")?;
         // CUDA refuses empty allocations; a one-byte one keeps ids and pointers uniform.
-        let memory = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| {
-            device_error(
-                "alloc",
-                format!("{} (allocating {bytes} bytes for `{label}`)", cuda_message(e)),
-            )
-        })?;
+        let memory = self
+            .stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(|e| cuda_error(format!("alloc of {bytes} bytes for `{label}`"), e))?;
         // Event tracking is off, so the returned guard records nothing.
         let ptr = memory.device_ptr(&self.stream).0;
         let id = BufferId(self.buffers.len() as u32);
@@ -315,13 +401,14 @@ impl Driver for CudaDriver {
             return Ok(());
         }
         if src == dst && src_offset < dst_offset + bytes && dst_offset < src_offset + bytes {
-            return Err(device_error(
-                "copy",
+            return Err(Error::parameter(
+                "copy_async ranges",
                 format!(
-                    "source [{src_offset}, {}) and destination [{dst_offset}, {}) of {src} overlap",
+                    "[{src_offset}, {}) -> [{dst_offset}, {}) of {src}",
                     src_offset + bytes,
                     dst_offset + bytes
                 ),
+                "source and destination ranges that do not overlap",
             ));
         }
         self.bind("copy")?;
@@ -332,40 +419,18 @@ impl Driver for CudaDriver {
     }
 
     fn launch(&mut self, launch: &Launch) -> Result<()> {
-        let name = launch.kernel.cuda_name();
-        validate::check(launch, |id| self.buffer(id).ok().map(|b| b.bytes))?;
-        let params = marshal(&launch.args, |id| Ok(self.buffer(id)?.ptr))?;
-        let index = Kernel::ALL
-            .iter()
-            .position(|k| *k == launch.kernel)
-            .expect("Kernel::ALL lists every kernel");
+        check_launch(launch, |id| self.size_of(id))?;
         self.bind("launch")?;
-        let mut builder = self.stream.launch_builder(&self.functions[index]);
-        for param in &params {
-            match param {
-                Param::U32(v) => builder.arg(v),
-                Param::U64(v) => builder.arg(v),
-                Param::F32(v) => builder.arg(v),
-                Param::F64(v) => builder.arg(v),
-            };
-        }
-        let config = LaunchConfig {
-            grid_dim: launch.grid.into(),
-            block_dim: launch.block.into(),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the parameters follow the kernel's signature (the typed decoder
-        // accepted the argument kinds and count, and the tidy test pins each
-        // `__global__` signature to them); `validate::check` proved every access
-        // the kernel makes lies inside the buffers passed; those buffers stay
-        // allocated until the launch completes because frees are stream-ordered;
-        // and `params` outlives this call, which copies the values.
-        unsafe { builder.launch(config) }.map_err(|e| cuda_error(format!("launch {name}"), e))?;
-        Ok(())
+        self.enqueue(launch)
     }
 
     fn synchronize(&mut self) -> Result<()> {
         self.bind("synchronize")?;
+        for (k, stream) in self.streams.iter().enumerate() {
+            stream
+                .synchronize()
+                .map_err(|e| cuda_error(format!("synchronize stream {}", k + 1), e))?;
+        }
         self.wait("synchronize")
     }
 
@@ -375,6 +440,179 @@ impl Driver for CudaDriver {
             .mem_get_info()
             .map_err(|e| cuda_error("query free memory", e))?;
         Ok(free as u64)
+    }
+
+    fn create_stream(&mut self) -> Result<StreamId> {
+        let stream = self.ctx.new_stream().map_err(|e| cuda_error("create a stream", e))?;
+        self.streams.push(stream);
+        Ok(StreamId(self.streams.len() as u32))
+    }
+
+    fn create_event(&mut self) -> Result<EventId> {
+        let event = self.ctx.new_event(None).map_err(|e| cuda_error("create an event", e))?;
+        self.events.push(event);
+        Ok(EventId(self.events.len() as u32 - 1))
+    }
+
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<()> {
+        let stream = self.stream_of(stream)?;
+        self.event(event)?
+            .record(stream)
+            .map_err(|e| cuda_error("record an event", e))
+    }
+
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<()> {
+        let event = self.event(event)?;
+        self.stream_of(stream)?
+            .wait(event)
+            .map_err(|e| cuda_error("wait for an event", e))
+    }
+
+    fn synchronize_event(&mut self, event: EventId) -> Result<()> {
+        self.event(event)?
+            .synchronize()
+            .map_err(|e| cuda_error("synchronize an event", e))
+    }
+
+    fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
+        // SAFETY: the memory is uninitialised until a download lands in it;
+        // `read_staging` reads only bytes the caller has downloaded and waited
+        // for (the seam's contract), and u8 has no invalid bit patterns.
+        let mut memory = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0) }
+            .map_err(|e| cuda_error(format!("alloc {bytes} bytes of staging for `{label}`"), e))?;
+        let ptr = memory.as_mut_ptr().map_err(|e| cuda_error("map staging", e))?;
+        self.staging.push(Some(Staging {
+            label: label.to_owned(),
+            ptr,
+            bytes,
+            _memory: memory,
+        }));
+        Ok(StagingId(self.staging.len() as u32 - 1))
+    }
+
+    fn free_staging(&mut self, staging: StagingId) -> Result<()> {
+        match self.staging.get_mut(staging.0 as usize) {
+            Some(slot @ Some(_)) => {
+                // Downloads into it may still be in flight.
+                self.stream.synchronize().map_err(|e| cuda_error("free staging", e))?;
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(unknown("staging", staging.0)),
+        }
+    }
+
+    fn download_async(
+        &mut self,
+        stream: StreamId,
+        buffer: BufferId,
+        byte_offset: usize,
+        staging: StagingId,
+        staging_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let src = self.range("download", buffer, byte_offset, bytes)?;
+        let s = self
+            .staging
+            .get(staging.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(unknown("staging", staging.0))?;
+        if staging_offset.saturating_add(bytes) > s.bytes {
+            return Err(Error::OutOfRange {
+                backend: BACKEND,
+                operation: "download into staging",
+                label: s.label.clone(),
+                start: staging_offset as u64,
+                end: staging_offset.saturating_add(bytes) as u64,
+                size: s.bytes as u64,
+            });
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        let stream = self.stream_of(stream)?;
+        self.bind("download_async")?;
+        // SAFETY: the source range lies inside a live allocation (`range`), the
+        // destination inside the page-locked staging area (checked above), which
+        // lives as long as this driver and is freed only after the main stream
+        // finished; the caller waits for an event after the copy before reading.
+        unsafe {
+            let out = std::slice::from_raw_parts_mut(s.ptr.add(staging_offset), bytes);
+            result::memcpy_dtoh_async(out, src, stream.cu_stream())
+        }
+        .map_err(|e| cuda_error("download into staging", e))
+    }
+
+    fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        let s = self
+            .staging
+            .get(staging.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(unknown("staging", staging.0))?;
+        if byte_offset.saturating_add(out.len()) > s.bytes {
+            return Err(Error::OutOfRange {
+                backend: BACKEND,
+                operation: "read staging",
+                label: s.label.clone(),
+                start: byte_offset as u64,
+                end: byte_offset.saturating_add(out.len()) as u64,
+                size: s.bytes as u64,
+            });
+        }
+        // SAFETY: the range lies inside the staging area (checked above), and
+        // the caller has waited for the downloads that wrote it.
+        let staged = unsafe { std::slice::from_raw_parts(s.ptr.add(byte_offset), out.len()) };
+        out.copy_from_slice(staged);
+        Ok(())
+    }
+
+    fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {
+        for action in actions {
+            check_action(action, BACKEND, |id| self.size_of(id))?;
+        }
+        self.plans.push(Some(actions.to_vec()));
+        Ok(PlanId(self.plans.len() as u32 - 1))
+    }
+
+    fn replay(&mut self, plan: PlanId) -> Result<()> {
+        let actions = self
+            .plans
+            .get_mut(plan.0 as usize)
+            .and_then(Option::take)
+            .ok_or(unknown("plan", plan.0))?;
+        let result = (|| {
+            if let Some(buffer) = actions
+                .iter()
+                .flat_map(Action::buffers)
+                .find(|b| self.size_of(*b).is_none())
+            {
+                return Err(Error::StalePlan {
+                    backend: BACKEND,
+                    plan,
+                    buffer,
+                });
+            }
+            self.bind("replay")?;
+            for action in &actions {
+                match action {
+                    Action::Launch(launch) => self.enqueue(launch)?,
+                    Action::Memset { buffer, bytes } => self.memset_async(*buffer, 0, *bytes, 0)?,
+                }
+            }
+            Ok(())
+        })();
+        self.plans[plan.0 as usize] = Some(actions);
+        result
+    }
+
+    fn release_plan(&mut self, plan: PlanId) -> Result<()> {
+        match self.plans.get_mut(plan.0 as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(unknown("plan", plan.0)),
+        }
     }
 }
 
@@ -405,7 +643,12 @@ mod tests {
                 Param::F64(-2.0)
             ]
         );
-        let missing = marshal(&args, |id| Err(Error::unknown_buffer("cuda", id)));
-        assert!(missing.unwrap_err().to_string().contains("unknown buffer 2"));
+        let missing = marshal(&args, |id| {
+            Err(Error::UnknownBuffer {
+                backend: BACKEND,
+                buffer: id,
+            })
+        });
+        assert!(missing.unwrap_err().to_string().contains("unknown buffer buf#2"));
     }
 }

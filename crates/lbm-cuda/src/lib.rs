@@ -7,20 +7,20 @@
 //! Without a driver, [`CudaDriver::new`] returns an error that says no CUDA
 //! driver was found, and [`device_available`] is false; neither panics.
 //!
-//! [`check_launch`] is the host-side proof that a launch stays inside its
-//! buffers; `CudaDriver` runs it before every launch, and the host emulation of
-//! the kernels in this crate's GPU tests (`cargo xtask kernel-emu`) does too.
+//! Launches are checked by lbm-core's one launch check
+//! ([`lbm_core::kernels::check_launch`]) before they reach the device.
 //!
 //! This is the only crate of the workspace with `unsafe` code: the FFI edge.
-//! It adds no numerics of its own: each kernel mirrors `lbm_core::cpu`, and the
+//! It adds no numerics of its own: each kernel mirrors its family's CPU reference in
+//! `lbm_core::kernels`, and the
 //! GPU tests compare the two.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod driver;
-mod validate;
+#[cfg(feature = "emu")]
+pub mod emu;
 
 pub use driver::{CudaDriver, device_available, driver_library_present};
-pub use validate::check as check_launch;
 
 /// Every kernel of `kernels/`, compiled for sm_90 into one PTX module.
 pub const PTX: &str = include_str!("../../../kernels/lbm.ptx");

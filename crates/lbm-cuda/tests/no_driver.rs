@@ -27,7 +27,7 @@ fn without_a_driver_library_new_says_no_cuda_driver_was_found() {
     }
     let message = open_error(0);
     assert!(message.contains("no CUDA driver was found"), "{message}");
-    assert!(message.starts_with("cuda device error during initialise"), "{message}");
+    assert!(message.starts_with("cuda backend unavailable"), "{message}");
     assert!(!device_available());
 }
 

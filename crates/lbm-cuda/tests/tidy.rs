@@ -2,9 +2,12 @@
 //!
 //! - The `__global__` functions of `kernels/*.cu` and `Kernel::ALL` name the same
 //!   kernels, both ways, each once, each `extern "C"`.
-//! - Each `__global__` parameter list is exactly the argument list of its typed
-//!   launch constructor in `lbm_core::launch` (buffer -> pointer, U32 ->
-//!   `unsigned int`, U64 -> `unsigned long long`, F32 -> `float`, F64 -> `double`).
+//! - Each `__global__` parameter list is exactly the argument list of its
+//!   family's launch struct in `lbm_core::kernels`, kinds and names (buffer ->
+//!   pointer, U32 -> `unsigned int`, U64 -> `unsigned long long`, F32 ->
+//!   `float`, F64 -> `double`; names as `Kernel::params` gives them).
+//! - `kernels/constants.cuh` is what `lbm_core::kernels::cuda_constants`
+//!   generates from the Rust constants (`cargo xtask ptx` writes it).
 //! - The embedded PTX has one entry per kernel with the same parameter types, so
 //!   a stale `kernels/lbm.ptx` fails here without nvcc.
 //! - `kernels/all.cu` includes every other `.cu` file, every `.cu`/`.cuh`
@@ -18,11 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use lbm_core::hierarchy::{Layout, Rect};
-use lbm_core::launch::{
-    AccumulateExchange, AccumulateFineFlux, Amplitude, CorrectInterfaceMass, Edge, FillGhost, PatchSides,
-    RestrictToParent, SideKinds, StreamCollide, UpdateBoundaryState,
-};
+use lbm_core::fixtures::sample_launches;
 use lbm_core::{Arg, BufferId, Kernel, Launch};
 
 fn kernels_dir() -> PathBuf {
@@ -103,9 +102,17 @@ fn c_kind(param: &str) -> Kind {
     }
 }
 
+fn c_name(param: &str) -> String {
+    param
+        .rsplit(|c: char| c.is_whitespace() || c == '*')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 fn arg_kind(arg: &Arg) -> Kind {
     match arg {
-        Arg::Buffer { .. } => Kind::Pointer,
+        Arg::Buffer { .. } | Arg::NoBuffer => Kind::Pointer,
         Arg::U32(_) => Kind::U32,
         Arg::U64(_) => Kind::U64,
         Arg::F32(_) => Kind::F32,
@@ -113,8 +120,11 @@ fn arg_kind(arg: &Arg) -> Kind {
     }
 }
 
-/// Every `__global__` function: file, name and parameter kinds.
-fn globals() -> Vec<(String, String, Vec<Kind>)> {
+/// A `__global__` function: file, name and parameter kinds and names.
+type Global = (String, String, Vec<(Kind, String)>);
+
+/// Every `__global__` function.
+fn globals() -> Vec<Global> {
     let mut out = Vec::new();
     for (file, source) in sources() {
         let code = strip_comments(&source);
@@ -134,7 +144,7 @@ fn globals() -> Vec<(String, String, Vec<Kind>)> {
                 .split(',')
                 .map(str::trim)
                 .filter(|p| !p.is_empty() && *p != "void")
-                .map(c_kind)
+                .map(|p| (c_kind(p), c_name(p)))
                 .collect();
             out.push((file.clone(), name, params));
         }
@@ -142,89 +152,10 @@ fn globals() -> Vec<(String, String, Vec<Kind>)> {
     out
 }
 
-/// A launch of `kernel` from its typed constructor; values are irrelevant.
+/// A launch of `kernel` from the fixtures; values are irrelevant.
 fn sample(kernel: Kernel) -> Launch {
-    let layout = Layout {
-        nx: 16,
-        ny: 16,
-        tile: [4, 4],
-    };
-    let rect = Rect::new(4, 4, 12, 12);
-    let (a, b, c, d) = (BufferId(0), BufferId(1), BufferId(2), BufferId(3));
-    match kernel {
-        Kernel::StreamCollide => StreamCollide {
-            src: a,
-            dst: b,
-            flags: c,
-            wall_distance: d,
-            inlet_profile: d,
-            boundary_state: d,
-            layout,
-            active: rect,
-            edges: [Edge::Periodic; 4],
-            wall_velocity: [[0.0; 2]; 4],
-            omega_plus: 1.0,
-            omega_minus: 1.0,
-            force: [0.0; 2],
-            interpolated_walls: false,
-        }
-        .launch(),
-        Kernel::FillGhost => FillGhost {
-            coarse_t: a,
-            coarse_t1: b,
-            fine_dst: c,
-            coarse: layout,
-            coarse_active: rect,
-            fine: layout,
-            active_offset: [4, 4],
-            sides: PatchSides::INTERFACES,
-            alpha: 0.0,
-            tau_plus: 0.6,
-            tau_minus: 0.7,
-            coarse_force: [0.0; 2],
-        }
-        .launch(),
-        Kernel::RestrictToParent => RestrictToParent {
-            fine_src: a,
-            coarse_dst: b,
-            fine: layout,
-            coarse: layout,
-            covered: rect,
-            fine_active_origin: 4,
-            sides: PatchSides::INTERFACES,
-            tau_plus: 0.6,
-            tau_minus: 0.7,
-            coarse_force: [0.0; 2],
-        }
-        .launch(),
-        Kernel::AccumulateFineFlux => AccumulateFineFlux {
-            fine: a,
-            flux: b,
-            layout,
-            kinds: SideKinds::INTERFACES,
-        }
-        .launch(),
-        Kernel::CorrectInterfaceMass => CorrectInterfaceMass {
-            coarse_t: a,
-            coarse_t1: b,
-            flux: c,
-            coarse: layout,
-            covered: rect,
-            kinds: SideKinds::INTERFACES,
-        }
-        .launch(),
-        Kernel::AccumulateExchange => AccumulateExchange {
-            f: a,
-            plane_cells: 256,
-            links: b,
-            n_links: 1,
-            interval: c,
-            window: d,
-            window_on: true,
-        }
-        .launch(),
-        Kernel::UpdateBoundaryState => UpdateBoundaryState::new(a, b, &Amplitude::Constant).launch(),
-    }
+    let index = Kernel::ALL.iter().position(|k| *k == kernel).expect("listed");
+    sample_launches(|k| BufferId(k).into()).swap_remove(index)
 }
 
 #[test]
@@ -257,11 +188,16 @@ fn every_global_takes_the_arguments_of_its_launch_constructor() {
         let Some((file, _, params)) = globals.iter().find(|(_, name, _)| name == kernel.cuda_name()) else {
             continue; // reported by the test above
         };
-        let args: Vec<Kind> = sample(kernel).args.iter().map(arg_kind).collect();
+        let args: Vec<(Kind, String)> = sample(kernel)
+            .args
+            .iter()
+            .map(arg_kind)
+            .zip(kernel.params().iter().map(|p| p.to_string()))
+            .collect();
         assert_eq!(
             params,
             &args,
-            "{file}: the parameters of {} differ from lbm_core::launch's arguments",
+            "{file}: the parameters of {} differ from its launch struct's arguments and names",
             kernel.cuda_name()
         );
     }
@@ -303,6 +239,33 @@ fn the_embedded_ptx_has_every_kernel_with_its_parameters() {
         entries, expected,
         "kernels/lbm.ptx does not match the kernels: run `cargo xtask ptx`"
     );
+}
+
+#[test]
+fn the_constants_header_is_generated_from_the_rust_constants() {
+    let path = kernels_dir().join("constants.cuh");
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    assert_eq!(
+        on_disk,
+        lbm_core::kernels::cuda_constants(),
+        "kernels/constants.cuh is stale: run `cargo xtask ptx`"
+    );
+    let sources = sources();
+    for (name, source) in &sources {
+        if name == "constants.cuh" {
+            continue;
+        }
+        for line in strip_comments(source).lines() {
+            let line = line.trim_start();
+            if let Some(rest) = line.strip_prefix("#define ") {
+                let macro_name = rest.split_whitespace().next().unwrap_or_default();
+                assert!(
+                    !on_disk.contains(&format!("#define {macro_name} ")),
+                    "kernels/{name} defines {macro_name} again; it comes from constants.cuh"
+                );
+            }
+        }
+    }
 }
 
 #[test]

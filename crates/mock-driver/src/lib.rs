@@ -6,13 +6,15 @@
 //!
 //! - **Recording.** `alloc` (label and size), `free`, `upload` (byte range and an
 //!   FNV-1a digest of the bytes), `download`, `memset_async`, `copy_async`,
-//!   `launch` (kernel, grid, block and every argument) and `synchronize`. Buffers
+//!   `launch` (kernel, grid, block and every argument under its parameter
+//!   name), `synchronize`, and the seam's streams, events, staging and
+//!   prepared plans. Buffers
 //!   appear as `buf#3 "L1.p0.f.a"`, never as pointers; ids are handed out 0, 1,
 //!   2, … in allocation order, so two identical runs give identical logs.
 //!   `free_memory` is answered but not logged: it enqueues nothing.
 //! - **Fault injection, counted from arming.** [`MockHandle::fail_launch`]`(k)`
 //!   makes the k-th call to `launch` after the arming (k = 1: the next one) return
-//!   [`Error::Device`] at that call without running it. [`MockHandle::fail_synchronize`]`(k)`
+//!   [`Error::Injected`] at that call without running it. [`MockHandle::fail_synchronize`]`(k)`
 //!   does the same for the k-th `synchronize`, which is where an asynchronous
 //!   device error surfaces on a real stream. Every call counts, including ones
 //!   rejected for bad arguments. A fault fires once and then disarms; launch and
@@ -35,20 +37,20 @@
 //! only the error because it produced no buffer.
 //!
 //! - a buffer id that was never allocated or is already freed
-//!   ([`Error::UnknownBuffer`]), which includes a double free;
-//! - an upload, download, memset or copy whose byte range runs past the end of
-//!   its buffer ([`Error::Device`]);
-//! - an allocation larger than the remaining capacity ([`Error::Device`]);
-//! - a launch with a zero grid or block dimension or more than 1024 threads per
-//!   block, an argument list that the typed decoders of [`lbm_core::launch`]
-//!   refuse, a buffer argument that is unknown or too small for the layout the
-//!   launch declares, or an open exchange window sharing the interval
-//!   accumulator ([`Error::LaunchArgs`]). Sizes are checked for the buffers the
-//!   kernel reads: `stream_collide`'s wall distances (nine planes) only with
-//!   interpolated walls, its inlet profile (one f32 per active row) and
-//!   boundary state (8 bytes) only when a side is an inlet, and
-//!   `update_boundary_state`'s table (two f32 per point) only for a table
-//!   amplitude; a buffer passed but not read need only be live.
+//!   ([`Error::UnknownBuffer`]), which includes a double free, and an unknown
+//!   stream, event, staging area or plan ([`Error::UnknownHandle`]);
+//! - an upload, download, memset, copy or staging transfer whose byte range runs
+//!   past the end of its buffer ([`Error::OutOfRange`]);
+//! - an allocation larger than the remaining capacity ([`Error::OutOfMemory`]);
+//! - a launch, or a plan to prepare, that lbm-core's one launch check
+//!   ([`lbm_core::kernels::check_launch`]) refuses ([`Error::Launch`]): exactly
+//!   what the CPU and CUDA drivers refuse;
+//! - a replay of a plan whose buffers were freed since ([`Error::StalePlan`]).
+//!
+//! Streams, events and staging are recorded and, when executing, forwarded to
+//! the CPU driver, which runs everything at once and in order. A replay is
+//! logged as `replay plan#k` followed by each of its actions, counted by the
+//! launch fault like direct launches.
 //!
 //! # What it deliberately does not do
 //!
@@ -60,17 +62,12 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use lbm_core::lattice::Q;
-use lbm_core::launch::{
-    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, EXCHANGE_WORDS, Edge, FillGhost, LINK_WORDS,
-    RestrictToParent, StreamCollide, UpdateBoundaryState, fine_covered, inlet_samples, ring_cells,
-};
+use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId};
+use lbm_core::kernels::{check_action, check_launch};
 use lbm_core::{Arg, BufferId, CpuDriver, Driver, Error, Kernel, Launch, Result};
 use serde::{Serialize, Serializer};
 
 const BACKEND: &str = "mock";
-/// Threads per block a CUDA device accepts at most.
-const MAX_BLOCK_THREADS: u32 = 1024;
 const DEFAULT_CAPACITY: u64 = 1 << 30;
 
 /// A buffer as it appears in the log: `buf#3 "L1.p0.f.a"`, or `buf#9 <unknown>`
@@ -101,6 +98,7 @@ impl Serialize for BufferName {
 #[serde(rename_all = "snake_case")]
 pub enum LoggedArg {
     Buffer { buffer: BufferName, byte_offset: u64 },
+    NoBuffer,
     U32(u32),
     U64(u64),
     F32(f32),
@@ -114,11 +112,25 @@ impl fmt::Display for LoggedArg {
         match self {
             LoggedArg::Buffer { buffer, byte_offset: 0 } => write!(f, "{buffer}"),
             LoggedArg::Buffer { buffer, byte_offset } => write!(f, "{buffer}+{byte_offset}"),
+            LoggedArg::NoBuffer => f.write_str("none"),
             LoggedArg::U32(v) => write!(f, "{v}u32"),
             LoggedArg::U64(v) => write!(f, "{v}u64"),
             LoggedArg::F32(v) => write!(f, "{v:?}f32"),
             LoggedArg::F64(v) => write!(f, "{v:?}f64"),
         }
+    }
+}
+
+/// One kernel argument as logged, under its `__global__` parameter name.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NamedArg {
+    pub param: &'static str,
+    pub value: LoggedArg,
+}
+
+impl fmt::Display for NamedArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {}", self.param, self.value)
     }
 }
 
@@ -134,6 +146,18 @@ pub enum EventKind {
     Copy,
     Launch,
     Synchronize,
+    CreateStream,
+    CreateEvent,
+    RecordEvent,
+    WaitEvent,
+    SynchronizeEvent,
+    AllocStaging,
+    FreeStaging,
+    DownloadAsync,
+    ReadStaging,
+    Prepare,
+    Replay,
+    ReleasePlan,
     Error,
 }
 
@@ -148,6 +172,18 @@ impl fmt::Display for EventKind {
             EventKind::Copy => "copy",
             EventKind::Launch => "launch",
             EventKind::Synchronize => "synchronize",
+            EventKind::CreateStream => "create_stream",
+            EventKind::CreateEvent => "create_event",
+            EventKind::RecordEvent => "record_event",
+            EventKind::WaitEvent => "wait_event",
+            EventKind::SynchronizeEvent => "synchronize_event",
+            EventKind::AllocStaging => "alloc_staging",
+            EventKind::FreeStaging => "free_staging",
+            EventKind::DownloadAsync => "download_async",
+            EventKind::ReadStaging => "read_staging",
+            EventKind::Prepare => "prepare",
+            EventKind::Replay => "replay",
+            EventKind::ReleasePlan => "release_plan",
             EventKind::Error => "error",
         };
         f.write_str(name)
@@ -156,7 +192,7 @@ impl fmt::Display for EventKind {
 
 /// One driver call, in the order the driver saw it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
     Alloc {
         buffer: BufferName,
@@ -194,9 +230,60 @@ pub enum Event {
         kernel: Kernel,
         grid: [u32; 3],
         block: [u32; 3],
-        args: Vec<LoggedArg>,
+        args: Vec<NamedArg>,
     },
     Synchronize,
+    CreateStream {
+        stream: u32,
+    },
+    CreateEvent {
+        event: u32,
+    },
+    RecordEvent {
+        event: u32,
+        stream: u32,
+    },
+    WaitEvent {
+        stream: u32,
+        event: u32,
+    },
+    SynchronizeEvent {
+        event: u32,
+    },
+    AllocStaging {
+        staging: u32,
+        label: String,
+        bytes: usize,
+    },
+    FreeStaging {
+        staging: u32,
+    },
+    DownloadAsync {
+        stream: u32,
+        buffer: BufferName,
+        byte_offset: usize,
+        staging: u32,
+        staging_offset: usize,
+        bytes: usize,
+    },
+    ReadStaging {
+        staging: u32,
+        byte_offset: usize,
+        bytes: usize,
+    },
+    /// A plan checked and kept; its actions are logged when it is replayed.
+    Prepare {
+        plan: u32,
+        label: String,
+        actions: usize,
+    },
+    /// A replay; the plan's actions follow as their own events.
+    Replay {
+        plan: u32,
+    },
+    ReleasePlan {
+        plan: u32,
+    },
     /// The preceding call (of kind `call`) returned this error.
     Error {
         call: EventKind,
@@ -215,6 +302,18 @@ impl Event {
             Event::Copy { .. } => EventKind::Copy,
             Event::Launch { .. } => EventKind::Launch,
             Event::Synchronize => EventKind::Synchronize,
+            Event::CreateStream { .. } => EventKind::CreateStream,
+            Event::CreateEvent { .. } => EventKind::CreateEvent,
+            Event::RecordEvent { .. } => EventKind::RecordEvent,
+            Event::WaitEvent { .. } => EventKind::WaitEvent,
+            Event::SynchronizeEvent { .. } => EventKind::SynchronizeEvent,
+            Event::AllocStaging { .. } => EventKind::AllocStaging,
+            Event::FreeStaging { .. } => EventKind::FreeStaging,
+            Event::DownloadAsync { .. } => EventKind::DownloadAsync,
+            Event::ReadStaging { .. } => EventKind::ReadStaging,
+            Event::Prepare { .. } => EventKind::Prepare,
+            Event::Replay { .. } => EventKind::Replay,
+            Event::ReleasePlan { .. } => EventKind::ReleasePlan,
             Event::Error { .. } => EventKind::Error,
         }
     }
@@ -274,6 +373,36 @@ impl fmt::Display for Event {
                 f.write_str(")")
             }
             Event::Synchronize => f.write_str("synchronize"),
+            Event::CreateStream { stream } => write!(f, "create_stream stream#{stream}"),
+            Event::CreateEvent { event } => write!(f, "create_event event#{event}"),
+            Event::RecordEvent { event, stream } => write!(f, "record_event event#{event} on stream#{stream}"),
+            Event::WaitEvent { stream, event } => write!(f, "wait_event stream#{stream} waits for event#{event}"),
+            Event::SynchronizeEvent { event } => write!(f, "synchronize_event event#{event}"),
+            Event::AllocStaging { staging, label, bytes } => {
+                write!(f, "alloc_staging staging#{staging} {label:?} {bytes} bytes")
+            }
+            Event::FreeStaging { staging } => write!(f, "free_staging staging#{staging}"),
+            Event::DownloadAsync {
+                stream,
+                buffer,
+                byte_offset,
+                staging,
+                staging_offset,
+                bytes,
+            } => write!(
+                f,
+                "download_async on stream#{stream} {buffer} {} -> staging#{staging} {}",
+                range(*byte_offset, *bytes),
+                range(*staging_offset, *bytes)
+            ),
+            Event::ReadStaging {
+                staging,
+                byte_offset,
+                bytes,
+            } => write!(f, "read_staging staging#{staging} {}", range(*byte_offset, *bytes)),
+            Event::Prepare { plan, label, actions } => write!(f, "prepare plan#{plan} {label:?} {actions} actions"),
+            Event::Replay { plan } => write!(f, "replay plan#{plan}"),
+            Event::ReleasePlan { plan } => write!(f, "release_plan plan#{plan}"),
             Event::Error { call, message } => write!(f, "error in {call}: {message}"),
         }
     }
@@ -313,20 +442,28 @@ struct Recorder {
     download_fill: u8,
     capacity: u64,
     live_bytes: u64,
+    /// Staging areas by id, with their twins when executing.
+    staging: Vec<StagingRecord>,
+    /// Prepared plans by id; `None` once released.
+    plans: Vec<Option<Vec<Action>>>,
+    streams: u32,
+    events: u32,
+    launches: u64,
+    syncs: u64,
 }
 
-fn device_error(operation: &str, message: String) -> Error {
-    Error::Device {
-        backend: BACKEND.into(),
-        operation: operation.into(),
-        message,
-    }
+struct StagingRecord {
+    label: String,
+    bytes: usize,
+    live: bool,
+    cpu: Option<StagingId>,
 }
 
-fn launch_error(kernel: Kernel, reason: String) -> Error {
-    Error::LaunchArgs {
-        kernel: kernel.cuda_name().into(),
-        reason,
+fn unknown(what: &'static str, id: u32) -> Error {
+    Error::UnknownHandle {
+        backend: BACKEND,
+        what,
+        id,
     }
 }
 
@@ -356,6 +493,12 @@ impl Recorder {
             download_fill: 0,
             capacity: DEFAULT_CAPACITY,
             live_bytes: 0,
+            staging: Vec::new(),
+            plans: Vec::new(),
+            streams: 0,
+            events: 0,
+            launches: 0,
+            syncs: 0,
         }
     }
 
@@ -370,23 +513,19 @@ impl Recorder {
         self.buffers
             .get(id.0 as usize)
             .filter(|b| b.live)
-            .ok_or_else(|| Error::unknown_buffer(BACKEND, id))
+            .ok_or(Error::UnknownBuffer {
+                backend: BACKEND,
+                buffer: id,
+            })
     }
 
-    fn check_range(&self, operation: &str, id: BufferId, offset: usize, bytes: usize) -> Result<()> {
+    fn size_of(&self, id: BufferId) -> Option<usize> {
+        self.live(id).ok().map(|b| b.bytes)
+    }
+
+    fn check_range(&self, operation: &'static str, id: BufferId, offset: usize, bytes: usize) -> Result<()> {
         let b = self.live(id)?;
-        match offset.checked_add(bytes) {
-            Some(end) if end <= b.bytes => Ok(()),
-            _ => Err(device_error(
-                operation,
-                format!(
-                    "byte range {} runs past the {} bytes of {}",
-                    range(offset, bytes),
-                    b.bytes,
-                    self.name(id)
-                ),
-            )),
-        }
+        in_range(operation, &b.label, b.bytes, offset, bytes)
     }
 
     /// Logs the outcome of a call whose event is already in the log.
@@ -417,10 +556,12 @@ impl Recorder {
     fn alloc(&mut self, label: &str, bytes: usize) -> Result<BufferId> {
         let free = self.capacity.saturating_sub(self.live_bytes);
         if bytes as u64 > free {
-            let e = device_error(
-                "alloc",
-                format!("out of memory: `{label}` needs {bytes} bytes, {free} bytes are free"),
-            );
+            let e = Error::OutOfMemory {
+                backend: BACKEND,
+                label: label.to_owned(),
+                bytes: bytes as u64,
+                available: free,
+            };
             return self.outcome(EventKind::Alloc, Err(e));
         }
         let cpu = match self.cpu.as_mut().map(|cpu| cpu.alloc(label, bytes)).transpose() {
@@ -515,18 +656,32 @@ impl Recorder {
     }
 
     fn launch(&mut self, launch: &Launch) -> Result<()> {
+        self.log_launch(launch);
+        let result = self
+            .fault(launch.kernel.cuda_name())
+            .and_then(|()| check_launch(launch, |id| self.size_of(id)))
+            .and_then(|()| self.execute(launch));
+        self.outcome(EventKind::Launch, result)
+    }
+
+    fn log_launch(&mut self, launch: &Launch) {
         let args = launch
             .args
             .iter()
-            .map(|arg| match *arg {
-                Arg::Buffer { id, byte_offset } => LoggedArg::Buffer {
-                    buffer: self.name(id),
-                    byte_offset,
+            .zip(launch.kernel.params())
+            .map(|(arg, param)| NamedArg {
+                param,
+                value: match *arg {
+                    Arg::Buffer { id, byte_offset } => LoggedArg::Buffer {
+                        buffer: self.name(id),
+                        byte_offset,
+                    },
+                    Arg::NoBuffer => LoggedArg::NoBuffer,
+                    Arg::U32(v) => LoggedArg::U32(v),
+                    Arg::U64(v) => LoggedArg::U64(v),
+                    Arg::F32(v) => LoggedArg::F32(v),
+                    Arg::F64(v) => LoggedArg::F64(v),
                 },
-                Arg::U32(v) => LoggedArg::U32(v),
-                Arg::U64(v) => LoggedArg::U64(v),
-                Arg::F32(v) => LoggedArg::F32(v),
-                Arg::F64(v) => LoggedArg::F64(v),
             })
             .collect();
         self.log.push(Event::Launch {
@@ -535,15 +690,18 @@ impl Recorder {
             block: launch.block,
             args,
         });
-        let result = if fires(&mut self.launch_fault) {
-            Err(device_error(
-                &format!("launch of {}", launch.kernel.cuda_name()),
-                "injected launch failure".into(),
-            ))
-        } else {
-            self.validate(launch).and_then(|()| self.execute(launch))
-        };
-        self.outcome(EventKind::Launch, result)
+    }
+
+    /// Counts a launch against the armed launch fault.
+    fn fault(&mut self, _kernel: &str) -> Result<()> {
+        self.launches += 1;
+        match fires(&mut self.launch_fault) {
+            true => Err(Error::Injected {
+                call: "launch",
+                count: self.launches,
+            }),
+            false => Ok(()),
+        }
     }
 
     fn execute(&mut self, launch: &Launch) -> Result<()> {
@@ -558,144 +716,251 @@ impl Recorder {
         })
     }
 
-    fn validate(&self, launch: &Launch) -> Result<()> {
-        let kernel = launch.kernel;
-        if launch.grid.contains(&0) || launch.block.contains(&0) {
-            return Err(launch_error(
-                kernel,
-                format!(
-                    "grid {:?} and block {:?} need every dimension at least 1",
-                    launch.grid, launch.block
-                ),
-            ));
-        }
-        let threads: u64 = launch.block.iter().map(|b| u64::from(*b)).product();
-        if threads > u64::from(MAX_BLOCK_THREADS) {
-            return Err(launch_error(
-                kernel,
-                format!(
-                    "block {:?} has {threads} threads, at most {MAX_BLOCK_THREADS} allowed",
-                    launch.block
-                ),
-            ));
-        }
-        for arg in &launch.args {
-            if let Arg::Buffer { id, byte_offset } = *arg {
-                let b = self.live(id)?;
-                if byte_offset >= b.bytes as u64 {
-                    return Err(launch_error(
-                        kernel,
-                        format!(
-                            "byte offset {byte_offset} is past the {} bytes of {}",
-                            b.bytes,
-                            self.name(id)
-                        ),
-                    ));
-                }
-            }
-        }
-        let populations = |cells: usize| Q * cells * 4;
-        // The bytes each buffer argument must hold for the layout the launch
-        // declares. The match is exhaustive on purpose: a new kernel is a compile
-        // error here until the mock knows what its buffers must hold.
-        let needs: Vec<(&str, BufferId, usize)> = match kernel {
-            Kernel::StreamCollide => {
-                let k = StreamCollide::decode(launch)?;
-                let plane = k.layout.plane_cells();
-                let mut needs = vec![
-                    ("src", k.src, populations(plane)),
-                    ("dst", k.dst, populations(plane)),
-                    ("flags", k.flags, plane),
-                ];
-                if k.interpolated_walls {
-                    needs.push(("wall_distance", k.wall_distance, populations(plane)));
-                }
-                if k.edges.contains(&Edge::Inlet) {
-                    needs.push(("inlet_profile", k.inlet_profile, 4 * inlet_samples(k.active.height())));
-                    needs.push(("boundary_state", k.boundary_state, 8));
-                }
-                needs
-            }
-            Kernel::FillGhost => {
-                let k = FillGhost::decode(launch)?;
-                let coarse = populations(k.coarse.plane_cells());
-                vec![
-                    ("coarse_t", k.coarse_t, coarse),
-                    ("coarse_t1", k.coarse_t1, coarse),
-                    ("fine_dst", k.fine_dst, populations(k.fine.plane_cells())),
-                ]
-            }
-            Kernel::RestrictToParent => {
-                let k = RestrictToParent::decode(launch)?;
-                vec![
-                    ("fine_src", k.fine_src, populations(k.fine.plane_cells())),
-                    ("coarse_dst", k.coarse_dst, populations(k.coarse.plane_cells())),
-                ]
-            }
-            Kernel::AccumulateFineFlux => {
-                let k = AccumulateFineFlux::decode(launch)?;
-                let covered = fine_covered(&k.layout);
-                vec![
-                    ("fine", k.fine, populations(k.layout.plane_cells())),
-                    ("flux", k.flux, 4 * ring_cells(&covered, k.kinds)),
-                ]
-            }
-            Kernel::CorrectInterfaceMass => {
-                let k = CorrectInterfaceMass::decode(launch)?;
-                let coarse = populations(k.coarse.plane_cells());
-                vec![
-                    ("coarse_t", k.coarse_t, coarse),
-                    ("coarse_t1", k.coarse_t1, coarse),
-                    ("flux", k.flux, 4 * ring_cells(&k.covered, k.kinds)),
-                ]
-            }
-            Kernel::AccumulateExchange => {
-                let k = AccumulateExchange::decode(launch)?;
-                if k.window_on && k.window == k.interval {
-                    return Err(launch_error(
-                        kernel,
-                        "an open window needs its own accumulator, not the interval's".into(),
-                    ));
-                }
-                let accumulator = EXCHANGE_WORDS * 8;
-                vec![
-                    ("f", k.f, populations(k.plane_cells as usize)),
-                    ("links", k.links, LINK_WORDS * 4 * k.n_links as usize),
-                    ("interval", k.interval, accumulator),
-                    ("window", k.window, accumulator),
-                ]
-            }
-            Kernel::UpdateBoundaryState => {
-                let k = UpdateBoundaryState::decode(launch)?;
-                vec![
-                    ("state", k.state, 8),
-                    ("table", k.table, 2 * 4 * k.table_points as usize),
-                ]
-            }
+    fn prepare(&mut self, label: &str, actions: &[Action]) -> Result<PlanId> {
+        let plan = self.plans.len() as u32;
+        self.log.push(Event::Prepare {
+            plan,
+            label: label.to_owned(),
+            actions: actions.len(),
+        });
+        let checked = actions
+            .iter()
+            .try_for_each(|a| check_action(a, BACKEND, |id| self.size_of(id)));
+        let result = checked.map(|()| {
+            self.plans.push(Some(actions.to_vec()));
+            PlanId(plan)
+        });
+        self.outcome(EventKind::Prepare, result)
+    }
+
+    /// Logs the replay, then each action as its own event, failing where an
+    /// armed launch fault fires; a plan whose buffers were freed is refused.
+    fn replay(&mut self, plan: PlanId) -> Result<()> {
+        self.log.push(Event::Replay { plan: plan.0 });
+        let actions = match self.plans.get(plan.0 as usize).cloned().flatten() {
+            Some(actions) => actions,
+            None => return self.outcome(EventKind::Replay, Err(unknown("plan", plan.0))),
         };
-        for (what, id, need) in needs {
-            let have = self.live(id)?.bytes;
-            if have < need {
-                return Err(launch_error(
-                    kernel,
-                    format!("{what} {} holds {have} bytes, the launch needs {need}", self.name(id)),
-                ));
+        let stale = actions
+            .iter()
+            .flat_map(Action::buffers)
+            .find(|id| self.size_of(*id).is_none());
+        if let Some(buffer) = stale {
+            let e = Error::StalePlan {
+                backend: BACKEND,
+                plan,
+                buffer,
+            };
+            return self.outcome(EventKind::Replay, Err(e));
+        }
+        for action in &actions {
+            match action {
+                Action::Launch(launch) => {
+                    self.log_launch(launch);
+                    let result = self
+                        .fault(launch.kernel.cuda_name())
+                        .and_then(|()| self.execute(launch));
+                    self.outcome(EventKind::Launch, result)?;
+                }
+                Action::Memset { buffer, bytes } => self.memset(*buffer, 0, *bytes, 0)?,
             }
         }
         Ok(())
     }
 
+    fn release_plan(&mut self, plan: PlanId) -> Result<()> {
+        self.log.push(Event::ReleasePlan { plan: plan.0 });
+        let result = match self.plans.get_mut(plan.0 as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(unknown("plan", plan.0)),
+        };
+        self.outcome(EventKind::ReleasePlan, result)
+    }
+
+    fn handle(&mut self, kind: EventKind, what: &'static str, id: u32, limit: u32) -> Result<()> {
+        let result = match id < limit {
+            true => Ok(()),
+            false => Err(unknown(what, id)),
+        };
+        self.outcome(kind, result)
+    }
+
+    fn create_stream(&mut self) -> Result<StreamId> {
+        // The CPU twin counts streams and events the same way, so ids agree.
+        if let Some(cpu) = self.cpu.as_mut() {
+            cpu.create_stream()?;
+        }
+        self.streams += 1;
+        self.log.push(Event::CreateStream { stream: self.streams });
+        Ok(StreamId(self.streams))
+    }
+
+    fn create_event(&mut self) -> Result<EventId> {
+        if let Some(cpu) = self.cpu.as_mut() {
+            cpu.create_event()?;
+        }
+        self.log.push(Event::CreateEvent { event: self.events });
+        self.events += 1;
+        Ok(EventId(self.events - 1))
+    }
+
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<()> {
+        self.log.push(Event::RecordEvent {
+            event: event.0,
+            stream: stream.0,
+        });
+        let events = self.events;
+        self.handle(EventKind::RecordEvent, "event", event.0, events)?;
+        self.handle(EventKind::RecordEvent, "stream", stream.0, self.streams + 1)
+    }
+
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<()> {
+        self.log.push(Event::WaitEvent {
+            stream: stream.0,
+            event: event.0,
+        });
+        let events = self.events;
+        self.handle(EventKind::WaitEvent, "event", event.0, events)?;
+        self.handle(EventKind::WaitEvent, "stream", stream.0, self.streams + 1)
+    }
+
+    fn synchronize_event(&mut self, event: EventId) -> Result<()> {
+        self.log.push(Event::SynchronizeEvent { event: event.0 });
+        let events = self.events;
+        self.handle(EventKind::SynchronizeEvent, "event", event.0, events)
+    }
+
+    fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
+        let staging = self.staging.len() as u32;
+        self.log.push(Event::AllocStaging {
+            staging,
+            label: label.to_owned(),
+            bytes,
+        });
+        let cpu = match self.cpu.as_mut().map(|cpu| cpu.alloc_staging(label, bytes)).transpose() {
+            Ok(cpu) => cpu,
+            Err(e) => return self.outcome(EventKind::AllocStaging, Err(e)),
+        };
+        self.staging.push(StagingRecord {
+            label: label.to_owned(),
+            bytes,
+            live: true,
+            cpu,
+        });
+        Ok(StagingId(staging))
+    }
+
+    fn live_staging(&self, staging: StagingId) -> Result<&StagingRecord> {
+        self.staging
+            .get(staging.0 as usize)
+            .filter(|s| s.live)
+            .ok_or(unknown("staging", staging.0))
+    }
+
+    fn free_staging(&mut self, staging: StagingId) -> Result<()> {
+        self.log.push(Event::FreeStaging { staging: staging.0 });
+        let result = self.live_staging(staging).map(|s| s.cpu).and_then(|twin| {
+            if let (Some(cpu), Some(twin)) = (self.cpu.as_mut(), twin) {
+                cpu.free_staging(twin)?;
+            }
+            self.staging[staging.0 as usize].live = false;
+            Ok(())
+        });
+        self.outcome(EventKind::FreeStaging, result)
+    }
+
+    fn download_async(
+        &mut self,
+        stream: StreamId,
+        buffer: BufferId,
+        byte_offset: usize,
+        staging: StagingId,
+        staging_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        self.log.push(Event::DownloadAsync {
+            stream: stream.0,
+            buffer: self.name(buffer),
+            byte_offset,
+            staging: staging.0,
+            staging_offset,
+            bytes,
+        });
+        let streams = self.streams;
+        let result = (|| {
+            if stream.0 > streams {
+                return Err(unknown("stream", stream.0));
+            }
+            self.check_range("download", buffer, byte_offset, bytes)?;
+            let s = self.live_staging(staging)?;
+            in_range("download into staging", &s.label, s.bytes, staging_offset, bytes)?;
+            let twin_staging = s.cpu;
+            self.on_cpu(|cpu, twin| {
+                cpu.download_async(
+                    stream,
+                    twin(buffer),
+                    byte_offset,
+                    twin_staging.expect("an executing driver twins every staging area"),
+                    staging_offset,
+                    bytes,
+                )
+            })
+        })();
+        self.outcome(EventKind::DownloadAsync, result)
+    }
+
+    fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        self.log.push(Event::ReadStaging {
+            staging: staging.0,
+            byte_offset,
+            bytes: out.len(),
+        });
+        let fill = self.download_fill;
+        let result = (|| {
+            let s = self.live_staging(staging)?;
+            in_range("read staging", &s.label, s.bytes, byte_offset, out.len())?;
+            let twin = s.cpu;
+            match (self.cpu.as_mut(), twin) {
+                (Some(cpu), Some(twin)) => cpu.read_staging(twin, byte_offset, out),
+                _ => {
+                    out.fill(fill);
+                    Ok(())
+                }
+            }
+        })();
+        self.outcome(EventKind::ReadStaging, result)
+    }
+
     fn synchronize(&mut self) -> Result<()> {
         self.log.push(Event::Synchronize);
+        self.syncs += 1;
         let result = if fires(&mut self.sync_fault) {
-            Err(device_error(
-                "synchronize",
-                "injected asynchronous failure surfacing at the wait".into(),
-            ))
+            Err(Error::Injected {
+                call: "synchronize",
+                count: self.syncs,
+            })
         } else {
             self.cpu.as_mut().map_or(Ok(()), |cpu| cpu.synchronize())
         };
         self.outcome(EventKind::Synchronize, result)
+    }
+}
+
+/// `[offset, offset + bytes)` inside `size` bytes of `label`, or the range error.
+fn in_range(operation: &'static str, label: &str, size: usize, offset: usize, bytes: usize) -> Result<()> {
+    match offset.checked_add(bytes) {
+        Some(end) if end <= size => Ok(()),
+        end => Err(Error::OutOfRange {
+            backend: BACKEND,
+            operation,
+            label: label.to_owned(),
+            start: offset as u64,
+            end: end.map_or(u64::MAX, |e| e as u64),
+            size: size as u64,
+        }),
     }
 }
 
@@ -778,6 +1043,50 @@ impl Driver for MockDriver {
     fn free_memory(&self) -> Result<u64> {
         let r = lock(&self.shared);
         Ok(r.capacity.saturating_sub(r.live_bytes))
+    }
+    fn create_stream(&mut self) -> Result<StreamId> {
+        lock(&self.shared).create_stream()
+    }
+    fn create_event(&mut self) -> Result<EventId> {
+        lock(&self.shared).create_event()
+    }
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<()> {
+        lock(&self.shared).record_event(event, stream)
+    }
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<()> {
+        lock(&self.shared).wait_event(stream, event)
+    }
+    fn synchronize_event(&mut self, event: EventId) -> Result<()> {
+        lock(&self.shared).synchronize_event(event)
+    }
+    fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
+        lock(&self.shared).alloc_staging(label, bytes)
+    }
+    fn free_staging(&mut self, staging: StagingId) -> Result<()> {
+        lock(&self.shared).free_staging(staging)
+    }
+    fn download_async(
+        &mut self,
+        stream: StreamId,
+        buffer: BufferId,
+        byte_offset: usize,
+        staging: StagingId,
+        staging_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        lock(&self.shared).download_async(stream, buffer, byte_offset, staging, staging_offset, bytes)
+    }
+    fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        lock(&self.shared).read_staging(staging, byte_offset, out)
+    }
+    fn prepare(&mut self, label: &str, actions: &[Action]) -> Result<PlanId> {
+        lock(&self.shared).prepare(label, actions)
+    }
+    fn replay(&mut self, plan: PlanId) -> Result<()> {
+        lock(&self.shared).replay(plan)
+    }
+    fn release_plan(&mut self, plan: PlanId) -> Result<()> {
+        lock(&self.shared).release_plan(plan)
     }
 }
 
@@ -879,17 +1188,21 @@ impl MockHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lbm_core::lattice::{Collision, Relaxation};
-    use lbm_core::launch::{Amplitude, Edge};
+    use lbm_core::config::Amplitude;
+    use lbm_core::fixtures::benchmark_physics;
+    use lbm_core::kernels::KernelArgs;
+    use lbm_core::kernels::boundary::UpdateBoundaryState;
+    use lbm_core::kernels::lbm::StreamCollide;
+    use lbm_core::lattice::Q;
+    use lbm_core::{Boundary, BufferRef};
 
     fn stream_collide(src: BufferId, dst: BufferId, flags: BufferId) -> Launch {
         // The rendering test pins these relaxation rates and this force.
-        let any = Relaxation::new(Collision::Bgk, 1.0);
         StreamCollide {
             omega_plus: 1.25,
             omega_minus: 1.5,
             force: [1e-5, 0.0],
-            ..StreamCollide::periodic(src, dst, flags, [4, 4], any)
+            ..StreamCollide::periodic(src.into(), dst.into(), flags.into(), [4, 4], benchmark_physics())
         }
         .launch()
     }
@@ -926,10 +1239,14 @@ mod tests {
             "upload buf#2 \"p.flags\" [0, 16) fnv1a64 ",
             "memset buf#0 \"p.f.a\" [4, 12) = 0xff",
             "copy buf#0 \"p.f.a\" [0, 16) -> buf#1 \"p.f.b\" [0, 16)",
-            "launch stream_collide grid [1, 1, 1] block [256, 1, 1] (buf#0 \"p.f.a\", buf#1 \"p.f.b\", \
-             buf#2 \"p.flags\", buf#2 \"p.flags\", buf#2 \"p.flags\", buf#2 \"p.flags\", 4u32, 4u32, 4u32, 4u32, \
-             0u32, 0u32, 4u32, 4u32, 0u32, 0u32, 0u32, 0u32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, 0.0f32, \
-             0.0f32, 1.25f32, 1.5f32, 1e-5f32, 0.0f32, 0u32)",
+            "launch stream_collide grid [1, 1, 1] block [256, 1, 1] (src = buf#0 \"p.f.a\", dst = buf#1 \"p.f.b\", \
+             flags = buf#2 \"p.flags\", wall_distance = none, inlet_profile = none, boundary_state = none, \
+             nx = 4u32, ny = 4u32, tile_x = 4u32, tile_y = 4u32, x0 = 0u32, y0 = 0u32, x1 = 4u32, y1 = 4u32, \
+             boundary_x_min = 0u32, boundary_x_max = 0u32, boundary_y_min = 0u32, boundary_y_max = 0u32, \
+             wall_x_min_ux = 0.0f32, wall_x_min_uy = 0.0f32, wall_x_max_ux = 0.0f32, wall_x_max_uy = 0.0f32, \
+             wall_y_min_ux = 0.0f32, wall_y_min_uy = 0.0f32, wall_y_max_ux = 0.0f32, wall_y_max_uy = 0.0f32, \
+             omega_plus = 1.25f32, omega_minus = 1.5f32, force_x = 1e-5f32, force_y = 0.0f32, \
+             interpolated_walls = 0u32)",
             "synchronize",
             "download buf#1 \"p.f.b\" [0, 4)",
             "free buf#2 \"p.flags\"",
@@ -944,7 +1261,7 @@ mod tests {
         assert_eq!(handle.launch_kernels(), vec![Kernel::StreamCollide]);
         let json = serde_json::to_string(&handle.log()[3]).unwrap();
         assert!(
-            json.starts_with(r#"{"event":"upload","buffer":"buf#2 \"p.flags\"""#),
+            json.starts_with(r#"{"kind":"upload","buffer":"buf#2 \"p.flags\"""#),
             "{json}"
         );
         assert_eq!(handle.live_buffers().len(), 2);
@@ -967,34 +1284,31 @@ mod tests {
     fn bad_calls_are_refused_and_logged() {
         check_refused(
             |d, _| d.upload(BufferId(9), 0, &[1]),
-            &["unknown buffer 9 on the mock backend"],
+            &["unknown buffer buf#9 on the mock backend"],
         );
         check_refused(
             |d, [_, _, f]| d.upload(f, 8, &[0; 9]),
             &["upload", "[8, 17)", "16 bytes", "p.flags"],
         );
         check_refused(|d, [a, ..]| d.download(a, 576, &mut [0]), &["download", "[576, 577)"]);
-        check_refused(
-            |d, [a, ..]| d.memset_async(a, usize::MAX, 2, 0),
-            &["memset", "runs past"],
-        );
+        check_refused(|d, [a, ..]| d.memset_async(a, usize::MAX, 2, 0), &["memset", "outside"]);
         check_refused(|d, [a, _, f]| d.copy_async(a, 0, f, 0, 17), &["copy destination"]);
         check_refused(
             |d, [_, _, f]| {
                 d.free(f)?;
                 d.free(f)
             },
-            &["unknown buffer 2"],
+            &["unknown buffer buf#2"],
         );
         check_refused(
             |d, _| d.alloc("huge", 2 << 30).map(|_| ()),
-            &["out of memory", "`huge`", "2147483648 bytes"],
+            &["`huge`", "2147483648 bytes", "only"],
         );
         check_refused(
             |d, [a, b, f]| d.launch(&stream_collide(a, f, b)),
             &[
                 "stream_collide",
-                "dst buf#2 \"p.flags\" holds 16 bytes, the launch needs 576",
+                "`dst` (buf#2) holds 16 bytes after offset 0, the launch needs 576",
             ],
         );
         check_refused(
@@ -1003,45 +1317,47 @@ mod tests {
                 launch.args.pop();
                 d.launch(&launch)
             },
-            &["stream_collide", "too few arguments"],
+            &["stream_collide", "30 arguments, the kernel takes 31"],
         );
         check_refused(
             |d, [a, b, f]| {
                 let mut k = StreamCollide::decode(&stream_collide(a, b, f))?;
-                k.interpolated_walls = true;
+                k.wall_distance = Some(f.into());
                 d.launch(&k.launch())
             },
-            &["wall_distance buf#2 \"p.flags\" holds 16 bytes, the launch needs 576"],
+            &["`wall_distance` (buf#2) holds 16 bytes after offset 0, the launch needs 576"],
         );
         check_refused(
             |d, [a, b, f]| {
                 let mut k = StreamCollide::decode(&stream_collide(a, b, f))?;
-                k.edges[0] = Edge::Inlet;
-                k.inlet_profile = d.alloc("tiny", 4)?;
+                k.boundaries[0] = Boundary::Inlet;
+                k.boundaries[1] = Boundary::Outflow;
+                k.inlet_profile = Some(d.alloc("tiny", 4)?.into());
+                k.boundary_state = Some(f.into());
                 d.launch(&k.launch())
             },
-            &["inlet_profile buf#3 \"tiny\" holds 4 bytes, the launch needs 48"],
+            &["`inlet_profile` (buf#3) holds 4 bytes after offset 0, the launch needs 48"],
         );
         check_refused(
             |d, [_, _, f]| {
-                let tiny = d.alloc("tiny", 4)?;
-                d.launch(&UpdateBoundaryState::new(f, tiny, &Amplitude::Constant).launch())?;
+                let tiny: BufferRef = d.alloc("tiny", 4)?.into();
+                d.launch(&UpdateBoundaryState::new(f.into(), None, &Amplitude::Constant).launch())?;
                 let table = Amplitude::Table {
                     points: vec![[0.0, 0.0], [1.0, 1.0], [2.0, 0.5]],
                 };
-                d.launch(&UpdateBoundaryState::new(f, tiny, &table).launch())
+                d.launch(&UpdateBoundaryState::new(f.into(), Some(tiny), &table).launch())
             },
             &[
                 "update_boundary_state",
-                "table buf#3 \"tiny\" holds 4 bytes, the launch needs 24",
+                "`table` (buf#3) holds 4 bytes after offset 0, the launch needs 24",
             ],
         );
         check_refused(
-            |d, [_, _, f]| {
+            |d, _| {
                 let tiny = d.alloc("tiny", 4)?;
-                d.launch(&UpdateBoundaryState::new(tiny, f, &Amplitude::Constant).launch())
+                d.launch(&UpdateBoundaryState::new(tiny.into(), None, &Amplitude::Constant).launch())
             },
-            &["state buf#3 \"tiny\" holds 4 bytes, the launch needs 8"],
+            &["`state` (buf#3) holds 4 bytes after offset 0, the launch needs 8"],
         );
         check_refused(
             |d, [a, b, f]| {
@@ -1049,15 +1365,15 @@ mod tests {
                 launch.block = [2048, 1, 1];
                 d.launch(&launch)
             },
-            &["2048 threads"],
+            &["block [2048, 1, 1] has more than 1024 threads"],
         );
         check_refused(
             |d, [a, b, f]| {
                 let mut launch = stream_collide(a, b, f);
-                launch.args[0] = Arg::Buffer { id: a, byte_offset: 4 };
+                launch.args[0] = Arg::Buffer { id: a, byte_offset: 2 };
                 d.launch(&launch)
             },
-            &["expected a buffer at offset 0"],
+            &["`src` (buf#0) byte offset 2 is not a multiple of 4"],
         );
     }
 
@@ -1092,7 +1408,7 @@ mod tests {
         assert!(driver.synchronize().is_ok());
         handle.fail_synchronize(1);
         let message = driver.synchronize().unwrap_err().to_string();
-        assert!(message.contains("mock device error during synchronize"), "{message}");
+        assert!(message.contains("mock synchronize #2 failed as injected"), "{message}");
     }
 
     #[test]
@@ -1112,5 +1428,86 @@ mod tests {
         assert_eq!(log_exec, log_mock);
         assert!(out_mock.iter().all(|b| *b == 0));
         assert!(out_exec.iter().any(|b| *b != 0), "the CPU backend streamed the data");
+    }
+
+    #[test]
+    fn streams_events_staging_and_plans_are_logged_and_executed_in_order() {
+        let (mut driver, handle, [a, b, f]) = setup(MockDriver::executing());
+        let data: Vec<u8> = (0..Q * 16).flat_map(|i| (i as f32 * 1e-3).to_le_bytes()).collect();
+        driver.upload(a, 0, &data).unwrap();
+        handle.clear_log();
+        let plan = driver
+            .prepare(
+                "pingpong",
+                &[
+                    Action::Launch(stream_collide(a, b, f)),
+                    Action::Memset { buffer: a, bytes: 4 },
+                ],
+            )
+            .unwrap();
+        let copy = driver.create_stream().unwrap();
+        let done = driver.create_event().unwrap();
+        let staging = driver.alloc_staging("out", 16).unwrap();
+        driver.replay(plan).unwrap();
+        driver.record_event(done, StreamId::MAIN).unwrap();
+        driver.wait_event(copy, done).unwrap();
+        driver.download_async(copy, b, 0, staging, 0, 16).unwrap();
+        driver.synchronize_event(done).unwrap();
+        let mut staged = [0u8; 16];
+        driver.read_staging(staging, 0, &mut staged).unwrap();
+        let mut direct = [0u8; 16];
+        driver.download(b, 0, &mut direct).unwrap();
+        assert_eq!(staged, direct, "the staged bytes are the buffer's after the replay");
+        assert!(direct.iter().any(|v| *v != 0));
+        driver.release_plan(plan).unwrap();
+        let kinds: Vec<EventKind> = handle.log().iter().map(Event::kind).collect();
+        use EventKind::*;
+        assert_eq!(
+            kinds,
+            [
+                Prepare,
+                CreateStream,
+                CreateEvent,
+                AllocStaging,
+                Replay,
+                Launch,
+                Memset,
+                RecordEvent,
+                WaitEvent,
+                DownloadAsync,
+                SynchronizeEvent,
+                ReadStaging,
+                Download,
+                ReleasePlan
+            ]
+        );
+        let text = handle.render();
+        assert!(text.contains("prepare plan#0 \"pingpong\" 2 actions"), "{text}");
+        assert!(
+            text.contains("download_async on stream#1 buf#1 \"p.f.b\" [0, 16) -> staging#0 [0, 16)"),
+            "{text}"
+        );
+        // A replay after a buffer it names is freed is refused.
+        let plan = driver
+            .prepare("again", &[Action::Memset { buffer: f, bytes: 4 }])
+            .unwrap();
+        driver.free(f).unwrap();
+        let message = driver.replay(plan).unwrap_err().to_string();
+        assert!(message.contains("freed since it was prepared"), "{message}");
+        // Unknown handles are refused by name.
+        let message = driver.wait_event(StreamId(7), done).unwrap_err().to_string();
+        assert!(message.contains("unknown stream 7"), "{message}");
+    }
+
+    #[test]
+    fn prepare_refuses_a_plan_with_a_bad_launch_before_anything_runs() {
+        let (mut driver, handle, [a, b, f]) = setup(MockDriver::new());
+        let bad = stream_collide(a, f, b);
+        let message = driver
+            .prepare("bad", &[Action::Launch(stream_collide(a, b, f)), Action::Launch(bad)])
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("`dst` (buf#2) holds 16 bytes"), "{message}");
+        assert_eq!(handle.count(EventKind::Launch), 0);
     }
 }

@@ -23,115 +23,46 @@
 
 use serde::Serialize;
 
-use crate::device::{BufferId, Launch};
-use crate::error::{Error, Result};
-use crate::hierarchy::{GHOST, Hierarchy, Patch, Rect, SIDE_NAMES};
-use crate::lattice::Relaxation;
-use crate::launch::{
-    AccumulateExchange, AccumulateFineFlux, CorrectInterfaceMass, Edge, FillGhost, PatchSides, RestrictToParent,
-    SideKind, StreamCollide,
-};
+use crate::config::{Boundary, InletSpec, LevelPhysics};
+use crate::device::{Action, BufferId, BufferRef, Launch};
+use crate::domain::hierarchy::{GHOST, Hierarchy, Patch, Rect};
+use crate::domain::sides::PatchSides;
+use crate::kernels::KernelArgs;
+use crate::kernels::boundary::UpdateBoundaryState;
+use crate::kernels::exchange::AccumulateExchange;
+use crate::kernels::lbm::StreamCollide;
+use crate::kernels::refine::{FillGhost, RestrictToParent};
+use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 
-/// What one plan step does.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub enum Action {
-    Launch(Launch),
-    Memset { buffer: BufferId, bytes: usize },
-}
+use super::resources::Resources;
 
+/// One named step of the plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlanStep {
     pub name: String,
     pub action: Action,
 }
 
-/// Device buffers of one patch.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct PatchBuffers {
-    /// Ping-pong population buffers; `f[0]` is `current` at step 0.
-    pub f: [BufferId; 2],
-    pub flags: BufferId,
-    /// Interface mass flux per parent ring cell (refined patches only).
-    pub flux: Option<BufferId>,
-    /// Wall distances of body links (patches with bodies only).
-    pub wall_distance: Option<BufferId>,
-}
-
-/// Buffers every `stream_collide` receives for inlet handling, and the
-/// boundary-state update that runs once per interval when there is an inlet.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct BoundaryBuffers {
-    pub inlet_profile: BufferId,
-    pub state: BufferId,
-    /// The amplitude's update, present when a side is an inlet.
-    pub update: Option<Launch>,
-}
-
-/// Body links of one patch and the accumulators of its level.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ExchangeBuffers {
-    pub level: usize,
-    pub patch: usize,
-    pub links: BufferId,
-    pub n_links: u32,
-}
-
-/// Per-level interval and window accumulators.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Accumulators {
-    pub level: usize,
-    pub interval: BufferId,
-    pub window: Option<BufferId>,
-    pub bytes: usize,
-}
-
-/// Everything the plan needs to know about one level's physics.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct LevelPhysics {
-    pub relaxation: Relaxation,
-    /// Body-force density in this level's lattice units.
-    pub force: [f32; 2],
-}
-
-/// The sides of a refined patch as its coupling and its `stream_collide` see
-/// them: where it touches the domain's boundary, that side's wall (moving
-/// along itself with the side's wall velocity) or free-slip wall; an interface
-/// with its parent elsewhere. Touching any other kind of side is refused.
-pub fn patch_sides(patch: &Patch, edges: [Edge; 4], wall_velocity: [[f32; 2]; 4]) -> Result<PatchSides> {
-    let mut sides = PatchSides::INTERFACES;
-    for side in (0..4).filter(|&s| patch.on_domain[s]) {
-        sides.kinds.0[side] = match edges[side] {
-            Edge::Wall => SideKind::Wall,
-            Edge::Symmetry => SideKind::Symmetry,
-            other => {
-                return Err(Error::Layout {
-                    patch: format!("level {} patch {} {}", patch.level, patch.index, patch.rect),
-                    reason: format!(
-                        "touches the domain's {} side, which is {other:?}; a patch may touch only a wall, \
-                         moving wall or symmetry side: keep it 4 parent cells away from this one",
-                        SIDE_NAMES[side]
-                    ),
-                });
-            }
-        };
-        // A wall moves along itself: u_y on an x side, u_x on a y side.
-        sides.tangential[side] = wall_velocity[side][if side < 2 { 1 } else { 0 }];
+/// Which of a patch's two population buffers is `current` at the start of the
+/// interval that begins at `step_count`: level 0 takes one hop per interval,
+/// so it alternates; every finer level takes an even number of hops and comes
+/// back to buffer 0.
+pub fn parity_at_interval_start(level: usize, step_count: u64) -> usize {
+    match level {
+        0 => (step_count % 2) as usize,
+        _ => 0,
     }
-    Ok(sides)
 }
 
-/// Inputs of [`HopPlan::build`].
+/// Inputs of [`HopPlan::build`] besides the resources.
 pub struct PlanInputs<'a> {
     pub hierarchy: &'a Hierarchy,
-    pub buffers: &'a [Vec<PatchBuffers>],
-    /// [`patch_sides`] of every patch, indexed like `hierarchy.levels`.
+    /// How each patch's coupling sees its sides, indexed like `hierarchy.levels`.
     pub sides: &'a [Vec<PatchSides>],
     pub physics: &'a [LevelPhysics],
-    pub base_edges: [Edge; 4],
+    pub boundaries: [Boundary; 4],
     pub wall_velocity: [[f32; 2]; 4],
-    pub boundary: &'a BoundaryBuffers,
-    pub exchange: &'a [ExchangeBuffers],
-    pub accumulators: &'a [Accumulators],
+    pub inlet: Option<&'a InletSpec>,
     /// Zero each interval's integral first (observing raw exchange).
     pub zero_interval: bool,
     /// Launch the momentum exchange at all (raw exchange or window observed).
@@ -145,16 +76,18 @@ pub struct HopPlan {
 }
 
 impl HopPlan {
-    pub fn build(inputs: &PlanInputs) -> HopPlan {
-        let intervals = [0, 1].map(|parity| {
+    pub fn build(inputs: &PlanInputs, resources: &Resources) -> HopPlan {
+        let intervals = [0, 1].map(|step_count| {
             let mut builder = Builder {
                 inputs,
+                resources,
                 steps: Vec::new(),
-                parity: vec![0; inputs.hierarchy.n_levels()],
+                parity: (0..inputs.hierarchy.n_levels())
+                    .map(|l| parity_at_interval_start(l, step_count))
+                    .collect(),
             };
-            builder.parity[0] = parity;
             if inputs.zero_interval {
-                for acc in inputs.accumulators {
+                for acc in &resources.accumulators {
                     builder.steps.push(PlanStep {
                         name: format!("L{}.zero_interval_integral", acc.level),
                         action: Action::Memset {
@@ -164,11 +97,9 @@ impl HopPlan {
                     });
                 }
             }
-            if let Some(update) = &inputs.boundary.update {
-                builder.steps.push(PlanStep {
-                    name: "L0.update_boundary_state".into(),
-                    action: Action::Launch(update.clone()),
-                });
+            if let (Some(spec), Some(inlet)) = (inputs.inlet, resources.inlet) {
+                let update = UpdateBoundaryState::new(inlet.state.into(), inlet.table.map(Into::into), &spec.amplitude);
+                builder.push("L0.update_boundary_state".into(), update.launch());
             }
             builder.hop(0);
             builder.steps
@@ -178,27 +109,41 @@ impl HopPlan {
 
     /// The steps of the interval that starts at `step_count`.
     pub fn interval(&self, step_count: u64) -> &[PlanStep] {
-        &self.intervals[(step_count % 2) as usize]
+        &self.intervals[parity_at_interval_start(0, step_count)]
     }
+
+    /// The actions of the interval that starts at `step_count`, as a driver
+    /// prepares them.
+    pub fn actions(&self, step_count: u64) -> Vec<Action> {
+        self.interval(step_count).iter().map(|s| s.action.clone()).collect()
+    }
+}
+
+/// The population buffer of a patch that holds its state after `step_count`
+/// completed intervals.
+pub fn current_buffer(resources: &Resources, level: usize, patch: usize, step_count: u64) -> BufferId {
+    resources.patches[level][patch].f[parity_at_interval_start(level, step_count)]
 }
 
 struct Builder<'a> {
     inputs: &'a PlanInputs<'a>,
+    resources: &'a Resources,
     steps: Vec<PlanStep>,
     parity: Vec<usize>,
 }
 
 impl Builder<'_> {
-    fn current(&self, patch: &Patch) -> BufferId {
-        self.inputs.buffers[patch.level][patch.index].f[self.parity[patch.level]]
+    fn current(&self, patch: &Patch) -> BufferRef {
+        self.resources.patches[patch.level][patch.index].f[self.parity[patch.level]].into()
     }
-    fn spare(&self, patch: &Patch) -> BufferId {
-        self.inputs.buffers[patch.level][patch.index].f[1 - self.parity[patch.level]]
+    fn spare(&self, patch: &Patch) -> BufferRef {
+        self.resources.patches[patch.level][patch.index].f[1 - self.parity[patch.level]].into()
     }
-    fn flux(&self, patch: &Patch) -> BufferId {
-        self.inputs.buffers[patch.level][patch.index]
+    fn flux(&self, patch: &Patch) -> BufferRef {
+        self.resources.patches[patch.level][patch.index]
             .flux
             .expect("refined patches have a flux buffer")
+            .into()
     }
     fn push(&mut self, name: String, launch: Launch) {
         self.steps.push(PlanStep {
@@ -212,40 +157,38 @@ impl Builder<'_> {
         let hierarchy = inputs.hierarchy;
         let physics = inputs.physics[level];
         for patch in &hierarchy.levels[level] {
-            let buffers = inputs.buffers[level][patch.index];
+            let buffers = self.resources.patches[level][patch.index];
             // A refined patch touches only wall and free-slip sides of the
-            // domain (`patch_sides` refuses others) and takes their rule there.
-            let edges = std::array::from_fn(|s| {
-                if patch.on_domain[s] {
-                    inputs.base_edges[s]
-                } else {
-                    Edge::Ghost
-                }
+            // domain (`PatchSides::of_patch` refuses others) and takes their
+            // rule there.
+            let boundaries: [Boundary; 4] = std::array::from_fn(|s| match patch.on_boundary[s] {
+                true => inputs.boundaries[s],
+                false => Boundary::Interface,
             });
+            let inlet = self.resources.inlet.filter(|_| boundaries.contains(&Boundary::Inlet));
             let launch = StreamCollide {
                 src: self.current(patch),
                 dst: self.spare(patch),
-                flags: inputs.buffers[level][patch.index].flags,
-                // Without bodies nothing reads it; any buffer serves.
-                wall_distance: buffers.wall_distance.unwrap_or(buffers.flags),
-                inlet_profile: inputs.boundary.inlet_profile,
-                boundary_state: inputs.boundary.state,
+                flags: buffers.flags.into(),
+                wall_distance: buffers.wall_distance.map(Into::into),
+                inlet_profile: inlet.map(|i| i.profile.into()),
+                boundary_state: inlet.map(|i| i.state.into()),
                 layout: patch.layout,
                 active: patch.active,
-                edges,
+                boundaries,
                 wall_velocity: inputs.wall_velocity,
                 omega_plus: physics.relaxation.omega_plus(),
                 omega_minus: physics.relaxation.omega_minus(),
                 force: physics.force,
-                interpolated_walls: buffers.wall_distance.is_some(),
             }
             .launch();
             self.push(format!("{}.stream_collide", patch.name()), launch);
         }
         if inputs.accumulate {
-            for ex in inputs.exchange.iter().filter(|e| e.level == level) {
+            for ex in self.resources.exchange.iter().filter(|e| e.level == level) {
                 let patch = &hierarchy.levels[level][ex.patch];
-                let acc = inputs
+                let acc = self
+                    .resources
                     .accumulators
                     .iter()
                     .find(|a| a.level == level)
@@ -255,11 +198,10 @@ impl Builder<'_> {
                     // holds the populations it read.
                     f: self.current(patch),
                     plane_cells: patch.layout.plane_cells() as u32,
-                    links: ex.links,
+                    links: ex.links.into(),
                     n_links: ex.n_links,
-                    interval: acc.interval,
-                    window: acc.window.unwrap_or(acc.interval),
-                    window_on: acc.window.is_some(),
+                    interval: acc.interval.into(),
+                    window: acc.window.map(Into::into),
                 }
                 .launch();
                 self.push(format!("{}.accumulate_exchange", patch.name()), launch);

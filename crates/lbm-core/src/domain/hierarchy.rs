@@ -135,7 +135,7 @@ pub struct Patch {
     /// Which sides of the active region (x-min, x-max, y-min, y-max) lie on
     /// the domain's boundary: all four for the base grid, those a refined
     /// patch touches otherwise.
-    pub on_domain: [bool; 4],
+    pub on_boundary: [bool; 4],
 }
 
 impl Patch {
@@ -220,21 +220,23 @@ impl HierarchySpec {
             origin: [0, 0],
             layout: base_layout,
             active: Rect::new(0, 0, nx, ny),
-            on_domain: [true; 4],
+            on_boundary: [true; 4],
         }]];
         for (k, rects) in self.levels.iter().enumerate() {
             let level = k + 1;
             if rects.is_empty() {
                 return Err(Error::Layout {
-                    patch: format!("level {level}"),
+                    level,
+                    patch: None,
                     reason: "a level needs at least one patch; drop the empty level instead".into(),
                 });
             }
             let mut patches = Vec::with_capacity(rects.len());
             for (index, rect) in rects.iter().enumerate() {
-                let name = format!("level {level} patch {index} {rect}");
+                let name = Some((index, *rect));
                 if rect.width() == 0 || rect.height() == 0 {
                     return Err(Error::Layout {
+                        level,
                         patch: name,
                         reason: "empty patch: x1 must exceed x0 and y1 must exceed y0".into(),
                     });
@@ -246,6 +248,7 @@ impl HierarchySpec {
                 };
                 let Some(parent) = parents.iter().find(|p| global(p).overlaps(rect)) else {
                     return Err(Error::Layout {
+                        level,
                         patch: name,
                         reason: format!("outside every patch of level {}", level - 1),
                     });
@@ -253,6 +256,7 @@ impl HierarchySpec {
                 let parent_rect = global(parent);
                 if !parent_rect.contains_with_margin(rect, 0) {
                     return Err(Error::Layout {
+                        level,
                         patch: name,
                         reason: format!(
                             "outside its parent {} (level {} patch {} covers {parent_rect})",
@@ -268,9 +272,9 @@ impl HierarchySpec {
                     rect.y0 - parent_rect.y0,
                     parent_rect.y1 - rect.y1,
                 ];
-                let mut on_domain = [false; 4];
+                let mut on_boundary = [false; 4];
                 for (side, gap) in gaps.into_iter().enumerate() {
-                    let touches_domain = gap == 0 && parent.on_domain[side];
+                    let touches_domain = gap == 0 && parent.on_boundary[side];
                     if touches_domain {
                         let across = if side < 2 {
                             parent_rect.width()
@@ -279,6 +283,7 @@ impl HierarchySpec {
                         };
                         if across < PARENT_MARGIN {
                             return Err(Error::Layout {
+                                level,
                                 patch: name,
                                 reason: format!(
                                     "touches the domain's {} side, but its parent {parent_rect} is only {across} \
@@ -287,14 +292,15 @@ impl HierarchySpec {
                                 ),
                             });
                         }
-                        on_domain[side] = true;
+                        on_boundary[side] = true;
                     } else if gap < PARENT_MARGIN {
-                        let alternative = if parent.on_domain[side] {
+                        let alternative = if parent.on_boundary[side] {
                             " (or touch that side: it is the domain's boundary)"
                         } else {
                             ""
                         };
                         return Err(Error::Layout {
+                            level,
                             patch: name,
                             reason: format!(
                                 "too close to the {} edge of its parent {parent_rect}: the ghost band and its \
@@ -306,6 +312,7 @@ impl HierarchySpec {
                 }
                 if let Some((other, _)) = rects[..index].iter().enumerate().find(|(_, r)| r.overlaps(rect)) {
                     return Err(Error::Layout {
+                        level,
                         patch: name,
                         reason: format!("overlaps level {level} patch {other} {}", rects[other]),
                     });
@@ -318,6 +325,7 @@ impl HierarchySpec {
                 );
                 if let Some((other, _)) = rects[..index].iter().enumerate().find(|(_, r)| r.overlaps(&grown)) {
                     return Err(Error::Layout {
+                        level,
                         patch: name,
                         reason: format!(
                             "touches level {level} patch {other} {}: sibling patches need a gap of at least one \
@@ -339,7 +347,7 @@ impl HierarchySpec {
                         tile: tile_for(level, alloc)?,
                     },
                     active: Rect::new(GHOST, GHOST, alloc[0] - GHOST, alloc[1] - GHOST),
-                    on_domain,
+                    on_boundary,
                 });
             }
             levels.push(patches);
@@ -436,9 +444,9 @@ mod tests {
         let h = spec(vec![vec![Rect::new(0, 0, 20, 48)], vec![Rect::new(0, 10, 30, 96)]])
             .validate(&[])
             .unwrap();
-        assert_eq!(h.levels[0][0].on_domain, [true; 4]);
-        assert_eq!(h.levels[1][0].on_domain, [true, false, true, true]);
-        assert_eq!(h.levels[2][0].on_domain, [true, false, false, true]);
+        assert_eq!(h.levels[0][0].on_boundary, [true; 4]);
+        assert_eq!(h.levels[1][0].on_boundary, [true, false, true, true]);
+        assert_eq!(h.levels[2][0].on_boundary, [true, false, false, true]);
         // The ghost band reaches beyond the domain on the touching sides.
         assert_eq!(h.levels[1][0].origin, [-4, -4]);
         assert_eq!(h.levels[2][0].origin, [-4, 16]);

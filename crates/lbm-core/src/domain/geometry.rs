@@ -8,10 +8,21 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::{FLAG_FLUID, FLAG_SOLID};
-use crate::hierarchy::Patch;
+use crate::domain::hierarchy::Patch;
 use crate::lattice::{C, OPP, Q};
-use crate::launch::{LINK_WORDS, NO_CELL};
+
+/// Cell flag values (one byte per cell) shared with `kernels/common.cuh`.
+pub const FLAG_FLUID: u8 = 0;
+pub const FLAG_SOLID: u8 = 1;
+
+/// Words per body link in the link table: the fluid cell's storage index; the
+/// direction pointing into the body plus 16 x the body's accumulator slot; the
+/// lever arm (x, y) from the body centre to the link's wall point as f32 bits;
+/// the wall distance q as f32 bits; and the storage index of the fluid cell
+/// behind (`cell - c_dir`), or [`NO_CELL`] when that is not fluid.
+pub const LINK_WORDS: usize = 6;
+/// The link table's value for "no fluid cell behind".
+pub const NO_CELL: u32 = u32::MAX;
 
 /// A rigid, stationary body.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,330 @@
+//! Configuration of a run in lattice units: the hierarchy to build, the
+//! collision model and relaxation time, the domain's boundaries with the
+//! inlet's time amplitude, bodies and body force ([`LatticeConfig`]), and how
+//! it executes ([`ExecConfig`]). The stability checks refuse, before any work,
+//! what would not run.
+//!
+//! Physical units are the case file's business ([`crate::case`]); nothing here
+//! allocates or knows a driver.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::geometry::Body;
+use crate::domain::hierarchy::{HierarchySpec, SIDE_NAMES};
+use crate::domain::order::inlet_samples;
+use crate::error::{Error, Result};
+use crate::lattice::{Collision, Relaxation};
+
+/// What lies beyond one side of a patch's active region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(u32)]
+pub enum Boundary {
+    /// Wrap around to the opposite side.
+    Periodic = 0,
+    /// Half-way bounce-back wall, moving with the side's wall velocity.
+    Wall = 1,
+    /// A refined patch's side that is not on the domain's boundary: its ghost
+    /// band holds valid populations, filled from the parent.
+    Interface = 2,
+    /// Velocity inlet (x-min only): bounce-back carrying the inlet profile
+    /// times the current amplitude factor, flowing in +x.
+    Inlet = 3,
+    /// Pressure outlet (x-max only): anti-bounce-back at rest density with the
+    /// velocity extrapolated to the boundary. Vortices leave through it; it
+    /// pins the mean pressure, so acoustic waves reflect.
+    Outflow = 4,
+    /// Free-slip wall: populations are mirrored in the wall.
+    FreeSlip = 5,
+}
+
+impl Boundary {
+    const ALL: [Boundary; 6] = [
+        Boundary::Periodic,
+        Boundary::Wall,
+        Boundary::Interface,
+        Boundary::Inlet,
+        Boundary::Outflow,
+        Boundary::FreeSlip,
+    ];
+
+    /// The boundary a kernel code stands for.
+    pub fn from_code(code: u32) -> Option<Boundary> {
+        Self::ALL.get(code as usize).copied()
+    }
+}
+
+/// How the inlet amplitude factor varies with time (base intervals in a
+/// `LatticeConfig`, seconds in a case file).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Amplitude {
+    /// Always 1.
+    #[default]
+    Constant,
+    /// From 0 to 1 linearly over `duration`, then 1.
+    Ramp { duration: f64 },
+    /// `sin(2π t / period)`.
+    Sine { period: f64 },
+    /// Piecewise linear through `(t, factor)` points, constant beyond the ends.
+    Table { points: Vec<[f64; 2]> },
+}
+
+impl Amplitude {
+    /// The same amplitude with every time multiplied by `scale`.
+    pub fn rescaled(&self, scale: f64) -> Amplitude {
+        match self {
+            Amplitude::Constant => Amplitude::Constant,
+            Amplitude::Ramp { duration } => Amplitude::Ramp {
+                duration: duration * scale,
+            },
+            Amplitude::Sine { period } => Amplitude::Sine { period: period * scale },
+            Amplitude::Table { points } => Amplitude::Table {
+                points: points.iter().map(|[t, f]| [t * scale, *f]).collect(),
+            },
+        }
+    }
+
+    /// The largest factor the amplitude reaches, for the Mach number check.
+    pub fn peak(&self) -> f64 {
+        match self {
+            Amplitude::Table { points } => points.iter().map(|p| p[1].abs()).fold(0.0, f64::max),
+            _ => 1.0,
+        }
+    }
+
+    /// The kernel's code for the amplitude's kind.
+    pub fn code(&self) -> u32 {
+        match self {
+            Amplitude::Constant => 0,
+            Amplitude::Ramp { .. } => 1,
+            Amplitude::Sine { .. } => 2,
+            Amplitude::Table { .. } => 3,
+        }
+    }
+
+    /// The kind's one parameter as the kernel takes it (0 when it has none).
+    pub fn parameter(&self) -> f32 {
+        match self {
+            Amplitude::Ramp { duration } => *duration as f32,
+            Amplitude::Sine { period } => *period as f32,
+            Amplitude::Constant | Amplitude::Table { .. } => 0.0,
+        }
+    }
+}
+
+/// The physics of a run, in lattice units of the base level.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatticeConfig {
+    pub hierarchy: HierarchySpec,
+    pub collision: Collision,
+    /// Relaxation time τ⁺ of the base level; finer levels follow from it.
+    pub tau: f64,
+    /// Body-force density on the base level.
+    pub force: [f64; 2],
+    /// Base-grid sides in the order x-min, x-max, y-min, y-max.
+    pub boundaries: [Boundary; 4],
+    /// Velocity of each wall side (ignored for periodic sides).
+    pub wall_velocity: [[f64; 2]; 4],
+    /// The velocity inlet, required exactly when the x-min side is `Inlet`.
+    #[serde(default)]
+    pub inlet: Option<InletSpec>,
+    pub bodies: Vec<Body>,
+}
+
+/// Shape of the inlet velocity across the x-min side.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    Uniform,
+    /// `4 U y (H - y) / H²` between walls at y = 0 and y = H (the base height).
+    Parabolic,
+}
+
+/// A velocity inlet in lattice units; amplitude times are in base intervals.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InletSpec {
+    pub profile: Profile,
+    /// Peak (parabolic) or uniform velocity, lattice units.
+    pub velocity: f64,
+    pub amplitude: Amplitude,
+}
+
+impl InletSpec {
+    /// The velocities of the base rows as `stream_collide` takes them, three
+    /// per row ([`crate::domain::order::inlet_sample`]): the profile at the row's
+    /// centre, less and plus half its rise across the row.
+    pub fn profile_samples(&self, ny: u32) -> Vec<f32> {
+        let h = ny as f64;
+        let at = |y: f64| {
+            self.velocity
+                * match self.profile {
+                    Profile::Uniform => 1.0,
+                    Profile::Parabolic => 4.0 * y * (h - y) / (h * h),
+                }
+        };
+        let samples: Vec<f32> = (0..ny)
+            .flat_map(|j| {
+                let (low, centre, high) = (at(j as f64), at(j as f64 + 0.5), at(j as f64 + 1.0));
+                let half_rise = 0.5 * (high - low);
+                [centre - half_rise, centre, centre + half_rise].map(|u| u as f32)
+            })
+            .collect();
+        debug_assert_eq!(samples.len(), inlet_samples(ny));
+        samples
+    }
+}
+
+/// The lowest lattice Mach number (speed / c_s) refused.
+pub const MAX_MACH: f64 = 0.3;
+
+impl LatticeConfig {
+    /// An unrefined `nx` x `ny` grid at rest with the default collision, no
+    /// force, resting walls, no inlet and no bodies: the start of most tests.
+    pub fn uniform(nx: u32, ny: u32, tau: f64, boundaries: [Boundary; 4]) -> Self {
+        LatticeConfig {
+            hierarchy: HierarchySpec::uniform(nx, ny),
+            collision: Collision::default(),
+            tau,
+            force: [0.0, 0.0],
+            boundaries,
+            wall_velocity: [[0.0; 2]; 4],
+            inlet: None,
+            bodies: Vec::new(),
+        }
+    }
+
+    /// The smallest τ⁺ − ½ the collision model is run with: BGK turns unstable
+    /// near τ = ½ much sooner than TRT with its free odd rate.
+    pub fn min_tau_excess(&self) -> f64 {
+        match self.collision {
+            Collision::Bgk => 0.01,
+            Collision::Trt { .. } => 0.002,
+        }
+    }
+
+    /// The fastest speed the configuration itself prescribes (inlet at its
+    /// peak amplitude, moving walls), lattice units.
+    pub fn prescribed_speed(&self) -> f64 {
+        let inlet = self
+            .inlet
+            .as_ref()
+            .map_or(0.0, |i| i.velocity.abs() * i.amplitude.peak());
+        self.wall_velocity
+            .iter()
+            .zip(self.boundaries)
+            .filter(|(_, e)| *e == Boundary::Wall)
+            .map(|(v, _)| v[0].hypot(v[1]))
+            .fold(inlet, f64::max)
+    }
+
+    /// Refuses, before any work, a run whose lattice Mach number for
+    /// `max_speed` exceeds [`MAX_MACH`] or whose τ⁺ on some level is too close
+    /// to ½, naming the level and the number and what to change.
+    pub fn check_stability(&self, max_speed: f64) -> Result<()> {
+        let mach = max_speed * 3f64.sqrt();
+        if mach > MAX_MACH {
+            return Err(Error::parameter(
+                "lattice Mach number",
+                format!("{mach:.3} (speed {max_speed:.4} / c_s)"),
+                &format!("at most {MAX_MACH}: lower the lattice velocity"),
+            ));
+        }
+        let min = self.min_tau_excess();
+        for level in 0..=self.hierarchy.levels.len() {
+            let tau = self.tau_at(level);
+            if tau.is_nan() || tau - 0.5 < min {
+                return Err(Error::parameter(
+                    &format!("level {level} relaxation time"),
+                    format!("{tau:.5}"),
+                    &format!(
+                        "at least {:.3} for {:?}: raise the resolution or the lattice velocity",
+                        0.5 + min,
+                        self.collision
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// τ⁺ of `level` for the same physical viscosity: ν doubles per level
+    /// under acoustic scaling, so τ_l − ½ = 2^l (τ₀ − ½).
+    pub fn tau_at(&self, level: usize) -> f64 {
+        0.5 + (self.tau - 0.5) * 2f64.powi(level as i32)
+    }
+
+    /// Relaxation and body force of `level` in its own lattice units.
+    pub fn level_physics(&self, level: usize) -> LevelPhysics {
+        let scale = 0.5f64.powi(level as i32);
+        LevelPhysics {
+            relaxation: Relaxation::new(self.collision, self.tau_at(level)),
+            force: [(self.force[0] * scale) as f32, (self.force[1] * scale) as f32],
+        }
+    }
+}
+
+/// How the run executes and what it observes; no physics here.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecConfig {
+    /// Storage tile per level; `None` or missing: the whole allocation.
+    pub tiles: Vec<Option<[u32; 2]>>,
+    pub observe_raw_exchange: bool,
+    pub observe_window_exchange: bool,
+}
+
+/// The per-level physics [`LatticeConfig::level_physics`] gives.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LevelPhysics {
+    pub relaxation: Relaxation,
+    /// Body-force density in this level's lattice units.
+    pub force: [f32; 2],
+}
+
+impl LatticeConfig {
+    /// Refuses, naming the side, an inlet off x-min, an outflow off x-max, an
+    /// inlet description without an inlet side (or the reverse), an interface
+    /// on the base grid and a periodic side without its opposite.
+    pub fn check_boundaries(&self) -> Result<()> {
+        let (boundaries, has_inlet) = (&self.boundaries, self.inlet.is_some());
+        for (side, boundary) in boundaries.iter().enumerate() {
+            let allowed = match boundary {
+                Boundary::Inlet => side == 0,
+                Boundary::Outflow => side == 1,
+                _ => true,
+            };
+            if !allowed {
+                return Err(Error::parameter(
+                    SIDE_NAMES[side],
+                    format!("{boundary:?}"),
+                    "an inlet only on x_min and an outflow only on x_max",
+                ));
+            }
+        }
+        if (boundaries[0] == Boundary::Inlet) != has_inlet {
+            return Err(Error::parameter(
+                "inlet",
+                if has_inlet { "given" } else { "missing" },
+                "an inlet description exactly when x_min is an inlet",
+            ));
+        }
+        for (axis, pair) in [("x", [0, 1]), ("y", [2, 3])] {
+            let [a, b] = pair.map(|s| boundaries[s]);
+            if a == Boundary::Interface || b == Boundary::Interface {
+                return Err(Error::parameter(
+                    "boundaries",
+                    format!("{axis} side interface"),
+                    "base sides are periodic, wall, inlet, outflow or free-slip",
+                ));
+            }
+            if (a == Boundary::Periodic) != (b == Boundary::Periodic) {
+                return Err(Error::parameter(
+                    "boundaries",
+                    format!("{axis}: {a:?} and {b:?}"),
+                    "periodic sides come in pairs: both sides of an axis periodic or neither",
+                ));
+            }
+        }
+        Ok(())
+    }
+}

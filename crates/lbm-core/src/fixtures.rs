@@ -1,0 +1,193 @@
+//! Deterministic setups for benchmarks and for testing a driver against the
+//! CPU reference: a periodic benchmark grid, and one sample launch of every
+//! kernel family over buffers sized exactly as the launch check demands.
+//!
+//! Nothing here is physics; the samples are valid launches, not meaningful
+//! flows. Whoever runs them fills their inputs (random data, poisoned
+//! outputs).
+
+use crate::config::{Amplitude, Boundary, LevelPhysics};
+use crate::device::{BufferId, BufferRef, Driver, Kernel, Launch};
+use crate::domain::hierarchy::{Layout, Rect};
+use crate::domain::sides::{PatchSide, PatchSides};
+use crate::error::Result;
+use crate::kernels::KernelArgs;
+use crate::kernels::boundary::UpdateBoundaryState;
+use crate::kernels::exchange::AccumulateExchange;
+use crate::kernels::lbm::StreamCollide;
+use crate::kernels::refine::{FillGhost, RestrictToParent};
+use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
+use crate::lattice::{Collision, Q, Relaxation};
+
+/// A periodic `n` x `n` grid on a driver: two population buffers (`src`
+/// filled with small deterministic noise), flags, and the two ping-pong
+/// launches, `src -> dst` then `dst -> src`.
+pub struct PeriodicBenchmark {
+    pub src: BufferId,
+    pub dst: BufferId,
+    pub flags: BufferId,
+    /// Bytes of one population buffer.
+    pub population_bytes: usize,
+    pub launches: [Launch; 2],
+}
+
+impl PeriodicBenchmark {
+    pub fn allocate<D: Driver>(driver: &mut D, n: u32, physics: LevelPhysics) -> Result<PeriodicBenchmark> {
+        let cells = (n * n) as usize;
+        let bytes = Q * cells * 4;
+        let src = driver.alloc("src", bytes)?;
+        let dst = driver.alloc("dst", bytes)?;
+        let flags = driver.alloc("flags", cells)?;
+        let noise: Vec<f32> = (0..Q * cells)
+            .map(|i| 1e-3 * ((i * 7919 % 1000) as f32 / 1000.0 - 0.5))
+            .collect();
+        driver.upload(src, 0, bytemuck::cast_slice(&noise))?;
+        let step = |from: BufferId, to: BufferId| {
+            StreamCollide::periodic(from.into(), to.into(), flags.into(), [n, n], physics).launch()
+        };
+        Ok(PeriodicBenchmark {
+            src,
+            dst,
+            flags,
+            population_bytes: bytes,
+            launches: [step(src, dst), step(dst, src)],
+        })
+    }
+}
+
+/// The physics of the benchmarks and samples: TRT at τ = 0.625, no force.
+pub fn benchmark_physics() -> LevelPhysics {
+    LevelPhysics {
+        relaxation: Relaxation::new(Collision::default(), 0.625),
+        force: [0.0, 0.0],
+    }
+}
+
+/// One sample launch per kernel, in [`Kernel::ALL`] order, over buffers named
+/// by `buffer(k)` (k counts a sample's buffers from 0). Each sample exercises
+/// the kernel's less common paths: tiles, a wall side, an inlet, a window.
+pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
+    let b = &buffer;
+    let coarse = Layout {
+        nx: 24,
+        ny: 20,
+        tile: [8, 4],
+    };
+    let fine = Layout {
+        nx: 24,
+        ny: 24,
+        tile: [8, 8],
+    };
+    let walled = PatchSides {
+        kinds: [
+            PatchSide::Interface,
+            PatchSide::Interface,
+            PatchSide::Wall,
+            PatchSide::Interface,
+        ],
+        tangential: [0.0, 0.0, 0.05, 0.0],
+    };
+    let physics = benchmark_physics();
+    vec![
+        StreamCollide {
+            wall_distance: Some(b(3)),
+            inlet_profile: Some(b(4)),
+            boundary_state: Some(b(5)),
+            active: Rect::new(2, 2, 22, 18),
+            boundaries: [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Interface],
+            wall_velocity: [[0.0; 2], [0.0; 2], [0.0; 2], [0.02, 0.0]],
+            force: [1e-6, -2e-6],
+            layout: coarse,
+            ..StreamCollide::periodic(b(0), b(1), b(2), [coarse.nx, coarse.ny], physics)
+        }
+        .launch(),
+        FillGhost {
+            coarse_t: b(0),
+            coarse_t1: b(1),
+            fine_dst: b(2),
+            coarse,
+            coarse_active: Rect::new(0, 0, 24, 20),
+            fine,
+            active_offset: [6, 0],
+            sides: walled,
+            alpha: 0.5,
+            tau_plus: 0.75,
+            tau_minus: 0.9,
+            coarse_force: [1e-6, 0.0],
+        }
+        .launch(),
+        RestrictToParent {
+            fine_src: b(0),
+            coarse_dst: b(1),
+            fine,
+            coarse,
+            covered: Rect::new(6, 0, 14, 8),
+            fine_active_origin: 4,
+            sides: walled,
+            tau_plus: 0.625,
+            tau_minus: 0.8,
+            coarse_force: [0.0, 1e-6],
+        }
+        .launch(),
+        AccumulateFineFlux {
+            fine: b(0),
+            flux: b(1),
+            layout: fine,
+            kinds: walled.kinds,
+        }
+        .launch(),
+        CorrectInterfaceMass {
+            coarse_t: b(0),
+            coarse_t1: b(1),
+            flux: b(2),
+            coarse,
+            covered: Rect::new(6, 0, 14, 8),
+            kinds: walled.kinds,
+        }
+        .launch(),
+        AccumulateExchange {
+            f: b(0),
+            plane_cells: coarse.plane_cells() as u32,
+            links: b(1),
+            n_links: 40,
+            interval: b(2),
+            window: Some(b(3)),
+        }
+        .launch(),
+        UpdateBoundaryState::new(
+            b(0),
+            Some(b(1)),
+            &Amplitude::Table {
+                points: vec![[0.0, 0.0], [10.0, 1.0], [20.0, 0.5]],
+            },
+        )
+        .launch(),
+    ]
+}
+
+/// [`sample_launches`] over buffers allocated on `driver` (zeroed), each as
+/// large as its launch needs; returns each launch with its buffers.
+pub fn allocate_samples<D: Driver>(driver: &mut D) -> Result<Vec<(Launch, Vec<BufferId>)>> {
+    let placeholders = sample_launches(|k| BufferId(k).into());
+    let mut out = Vec::with_capacity(placeholders.len());
+    for (index, placeholder) in placeholders.iter().enumerate() {
+        let mut sizes: Vec<usize> = Vec::new();
+        for u in crate::kernels::uses_of(placeholder)? {
+            let k = u.buffer.id.0 as usize;
+            if sizes.len() <= k {
+                sizes.resize(k + 1, 0);
+            }
+            sizes[k] = sizes[k].max(u.bytes);
+        }
+        let kernel = Kernel::ALL[index].cuda_name();
+        let ids = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, bytes)| driver.alloc(&format!("{kernel}.{k}"), *bytes))
+            .collect::<Result<Vec<_>>>()?;
+        // The other samples are built too and dropped; only this one's ids matter.
+        let launch = sample_launches(|k| ids.get(k as usize).copied().unwrap_or(BufferId(k)).into()).swap_remove(index);
+        out.push((launch, ids));
+    }
+    Ok(out)
+}

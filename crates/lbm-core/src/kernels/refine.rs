@@ -1,0 +1,597 @@
+//! `kernels/refine.cu`: the coupling between a refined patch and its parent.
+//! `fill_ghost` (coarse to fine: the ghost band from the parent, in space and
+//! time) and `restrict_to_parent` (fine to coarse: the parent cells a patch
+//! covers), their launch structs and CPU references.
+//!
+//! What it does not do: correct the mass the coupling creates or loses
+//! ([`super::reflux`]).
+
+use crate::device::{Arg, BufferRef, Kernel, Launch};
+use crate::domain::hierarchy::{GHOST, Layout, Rect};
+use crate::domain::order::{band_cell, band_cells};
+use crate::domain::sides::{PatchSides, beyond_wall, mirrored_cell, reflect_crossed};
+use crate::error::{LaunchProblem, Result};
+use rayon::prelude::*;
+
+use crate::lattice::{self, Moments, Q};
+
+use super::{
+    ArgReader, BufferUse, HostViews, KernelArgs, check_layout, par_row_bands, population_bytes, push_layout, push_rect,
+    push_sides, read_cell,
+};
+
+/// `fill_ghost`: one thread per ghost-band cell of the fine patch, bottom rows,
+/// then top rows, then the left and right columns between them. Band cells
+/// beyond a wall side are left as they are; nothing reads them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FillGhost {
+    /// Parent populations at the start of its hop (time t).
+    pub coarse_t: BufferRef,
+    /// Parent populations at the end of its hop (time t + 1).
+    pub coarse_t1: BufferRef,
+    pub fine_dst: BufferRef,
+    pub coarse: Layout,
+    /// The parent's active region: stencil cells beyond its sides that are the
+    /// domain's walls are read as mirror images (see `sides`).
+    pub coarse_active: Rect,
+    pub fine: Layout,
+    /// Parent allocation coordinates of the parent cell under the fine active
+    /// region's lower-left corner.
+    pub active_offset: [u32; 2],
+    /// The parent's sides as the stencil sees them: walls where the fine patch
+    /// touches the domain's boundary, interfaces elsewhere (never reached).
+    pub sides: PatchSides,
+    /// Weight of `coarse_t1` in the time interpolation (0 or 1/2).
+    pub alpha: f32,
+    /// The fine level's relaxation times τ⁺ and τ⁻.
+    pub tau_plus: f32,
+    pub tau_minus: f32,
+    /// Body-force density on the parent level, lattice units of the parent.
+    pub coarse_force: [f32; 2],
+}
+
+impl KernelArgs for FillGhost {
+    const KERNEL: Kernel = Kernel::FillGhost;
+    const PARAMS: &'static [&'static str] = &[
+        "coarse_t",
+        "coarse_t1",
+        "fine_dst",
+        "coarse_nx",
+        "coarse_ny",
+        "coarse_tile_x",
+        "coarse_tile_y",
+        "coarse_active_x0",
+        "coarse_active_y0",
+        "coarse_active_x1",
+        "coarse_active_y1",
+        "fine_nx",
+        "fine_ny",
+        "fine_tile_x",
+        "fine_tile_y",
+        "active_offset_x",
+        "active_offset_y",
+        "side_kinds",
+        "tangential_x_min",
+        "tangential_x_max",
+        "tangential_y_min",
+        "tangential_y_max",
+        "alpha",
+        "tau_plus",
+        "tau_minus",
+        "coarse_force_x",
+        "coarse_force_y",
+    ];
+
+    fn launch(&self) -> Launch {
+        let mut args = vec![self.coarse_t.into(), self.coarse_t1.into(), self.fine_dst.into()];
+        push_layout(&mut args, &self.coarse);
+        push_rect(&mut args, &self.coarse_active);
+        push_layout(&mut args, &self.fine);
+        args.extend([Arg::U32(self.active_offset[0]), Arg::U32(self.active_offset[1])]);
+        push_sides(&mut args, &self.sides);
+        args.extend([
+            Arg::F32(self.alpha),
+            Arg::F32(self.tau_plus),
+            Arg::F32(self.tau_minus),
+            Arg::F32(self.coarse_force[0]),
+            Arg::F32(self.coarse_force[1]),
+        ]);
+        Launch::linear(Kernel::FillGhost, band_cells(&self.fine), args)
+    }
+
+    fn decode(launch: &Launch) -> Result<Self> {
+        let mut r = ArgReader::new(launch, Self::KERNEL, Self::PARAMS)?;
+        Ok(FillGhost {
+            coarse_t: r.buffer()?,
+            coarse_t1: r.buffer()?,
+            fine_dst: r.buffer()?,
+            coarse: r.layout()?,
+            coarse_active: r.rect()?,
+            fine: r.layout()?,
+            active_offset: [r.u32()?, r.u32()?],
+            sides: r.patch_sides()?,
+            alpha: r.f32()?,
+            tau_plus: r.f32()?,
+            tau_minus: r.f32()?,
+            coarse_force: [r.f32()?, r.f32()?],
+        })
+    }
+
+    fn work_items(&self) -> usize {
+        band_cells(&self.fine)
+    }
+
+    fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
+        check_layout("the parent", &self.coarse)?;
+        check_layout("the fine patch", &self.fine)?;
+        if self.fine.nx < 2 * GHOST || self.fine.ny < 2 * GHOST {
+            return Err(LaunchProblem::Shape(format!(
+                "the fine allocation {}x{} is smaller than its two ghost bands ({})",
+                self.fine.nx,
+                self.fine.ny,
+                2 * GHOST
+            )));
+        }
+        let a = self.coarse_active;
+        if a.x0 >= a.x1 || a.y0 >= a.y1 || a.x1 > self.coarse.nx || a.y1 > self.coarse.ny {
+            return Err(LaunchProblem::Shape(format!(
+                "the parent's active region {a} is not inside its {}x{} allocation",
+                self.coarse.nx, self.coarse.ny
+            )));
+        }
+        // The parent stencil of band cell (fx, fy) spans floor(p) - 1 ..= floor(p) + 2
+        // with p as the kernel computes it; p grows with fx, so the corners bound
+        // it. Beyond a wall side the kernel reads the mirror image instead, so
+        // the cells read are the mirrored range's.
+        for (axis, (offset, fine_n, coarse_n, lo, hi)) in [
+            (self.active_offset[0], self.fine.nx, self.coarse.nx, a.x0, a.x1),
+            (self.active_offset[1], self.fine.ny, self.coarse.ny, a.y0, a.y1),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let start = offset as i64 - (GHOST / 2) as i64;
+            let first = parent_floor(start, 0) - 1;
+            let last = parent_floor(start, fine_n - 1) + 2;
+            let walls = [2 * axis, 2 * axis + 1].map(|side| !self.sides.is_interface(side));
+            let (lo, hi) = (lo as i64, hi as i64);
+            let mirrored = |c: i64| match c {
+                c if c < lo && walls[0] => 2 * lo - 1 - c,
+                c if c >= hi && walls[1] => 2 * hi - 1 - c,
+                c => c,
+            };
+            // The mirror map is monotone between these breakpoints.
+            let read: Vec<i64> = [first, last, lo - 1, lo, hi - 1, hi]
+                .into_iter()
+                .filter(|c| (first..=last).contains(c))
+                .map(mirrored)
+                .collect();
+            let (min, max) = (read.iter().min(), read.iter().max());
+            if min
+                .zip(max)
+                .is_none_or(|(&min, &max)| min < 0 || max >= coarse_n as i64)
+            {
+                return Err(LaunchProblem::Shape(format!(
+                    "active offset {offset} on axis {axis}: the parent stencil needs cells {first} to {last} \
+                     of {coarse_n} (mirrored beyond wall sides)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn buffer_uses(&self) -> Vec<BufferUse> {
+        let coarse = population_bytes(&self.coarse);
+        vec![
+            BufferUse::read("coarse_t", self.coarse_t, coarse, 4),
+            BufferUse::read("coarse_t1", self.coarse_t1, coarse, 4),
+            BufferUse::read_write("fine_dst", self.fine_dst, population_bytes(&self.fine), 4),
+        ]
+    }
+
+    fn run_on_host(&self, views: &mut HostViews) {
+        let r = &views.reads;
+        fill_ghost(
+            self,
+            r.get("coarse_t"),
+            r.get("coarse_t1"),
+            views.writes.get("fine_dst"),
+        );
+    }
+}
+
+/// `floor(p)` of fine cell `f` in `fill_ghost`, in the kernel's f32 arithmetic.
+fn parent_floor(start: i64, f: u32) -> i64 {
+    (start as f32 + (f as f32 + 0.5) * 0.5 - 0.5).floor() as i64
+}
+
+/// `restrict_to_parent`: one thread per covered parent cell, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestrictToParent {
+    pub fine_src: BufferRef,
+    pub coarse_dst: BufferRef,
+    pub fine: Layout,
+    pub coarse: Layout,
+    /// The parent cells the fine active region covers, parent allocation coordinates.
+    pub covered: Rect,
+    /// Fine allocation coordinates of the first active cell (the ghost width).
+    pub fine_active_origin: u32,
+    /// The fine patch's sides: its stencil reads mirror images of fine active
+    /// cells beyond a wall side, and the ghost band beyond an interface.
+    pub sides: PatchSides,
+    /// The parent level's relaxation times τ⁺ and τ⁻.
+    pub tau_plus: f32,
+    pub tau_minus: f32,
+    pub coarse_force: [f32; 2],
+}
+
+impl KernelArgs for RestrictToParent {
+    const KERNEL: Kernel = Kernel::RestrictToParent;
+    const PARAMS: &'static [&'static str] = &[
+        "fine_src",
+        "coarse_dst",
+        "fine_nx",
+        "fine_ny",
+        "fine_tile_x",
+        "fine_tile_y",
+        "coarse_nx",
+        "coarse_ny",
+        "coarse_tile_x",
+        "coarse_tile_y",
+        "covered_x0",
+        "covered_y0",
+        "covered_x1",
+        "covered_y1",
+        "fine_active_origin",
+        "side_kinds",
+        "tangential_x_min",
+        "tangential_x_max",
+        "tangential_y_min",
+        "tangential_y_max",
+        "tau_plus",
+        "tau_minus",
+        "coarse_force_x",
+        "coarse_force_y",
+    ];
+
+    fn launch(&self) -> Launch {
+        let mut args = vec![self.fine_src.into(), self.coarse_dst.into()];
+        push_layout(&mut args, &self.fine);
+        push_layout(&mut args, &self.coarse);
+        push_rect(&mut args, &self.covered);
+        args.push(Arg::U32(self.fine_active_origin));
+        push_sides(&mut args, &self.sides);
+        args.extend([
+            Arg::F32(self.tau_plus),
+            Arg::F32(self.tau_minus),
+            Arg::F32(self.coarse_force[0]),
+            Arg::F32(self.coarse_force[1]),
+        ]);
+        Launch::linear(Kernel::RestrictToParent, self.covered.cells(), args)
+    }
+
+    fn decode(launch: &Launch) -> Result<Self> {
+        let mut r = ArgReader::new(launch, Self::KERNEL, Self::PARAMS)?;
+        Ok(RestrictToParent {
+            fine_src: r.buffer()?,
+            coarse_dst: r.buffer()?,
+            fine: r.layout()?,
+            coarse: r.layout()?,
+            covered: r.rect()?,
+            fine_active_origin: r.u32()?,
+            sides: r.patch_sides()?,
+            tau_plus: r.f32()?,
+            tau_minus: r.f32()?,
+            coarse_force: [r.f32()?, r.f32()?],
+        })
+    }
+
+    fn work_items(&self) -> usize {
+        self.covered.cells()
+    }
+
+    fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
+        check_layout("the fine patch", &self.fine)?;
+        check_layout("the parent", &self.coarse)?;
+        let c = self.covered;
+        if c.x0 > c.x1 || c.y0 > c.y1 || c.x1 > self.coarse.nx || c.y1 > self.coarse.ny {
+            return Err(LaunchProblem::Shape(format!(
+                "covered region {c} is not inside the {}x{} parent",
+                self.coarse.nx, self.coarse.ny
+            )));
+        }
+        let reach = |n: u32| self.fine_active_origin as u64 + 2 * n as u64;
+        if reach(c.width()) > self.fine.nx as u64 || reach(c.height()) > self.fine.ny as u64 {
+            return Err(LaunchProblem::Shape(format!(
+                "covered region {c} from fine cell {} reaches past the {}x{} fine allocation",
+                self.fine_active_origin, self.fine.nx, self.fine.ny
+            )));
+        }
+        Ok(())
+    }
+
+    fn buffer_uses(&self) -> Vec<BufferUse> {
+        vec![
+            BufferUse::read("fine_src", self.fine_src, population_bytes(&self.fine), 4),
+            BufferUse::read_write("coarse_dst", self.coarse_dst, population_bytes(&self.coarse), 4),
+        ]
+    }
+
+    fn run_on_host(&self, views: &mut HostViews) {
+        restrict_to_parent(self, views.reads.get("fine_src"), views.writes.get("coarse_dst"));
+    }
+}
+
+/// Mixed-in-time moments of a parent cell, with the physical velocity (the
+/// post-collision momentum minus half the force); beyond a wall side, those of
+/// its mirror image.
+#[inline]
+fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: i32, y: i32) -> Moments {
+    let (x, y, crossed) = mirrored_cell(&k.sides, &k.coarse_active, x, y);
+    let plane = k.coarse.plane_cells();
+    let index = k.coarse.index(x, y);
+    let f: [f32; Q] = std::array::from_fn(|i| {
+        let a = t0[i * plane + index];
+        let b = t1[i * plane + index];
+        a + k.alpha * (b - a)
+    });
+    let m = lattice::moments(&f, [-k.coarse_force[0], -k.coarse_force[1]]);
+    reflect_crossed(m, &k.sides, crossed)
+}
+
+/// Coarse-to-fine coupling of one ghost-band cell: density and velocity
+/// interpolated bicubically from the parent, gradients of velocity and momentum
+/// flux by central differences there, all time-interpolated by `alpha`, and
+/// rebuilt as fine post-collision populations with the fine τ⁺, τ⁻. Gradients
+/// are halved because the fine lattice unit of length is half the parent's.
+/// Band cells beyond a wall side are left as they are: nothing reads them.
+pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
+    let fine_plane = k.fine.plane_cells();
+    // Each parent cell feeds up to sixteen ghost cells' stencils: take its
+    // moments once (the same arithmetic as per use, so the same bits as the
+    // device, which does recompute them), over the parent cells under the fine
+    // allocation plus the two-cell reach of the stencil. Only the frame that
+    // the band's stencils reach is needed: two cells of reach, the band's
+    // GHOST / 2 cells and two more, from each side; the interior stays unset.
+    let origin = k.active_offset.map(|o| o as i32 - GHOST as i32);
+    let size = [k.fine.nx / 2 + 4, k.fine.ny / 2 + 4];
+    let frame = (GHOST / 2 + 4) as i32;
+    let in_frame =
+        |i: i32, j: i32| i < frame || j < frame || i >= size[0] as i32 - frame || j >= size[1] as i32 - frame;
+    let parent: Vec<Moments> = (0..size[1] as i32)
+        .into_par_iter()
+        .flat_map_iter(|j| (0..size[0] as i32).map(move |i| (i, j)))
+        .map(|(i, j)| {
+            if in_frame(i, j) {
+                parent_moments(k, t0, t1, origin[0] + i, origin[1] + j)
+            } else {
+                Moments::default()
+            }
+        })
+        .collect();
+    let cells: Vec<(usize, [f32; Q])> = (0..band_cells(&k.fine))
+        .into_par_iter()
+        .filter_map(|cell| {
+            let (fx, fy) = band_cell(&k.fine, GHOST, cell);
+            (!beyond_wall(&k.fine, &k.sides, fx, fy)).then(|| {
+                (
+                    k.fine.index(fx, fy),
+                    ghost_populations(k, &parent, origin, size[0], fx, fy),
+                )
+            })
+        })
+        .collect();
+    for (index, post) in cells {
+        for (i, value) in post.iter().enumerate() {
+            fine[i * fine_plane + index] = *value;
+        }
+    }
+}
+
+/// The fine post-collision populations of ghost cell (fx, fy) from the parent
+/// moments `parent` (row-major, `width` wide, starting at parent cell `origin`).
+fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [i32; 2], width: u32, fx: u32, fy: u32) -> [f32; Q] {
+    // The fine allocation starts GHOST / 2 parent cells before its active region.
+    let half = (GHOST / 2) as i32;
+    let px = (k.active_offset[0] as i32 - half) as f32 + (fx as f32 + 0.5) * 0.5 - 0.5;
+    let py = (k.active_offset[1] as i32 - half) as f32 + (fy as f32 + 0.5) * 0.5 - 0.5;
+    let (x0, y0) = (px.floor() as i32, py.floor() as i32);
+    let (wx, wy) = (px - x0 as f32, py - y0 as f32);
+    // Moments on the 4x4 parent stencil around the four interpolation points.
+    let m: [[Moments; 4]; 4] = std::array::from_fn(|j| {
+        std::array::from_fn(|i| {
+            let (x, y) = (x0 + i as i32 - 1 - origin[0], y0 + j as i32 - 1 - origin[1]);
+            parent[(y as u32 * width + x as u32) as usize]
+        })
+    });
+    // Density and velocity: bicubic (4-point Lagrange in each direction),
+    // because bilinear interpolation damps every mode a little at each of
+    // the many fills and that adds up to visible extra dissipation.
+    let (lx, ly) = (lagrange4(wx), lagrange4(wy));
+    let mut acc = [0.0f32; 3];
+    for (j, weight_y) in ly.iter().enumerate() {
+        for (i, weight_x) in lx.iter().enumerate() {
+            let w = weight_x * weight_y;
+            let c = m[j][i];
+            for (slot, value) in acc.iter_mut().zip([c.delta_rho, c.ux, c.uy]) {
+                *slot += w * value;
+            }
+        }
+    }
+    // Gradients: central differences at the four inner points, bilinear
+    // between them; they only enter the small non-equilibrium part.
+    let mut gradients = [[0.0f32; GRADIENT_FIELDS]; 2];
+    let mut curvature = [[0.0f32; 3]; 2];
+    for (dj, weight_y) in [(0usize, 1.0 - wy), (1, wy)] {
+        for (di, weight_x) in [(0usize, 1.0 - wx), (1, wx)] {
+            let (i, j) = (di + 1, dj + 1);
+            let w = weight_x * weight_y;
+            let [d_dx, d_dy] = &mut gradients;
+            for (f, (gx, gy)) in d_dx.iter_mut().zip(d_dy.iter_mut()).enumerate() {
+                *gx += w * 0.5 * (gradient_field(&m[j][i + 1], f) - gradient_field(&m[j][i - 1], f));
+                *gy += w * 0.5 * (gradient_field(&m[j + 1][i], f) - gradient_field(&m[j - 1][i], f));
+            }
+            // Curvature of the velocity: second differences, likewise.
+            for (component, d2) in curvature.iter_mut().enumerate() {
+                let u = |jj: usize, ii: usize| gradient_field(&m[jj][ii], component);
+                d2[0] += w * (u(j, i + 1) - 2.0 * u(j, i) + u(j, i - 1));
+                d2[1] += w * (u(j + 1, i) - 2.0 * u(j, i) + u(j - 1, i));
+                d2[2] += w * 0.25 * ((u(j + 1, i + 1) - u(j + 1, i - 1)) - (u(j - 1, i + 1) - u(j - 1, i - 1)));
+            }
+        }
+    }
+    let [delta_rho, ux, uy] = acc;
+    let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
+    // One fine lattice unit of length is half the parent's: first derivatives
+    // halve, second derivatives quarter.
+    rebuild_post_collision(
+        delta_rho,
+        [ux + 0.5 * fine_force[0], uy + 0.5 * fine_force[1]],
+        [k.tau_plus, k.tau_minus],
+        gradients.map(|g| g.map(|v| 0.5 * v)),
+        curvature.map(|c| c.map(|v| 0.25 * v)),
+    )
+}
+
+/// Weights of the 4-point Lagrange interpolation at `t` in [0, 1] between the
+/// second and third of four equally spaced points.
+#[inline]
+pub fn lagrange4(t: f32) -> [f32; 4] {
+    [
+        -t * (t - 1.0) * (t - 2.0) / 6.0,
+        (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
+        -(t + 1.0) * t * (t - 2.0) / 2.0,
+        (t + 1.0) * t * (t - 1.0) / 6.0,
+    ]
+}
+
+/// Fields whose gradients rebuild the non-equilibrium part: `u_x`, `u_y` and
+/// the momentum flux `u_x u_x`, `u_y u_y`, `u_x u_y` (ρ0 = 1).
+pub(crate) const GRADIENT_FIELDS: usize = 5;
+
+#[inline]
+fn gradient_field(m: &Moments, field: usize) -> f32 {
+    match field {
+        0 => m.ux,
+        1 => m.uy,
+        2 => m.ux * m.ux,
+        3 => m.uy * m.uy,
+        _ => m.ux * m.uy,
+    }
+}
+
+/// Post-collision populations for given moments, gradients (`[d/dx, d/dy]` of
+/// the [`gradient_field`]s) and velocity curvature (`[∂xx, ∂yy, ∂xy]` of `u_x`,
+/// `u_y`), all in lattice units of the target level: equilibrium plus the
+/// non-equilibrium parts after one relaxation, the even (strain) part with τ⁺
+/// and the odd (momentum-flux and curvature) parts with τ⁻.
+#[inline]
+fn rebuild_post_collision(
+    delta_rho: f32,
+    u: [f32; 2],
+    [tau_plus, tau_minus]: [f32; 2],
+    [d_dx, d_dy]: [[f32; GRADIENT_FIELDS]; 2],
+    curvature: [[f32; 3]; 2],
+) -> [f32; Q] {
+    let m = Moments {
+        delta_rho,
+        ux: u[0],
+        uy: u[1],
+    };
+    let feq = lattice::equilibrium(m);
+    let strain = [d_dx[0], d_dy[1], 0.5 * (d_dy[0] + d_dx[1])];
+    let even = lattice::non_equilibrium(tau_plus, strain);
+    let odd = lattice::non_equilibrium_odd(tau_minus, [[d_dx[2], d_dx[3], d_dx[4]], [d_dy[2], d_dy[3], d_dy[4]]]);
+    let curved = lattice::non_equilibrium_odd_curvature(tau_plus, tau_minus, curvature);
+    let (keep_even, keep_odd) = (1.0 - 1.0 / tau_plus, 1.0 - 1.0 / tau_minus);
+    std::array::from_fn(|i| feq[i] + keep_even * even[i] + keep_odd * (odd[i] + curved[i]))
+}
+
+/// Weights of the 4-point Lagrange interpolation at the midpoint, `lagrange4(0.5)`.
+const CENTRE4: [f32; 4] = [-1.0 / 16.0, 9.0 / 16.0, 9.0 / 16.0, -1.0 / 16.0];
+
+/// Fine-to-coarse coupling of every covered parent cell: the mass- and
+/// momentum-weighted average of its 2x2 fine cells, with the gradients of that
+/// block doubled into parent lattice units and rebuilt with the parent's τ⁺, τ⁻.
+pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]) {
+    let fine_plane = k.fine.plane_cells();
+    let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
+    let cov = k.covered;
+    let g = k.fine_active_origin;
+    let fine_active = Rect::new(g, g, k.fine.nx - g, k.fine.ny - g);
+    // Each fine cell feeds up to sixteen parent cells' stencils: take the
+    // moments of the covered fine cells and the ring around them once (the
+    // same arithmetic as per use, so the same bits as the device, which does
+    // recompute them), row-major from fine cell (g - 1, g - 1).
+    let reach = [2 * cov.width() + 2, 2 * cov.height() + 2];
+    let moments: Vec<Moments> = (0..reach[1])
+        .into_par_iter()
+        .flat_map_iter(|j| (0..reach[0]).map(move |i| (i, j)))
+        .map(|(i, j)| {
+            let index = k.fine.index(g - 1 + i, g - 1 + j);
+            lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]])
+        })
+        .collect();
+    par_row_bands(coarse, &k.coarse, |first, rows, band| {
+        for cy in first.max(cov.y0)..(first + rows).min(cov.y1) {
+            for cx in cov.x0..cov.x1 {
+                let fx0 = k.fine_active_origin + 2 * (cx - cov.x0);
+                let fy0 = k.fine_active_origin + 2 * (cy - cov.y0);
+                // The 2x2 block and the ring of fine cells around it, for the
+                // curvature; at an interface that ring reaches into the ghost
+                // band, which holds the last fill (half a fine hop old), at a
+                // wall it reads mirror images.
+                let g: [[Moments; 4]; 4] = std::array::from_fn(|dy| {
+                    std::array::from_fn(|dx| {
+                        let (x, y) = ((fx0 + dx as u32) as i32 - 1, (fy0 + dy as u32) as i32 - 1);
+                        let (x, y, crossed) = mirrored_cell(&k.sides, &fine_active, x, y);
+                        let m = moments[((y + 1 - g) * reach[0] + (x + 1 - g)) as usize];
+                        reflect_crossed(m, &k.sides, crossed)
+                    })
+                });
+                let m = [[g[1][1], g[1][2]], [g[2][1], g[2][2]]];
+                // Density and momentum: cubic interpolation to the block centre
+                // over the 4x4 stencil; the plain 2x2 average smooths every mode
+                // a little at each restriction, which adds up at the interface.
+                let mut sums = [0.0f32; 3];
+                for (dy, wy) in CENTRE4.iter().enumerate() {
+                    for (dx, wx) in CENTRE4.iter().enumerate() {
+                        let c = g[dy][dx];
+                        let w = wx * wy;
+                        for (sum, value) in sums.iter_mut().zip([c.delta_rho, c.ux, c.uy]) {
+                            *sum += w * value;
+                        }
+                    }
+                }
+                let [delta_rho, ux, uy] = sums;
+                // Differences across the 2x2 block are centred on the parent cell;
+                // one fine spacing is half a parent spacing, hence no 1/2 here.
+                let v = |dy: usize, dx: usize, f: usize| gradient_field(&m[dy][dx], f);
+                let gradients = [
+                    std::array::from_fn(|f| (v(0, 1, f) + v(1, 1, f)) - (v(0, 0, f) + v(1, 0, f))),
+                    std::array::from_fn(|f| (v(1, 0, f) + v(1, 1, f)) - (v(0, 0, f) + v(0, 1, f))),
+                ];
+                // Second differences centred on the block: each row's
+                // `u0 - u1 - u2 + u3` is twice the fine second derivative, so the
+                // sum over the two middle rows is four times it, which is the
+                // second derivative in parent lattice units; the mixed one is
+                // one fine difference of differences, times four.
+                let curvature: [[f32; 3]; 2] = std::array::from_fn(|component| {
+                    let u = |dy: usize, dx: usize| gradient_field(&g[dy][dx], component);
+                    let d2x = (u(1, 0) - u(1, 1) - u(1, 2) + u(1, 3)) + (u(2, 0) - u(2, 1) - u(2, 2) + u(2, 3));
+                    let d2y = (u(0, 1) - u(1, 1) - u(2, 1) + u(3, 1)) + (u(0, 2) - u(1, 2) - u(2, 2) + u(3, 2));
+                    let dxy = (u(2, 2) - u(2, 1)) - (u(1, 2) - u(1, 1));
+                    [d2x, d2y, 4.0 * dxy]
+                });
+                let post = rebuild_post_collision(
+                    delta_rho,
+                    [ux + 0.5 * k.coarse_force[0], uy + 0.5 * k.coarse_force[1]],
+                    [k.tau_plus, k.tau_minus],
+                    gradients,
+                    curvature,
+                );
+                band.set(k.coarse.index(cx, cy), &post);
+            }
+        }
+    });
+}

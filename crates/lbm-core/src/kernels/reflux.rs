@@ -1,0 +1,257 @@
+//! `kernels/reflux.cu`: mass conservation across a coarse-fine interface.
+//! `accumulate_fine_flux` measures what the fine level moves across the
+//! interface in each fine hop; `correct_interface_mass` compares it with the
+//! parent's flux over its hop and puts the difference back on the parent ring.
+//! Launch structs and CPU references.
+//!
+//! What it does not do: any coupling of populations ([`super::refine`]).
+
+use crate::device::{Arg, BLOCK_THREADS, BufferRef, Kernel, Launch};
+use crate::domain::hierarchy::{GHOST, Layout, Rect};
+use crate::domain::order::{fine_covered, ring_cell, ring_cells};
+use crate::domain::sides::{PatchSide, is_interface};
+use crate::error::{LaunchProblem, Result};
+use crate::lattice::{C, OPP, Q, W};
+
+use super::{ArgReader, BufferUse, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect};
+
+/// `accumulate_fine_flux`: one thread per parent ring cell of a fine patch. Adds a
+/// quarter of the mass its ghost cells send into the active region minus the
+/// mass the active region sends into them, for the coming fine hop.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AccumulateFineFlux {
+    /// Fine populations just after `fill_ghost`: ghost band and active region.
+    pub fine: BufferRef,
+    /// One f32 per ring cell, in [`ring_cell`] order.
+    pub flux: BufferRef,
+    pub layout: Layout,
+    /// The fine patch's sides; the ring lies beyond its interfaces only.
+    pub kinds: [PatchSide; 4],
+}
+
+impl KernelArgs for AccumulateFineFlux {
+    const KERNEL: Kernel = Kernel::AccumulateFineFlux;
+    const PARAMS: &'static [&'static str] = &["fine", "flux", "nx", "ny", "tile_x", "tile_y", "side_kinds"];
+
+    fn launch(&self) -> Launch {
+        let mut args = vec![self.fine.into(), self.flux.into()];
+        push_layout(&mut args, &self.layout);
+        args.push(Arg::U32(PatchSide::pack(self.kinds)));
+        Launch::linear(Kernel::AccumulateFineFlux, self.work_items(), args)
+    }
+
+    fn decode(launch: &Launch) -> Result<Self> {
+        let mut r = ArgReader::new(launch, Self::KERNEL, Self::PARAMS)?;
+        Ok(AccumulateFineFlux {
+            fine: r.buffer()?,
+            flux: r.buffer()?,
+            layout: r.layout()?,
+            kinds: r.side_kinds()?,
+        })
+    }
+
+    fn work_items(&self) -> usize {
+        ring_cells(&fine_covered(&self.layout), self.kinds)
+    }
+
+    fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
+        check_layout("the fine patch", &self.layout)?;
+        // The ring's ghost cells and their active neighbours lie inside the
+        // allocation once both ghost bands fit.
+        if self.layout.nx < 2 * GHOST || self.layout.ny < 2 * GHOST {
+            return Err(LaunchProblem::Shape(format!(
+                "the fine allocation {}x{} is smaller than its two ghost bands ({})",
+                self.layout.nx,
+                self.layout.ny,
+                2 * GHOST
+            )));
+        }
+        Ok(())
+    }
+
+    fn buffer_uses(&self) -> Vec<BufferUse> {
+        vec![
+            BufferUse::read("fine", self.fine, population_bytes(&self.layout), 4),
+            BufferUse::read_write("flux", self.flux, self.work_items() * 4, 4),
+        ]
+    }
+
+    fn run_on_host(&self, views: &mut HostViews) {
+        accumulate_fine_flux(self, views.reads.get("fine"), views.writes.get("flux"));
+    }
+}
+
+/// `correct_interface_mass`: one block of 256 threads striding over the parent
+/// ring cells. The mass the parent exchanged with its covered cells over its hop
+/// (from `coarse_t`) and the fine flux measured over the two fine hops should
+/// cancel; their sum over the ring is taken out of the ring cells of
+/// `coarse_t1` in equal shares, and the flux slots are zeroed. One block makes
+/// the sum a deterministic block reduction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CorrectInterfaceMass {
+    pub coarse_t: BufferRef,
+    pub coarse_t1: BufferRef,
+    pub flux: BufferRef,
+    pub coarse: Layout,
+    /// Covered parent cells, parent allocation coordinates.
+    pub covered: Rect,
+    /// The fine patch's sides; the ring lies beyond its interfaces only.
+    pub kinds: [PatchSide; 4],
+}
+
+impl KernelArgs for CorrectInterfaceMass {
+    const KERNEL: Kernel = Kernel::CorrectInterfaceMass;
+    const PARAMS: &'static [&'static str] = &[
+        "coarse_t",
+        "coarse_t1",
+        "flux",
+        "nx",
+        "ny",
+        "tile_x",
+        "tile_y",
+        "x0",
+        "y0",
+        "x1",
+        "y1",
+        "side_kinds",
+    ];
+
+    fn launch(&self) -> Launch {
+        let mut args = vec![self.coarse_t.into(), self.coarse_t1.into(), self.flux.into()];
+        push_layout(&mut args, &self.coarse);
+        push_rect(&mut args, &self.covered);
+        args.push(Arg::U32(PatchSide::pack(self.kinds)));
+        Launch::linear(Kernel::CorrectInterfaceMass, BLOCK_THREADS as usize, args)
+    }
+
+    fn decode(launch: &Launch) -> Result<Self> {
+        let mut r = ArgReader::new(launch, Self::KERNEL, Self::PARAMS)?;
+        Ok(CorrectInterfaceMass {
+            coarse_t: r.buffer()?,
+            coarse_t1: r.buffer()?,
+            flux: r.buffer()?,
+            coarse: r.layout()?,
+            covered: r.rect()?,
+            kinds: r.side_kinds()?,
+        })
+    }
+
+    fn work_items(&self) -> usize {
+        BLOCK_THREADS as usize
+    }
+
+    /// One block reduces the whole ring; its shared memory is sized for
+    /// exactly this block.
+    fn required_block(&self) -> Option<u32> {
+        Some(BLOCK_THREADS)
+    }
+
+    fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
+        check_layout("the parent", &self.coarse)?;
+        let c = self.covered;
+        // The ring lies one cell beyond each interface side.
+        let room = |side: usize| is_interface(self.kinds, side) as u32;
+        if c.x0 < room(0)
+            || c.y0 < room(2)
+            || c.x0 > c.x1
+            || c.y0 > c.y1
+            || c.x1 + room(1) > self.coarse.nx
+            || c.y1 + room(3) > self.coarse.ny
+        {
+            return Err(LaunchProblem::Shape(format!(
+                "the ring around {c} is not inside the {}x{} parent",
+                self.coarse.nx, self.coarse.ny
+            )));
+        }
+        Ok(())
+    }
+
+    fn buffer_uses(&self) -> Vec<BufferUse> {
+        let f = population_bytes(&self.coarse);
+        vec![
+            BufferUse::read("coarse_t", self.coarse_t, f, 4),
+            BufferUse::read_write("coarse_t1", self.coarse_t1, f, 4),
+            BufferUse::read_write("flux", self.flux, ring_cells(&self.covered, self.kinds) * 4, 4),
+        ]
+    }
+
+    fn run_on_host(&self, views: &mut HostViews) {
+        let (t1, flux) = views.writes.get2("coarse_t1", "flux");
+        correct_interface_mass(self, views.reads.get("coarse_t"), t1, flux);
+    }
+}
+
+/// Mass-flux bookkeeping of one fine hop at the coarse-fine interface.
+///
+/// For every ghost cell `g` of a ring cell and every direction `j` with
+/// `g + c_j` active, the fine hop moves `f_j(g)` in and `f_opp(j)(g + c_j)` out;
+/// a quarter (the fine cell's area in parent cells) of the difference is added
+/// to the ring cell's slot. In and out directions pair up with equal weights, so
+/// the shifted populations give the difference without cancellation error.
+pub fn accumulate_fine_flux(k: &AccumulateFineFlux, fine: &[f32], flux: &mut [f32]) {
+    let layout = k.layout;
+    let plane = layout.plane_cells();
+    let covered = fine_covered(&layout);
+    let active = Rect::new(GHOST, GHOST, layout.nx - GHOST, layout.ny - GHOST);
+    for (slot, value) in flux.iter_mut().enumerate().take(ring_cells(&covered, k.kinds)) {
+        let (cx, cy) = ring_cell(&covered, k.kinds, slot);
+        let mut net = 0.0f32;
+        for (a, b) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let (gx, gy) = (2 * cx + a, 2 * cy + b);
+            let g = layout.index(gx, gy);
+            for j in 1..Q {
+                let (nx, ny) = (gx as i64 + C[j][0] as i64, gy as i64 + C[j][1] as i64);
+                if nx < 0 || ny < 0 || !active.contains(nx as u32, ny as u32) {
+                    continue;
+                }
+                let n = layout.index(nx as u32, ny as u32);
+                net += fine[j * plane + g] - fine[OPP[j] * plane + n];
+            }
+        }
+        *value += 0.25 * net;
+    }
+}
+
+/// Reflux at the coarse-fine interface. Over the parent's hop, the mass the
+/// parent moved between the ring and the covered cells (read from `t0`, the
+/// post-collision state the hop pulled from) plus the fine flux of the two fine
+/// hops is what the coupling created or lost. Its sum over the ring is taken out
+/// of the ring cells of `t1` in equal shares, each spread over the populations in
+/// proportion to the weights, which leaves momentum unchanged. Only the sum is
+/// used: per cell, coarse and fine links attribute corner fluxes to different ring
+/// cells, so a cell-by-cell correction would move mass along the ring even in a
+/// uniform flow that the coupling already carries exactly. The flux slots are
+/// reset for the next hop.
+pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f32], flux: &mut [f32]) {
+    let layout = k.coarse;
+    let plane = layout.plane_cells();
+    let cov = k.covered;
+    let n_ring = ring_cells(&cov, k.kinds);
+    if n_ring == 0 {
+        return;
+    }
+    let mut excess = 0.0f64;
+    for (slot, fine_flux) in flux.iter_mut().enumerate().take(n_ring) {
+        let (x, y) = ring_cell(&cov, k.kinds, slot);
+        let index = layout.index(x, y);
+        let mut coarse_net = 0.0f32;
+        for j in 1..Q {
+            let (nx, ny) = (x as i64 + C[j][0] as i64, y as i64 + C[j][1] as i64);
+            if nx < 0 || ny < 0 || !cov.contains(nx as u32, ny as u32) {
+                continue;
+            }
+            let n = layout.index(nx as u32, ny as u32);
+            coarse_net += t0[OPP[j] * plane + n] - t0[j * plane + index];
+        }
+        excess += (coarse_net + *fine_flux) as f64;
+        *fine_flux = 0.0;
+    }
+    let share = (excess / n_ring as f64) as f32;
+    for slot in 0..n_ring {
+        let (x, y) = ring_cell(&cov, k.kinds, slot);
+        let index = layout.index(x, y);
+        for (i, w) in W.iter().enumerate() {
+            t1[i * plane + index] -= share * w;
+        }
+    }
+}

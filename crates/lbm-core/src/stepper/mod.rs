@@ -1,0 +1,361 @@
+//! `Stepper<D>`: owns a hierarchy's device resources and its hop plan, and
+//! advances it by base intervals through a [`Driver`].
+//!
+//! Contract (DESIGN.md §4): `step(n)` enqueues n intervals on the main stream
+//! and waits once, at the end; `step(0)` launches and waits for nothing. On any
+//! error the stepper is `Failed`: the exchange ledger and window are invalid,
+//! `step_count` keeps its value from entry, and every later read, step or
+//! download says the stepper failed. Device errors surfacing at the single wait
+//! are not attributed to an interval; `step(1)` repeatedly localises one.
+//!
+//! Construction runs in one direction: the configuration is checked, the
+//! resources are allocated, the plan is built from them and prepared on the
+//! driver (where every launch is checked once). The stepper does no physics
+//! itself and keeps no buffer handles of its own beyond the [`Resources`].
+//!
+//! The driver-free state (`State`) is apart from the driver so that the
+//! reads in `observe` borrow both at once. Each stepper owns its driver:
+//! an ensemble that shares one device gives each member its own driver (its
+//! own streams and buffers on the same device), which keeps a member's
+//! failure its own.
+
+mod observe;
+
+use std::sync::{Mutex, MutexGuard};
+
+use serde::Serialize;
+
+pub use observe::Fields;
+
+use crate::config::{ExecConfig, LatticeConfig, LevelPhysics};
+use crate::device::{Driver, PlanId};
+use crate::domain::hierarchy::Hierarchy;
+use crate::domain::sides::PatchSides;
+use crate::error::{Error, Result};
+use crate::lattice::Moments;
+use crate::ledger::{ExchangeRecord, MemoryLedger};
+use crate::schedule::plan::{HopPlan, PlanInputs};
+use crate::schedule::resources::Resources;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Status {
+    Ready,
+    Advancing,
+    Failed,
+    Closed,
+}
+
+/// Everything a stepper knows besides its driver.
+struct State {
+    lattice: LatticeConfig,
+    exec: ExecConfig,
+    hierarchy: Hierarchy,
+    physics: Vec<LevelPhysics>,
+    resources: Resources,
+    plan: HopPlan,
+    /// The plan's two intervals as the driver prepared them, by level-0 parity.
+    prepared: [PlanId; 2],
+    status: Status,
+    step_count: u64,
+    exchange_valid: bool,
+    window_start: Option<u64>,
+    window_valid: bool,
+}
+
+struct Inner<D: Driver> {
+    driver: D,
+    state: State,
+}
+
+/// Advances a refined lattice through a [`Driver`]; see the module documentation.
+pub struct Stepper<D: Driver> {
+    inner: Mutex<Inner<D>>,
+}
+
+impl<D: Driver> Stepper<D> {
+    /// Checks the configuration, allocates and fills every buffer, builds and
+    /// prepares the hop plan and fills the lattice at rest.
+    pub fn new(mut driver: D, lattice: LatticeConfig, exec: ExecConfig) -> Result<Self> {
+        let hierarchy = lattice.hierarchy.validate(&exec.tiles)?;
+        lattice.check_stability(lattice.prescribed_speed())?;
+        lattice.check_boundaries()?;
+        for (b, body) in lattice.bodies.iter().enumerate() {
+            if body.level >= hierarchy.n_levels() {
+                return Err(Error::parameter(
+                    &format!("bodies[{b}].level"),
+                    body.level,
+                    &format!("a level of the hierarchy, 0..{}", hierarchy.n_levels()),
+                ));
+            }
+        }
+        let physics: Vec<LevelPhysics> = (0..hierarchy.n_levels()).map(|l| lattice.level_physics(l)).collect();
+        let wall_velocity = lattice.wall_velocity.map(|v| v.map(|c| c as f32));
+        let sides = hierarchy
+            .levels
+            .iter()
+            .map(|patches| {
+                patches
+                    .iter()
+                    .map(|p| match p.level {
+                        // The base grid's sides are its boundaries; it has no coupling.
+                        0 => Ok(PatchSides::INTERFACES),
+                        _ => PatchSides::of_patch(p, lattice.boundaries, wall_velocity),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec)?;
+        let plan = HopPlan::build(
+            &PlanInputs {
+                hierarchy: &hierarchy,
+                sides: &sides,
+                physics: &physics,
+                boundaries: lattice.boundaries,
+                wall_velocity,
+                inlet: lattice.inlet.as_ref(),
+                zero_interval: exec.observe_raw_exchange,
+                accumulate: exec.observe_raw_exchange || exec.observe_window_exchange,
+            },
+            &resources,
+        );
+        let prepared = match prepare(&mut driver, &plan) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // The refusal is what to report; freeing adds nothing to act on.
+                let _ = resources.release(&mut driver);
+                return Err(e);
+            }
+        };
+        let stepper = Stepper {
+            inner: Mutex::new(Inner {
+                driver,
+                state: State {
+                    lattice,
+                    exec,
+                    hierarchy,
+                    physics,
+                    resources,
+                    plan,
+                    prepared,
+                    status: Status::Ready,
+                    step_count: 0,
+                    exchange_valid: false,
+                    window_start: None,
+                    window_valid: false,
+                },
+            }),
+        };
+        stepper.initialize(|_, _, _| Moments::default())?;
+        Ok(stepper)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<D>> {
+        // A panic inside a driver poisons the lock; the state is still
+        // consistent enough to report `Failed`, so recover the guard.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn status(&self) -> Status {
+        self.lock().state.status
+    }
+
+    pub fn step_count(&self) -> u64 {
+        self.lock().state.step_count
+    }
+
+    pub fn hierarchy(&self) -> Hierarchy {
+        self.lock().state.hierarchy.clone()
+    }
+
+    pub fn plan(&self) -> HopPlan {
+        self.lock().state.plan.clone()
+    }
+
+    pub fn memory_ledger(&self) -> MemoryLedger {
+        self.lock().state.resources.memory.clone()
+    }
+
+    /// Sets every cell of every level to the equilibrium of `init(level, x, y)`,
+    /// where (x, y) is the cell centre in base lattice units.
+    pub fn initialize(&self, init: impl Fn(usize, f64, f64) -> Moments) -> Result<()> {
+        let mut inner = self.lock();
+        inner.state.require_ready("initialize")?;
+        let Inner { driver, state } = &mut *inner;
+        let result = observe::upload_state(driver, state, &init);
+        if result.is_err() {
+            state.fail();
+        }
+        result
+    }
+
+    /// Advances `n` base intervals with one wait at the end; see the module docs.
+    pub fn step(&self, n: u64) -> Result<()> {
+        let mut inner = self.lock();
+        inner.state.require_ready("step")?;
+        if n == 0 {
+            return Ok(());
+        }
+        let Inner { driver, state } = &mut *inner;
+        state.status = Status::Advancing;
+        state.exchange_valid = false;
+        let enqueued = (0..n).try_for_each(|k| driver.replay(state.prepared[((state.step_count + k) % 2) as usize]));
+        match enqueued.and_then(|()| driver.synchronize()) {
+            Ok(()) => {
+                state.step_count += n;
+                state.exchange_valid = state.exec.observe_raw_exchange;
+                state.status = Status::Ready;
+                Ok(())
+            }
+            Err(e) => {
+                state.fail();
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens (or reopens) the exchange window at the current step.
+    pub fn start_exchange_window(&self) -> Result<()> {
+        let mut inner = self.lock();
+        inner.state.require_ready("start an exchange window")?;
+        let Inner { driver, state } = &mut *inner;
+        if !state.exec.observe_window_exchange {
+            return Err(Error::NotAvailable {
+                what: "exchange window".into(),
+                reason: "the stepper was built without observe_window_exchange",
+            });
+        }
+        for acc in &state.resources.accumulators {
+            if let Some(window) = acc.window
+                && let Err(e) = driver.memset_async(window, 0, acc.bytes, 0)
+            {
+                state.fail();
+                return Err(e);
+            }
+        }
+        state.window_start = Some(state.step_count);
+        state.window_valid = true;
+        Ok(())
+    }
+
+    /// The momentum exchange on `body` over the last completed interval.
+    pub fn read_raw_exchange(&self, body: usize) -> Result<ExchangeRecord> {
+        let mut inner = self.lock();
+        inner.state.require_ready("read the raw exchange")?;
+        let Inner { driver, state } = &mut *inner;
+        if !state.exec.observe_raw_exchange {
+            return Err(Error::NotAvailable {
+                what: "raw exchange".into(),
+                reason: "the stepper was built without observe_raw_exchange",
+            });
+        }
+        if !state.exchange_valid {
+            return Err(Error::NotCompleted {
+                what: "the raw exchange",
+            });
+        }
+        let end = state.step_count;
+        observe::read_exchange(driver, state, body, end - 1, end, false)
+    }
+
+    /// The momentum exchange on `body` since `start_exchange_window`.
+    pub fn read_exchange_window(&self, body: usize) -> Result<ExchangeRecord> {
+        let mut inner = self.lock();
+        inner.state.require_ready("read the exchange window")?;
+        let Inner { driver, state } = &mut *inner;
+        let (Some(start), true) = (state.window_start, state.window_valid) else {
+            return Err(Error::NotAvailable {
+                what: "exchange window".into(),
+                reason: "no window is open; call start_exchange_window first",
+            });
+        };
+        let end = state.step_count;
+        observe::read_exchange(driver, state, body, start, end, true)
+    }
+
+    /// Density and velocity of one patch's active region.
+    pub fn fields(&self, level: usize, patch: usize) -> Result<Fields> {
+        let mut inner = self.lock();
+        inner.state.require_ready("download")?;
+        let Inner { driver, state } = &mut *inner;
+        observe::fields(driver, state, level, patch)
+    }
+
+    /// Raw shifted populations (`f_i - w_i`) of one patch's current buffer, in
+    /// storage order, nine planes.
+    pub fn download(&self, level: usize, patch: usize) -> Result<Vec<f32>> {
+        let mut inner = self.lock();
+        inner.state.require_ready("download")?;
+        let Inner { driver, state } = &mut *inner;
+        observe::download_current(driver, state, level, patch)
+    }
+
+    /// Density minus one at `point` (base lattice units) on a body surface or a
+    /// wall, seen from the fluid side `outward` (a unit axis vector pointing
+    /// from the surface into the fluid): taken on the finest patch holding the
+    /// point, interpolated linearly across the axis and extrapolated linearly
+    /// along it from the first two fluid cell centres.
+    pub fn surface_density(&self, point: [f64; 2], outward: [i32; 2]) -> Result<f64> {
+        let mut inner = self.lock();
+        inner.state.require_ready("download")?;
+        let Inner { driver, state } = &mut *inner;
+        observe::surface_density(driver, state, point, outward)
+    }
+
+    /// Total mass in base-cell units: every level's active cells not covered by
+    /// a finer patch, each weighted by its area `4^-level`.
+    pub fn total_mass(&self) -> Result<f64> {
+        let mut inner = self.lock();
+        inner.state.require_ready("download")?;
+        let Inner { driver, state } = &mut *inner;
+        observe::total_mass(driver, state)
+    }
+
+    /// Frees every buffer and prepared plan; the stepper then refuses
+    /// everything but `status`.
+    pub fn close(&self) -> Result<()> {
+        let mut inner = self.lock();
+        if inner.state.status == Status::Closed {
+            return Ok(());
+        }
+        let Inner { driver, state } = &mut *inner;
+        state.status = Status::Closed;
+        let plans = state.prepared.iter().try_for_each(|p| driver.release_plan(*p));
+        let buffers = state.resources.release(driver);
+        plans.and(buffers)
+    }
+}
+
+impl<D: Driver> Drop for Stepper<D> {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; `close` reports them.
+        let _ = self.close();
+    }
+}
+
+/// Prepares both intervals of `plan` on `driver`.
+fn prepare<D: Driver>(driver: &mut D, plan: &HopPlan) -> Result<[PlanId; 2]> {
+    let even = driver.prepare("interval.even", &plan.actions(0))?;
+    match driver.prepare("interval.odd", &plan.actions(1)) {
+        Ok(odd) => Ok([even, odd]),
+        Err(e) => {
+            let _ = driver.release_plan(even);
+            Err(e)
+        }
+    }
+}
+
+impl State {
+    fn require_ready(&self, action: &'static str) -> Result<()> {
+        match self.status {
+            Status::Ready => Ok(()),
+            Status::Failed | Status::Advancing => Err(Error::Failed { action }),
+            Status::Closed => Err(Error::Closed { action }),
+        }
+    }
+
+    fn fail(&mut self) {
+        self.status = Status::Failed;
+        self.exchange_valid = false;
+        self.window_valid = false;
+    }
+}
