@@ -12,7 +12,9 @@ use crate::device::{
     Action, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut,
 };
 use crate::error::{Error, Result};
-use crate::kernels::{Access, FamilyVisitor, HostViews, KernelArgs, check_action, check_launch, dispatch};
+use crate::kernels::{
+    Access, FamilyVisitor, HostViews, KernelArgs, check_action, check_launch, check_replay, dispatch,
+};
 
 const BACKEND: &str = "cpu";
 
@@ -54,18 +56,12 @@ impl HostBuffer {
     }
 }
 
-/// A plan checked once by `prepare`, and the buffers it names.
-struct PreparedPlan {
-    actions: Vec<Action>,
-    buffers: Vec<BufferId>,
-}
-
 /// Host-memory backend; see the module documentation.
 #[derive(Default)]
 pub struct CpuDriver {
     buffers: Vec<Option<HostBuffer>>,
     staging: Vec<Option<HostBuffer>>,
-    plans: Vec<Option<PreparedPlan>>,
+    plans: Vec<Option<Vec<Action>>>,
     streams: u32,
     events: u32,
 }
@@ -318,13 +314,7 @@ impl Driver for CpuDriver {
         for action in actions {
             check_action(action, BACKEND, |id| self.size_of(id))?;
         }
-        let mut buffers: Vec<BufferId> = actions.iter().flat_map(Action::buffers).collect();
-        buffers.sort();
-        buffers.dedup();
-        self.plans.push(Some(PreparedPlan {
-            actions: actions.to_vec(),
-            buffers,
-        }));
+        self.plans.push(Some(actions.to_vec()));
         Ok(PlanId(self.plans.len() as u32 - 1))
     }
 
@@ -335,14 +325,8 @@ impl Driver for CpuDriver {
             .and_then(Option::take)
             .ok_or(unknown("plan", plan.0))?;
         let result = (|| {
-            if let Some(&buffer) = prepared.buffers.iter().find(|b| self.size_of(**b).is_none()) {
-                return Err(Error::StalePlan {
-                    backend: BACKEND,
-                    plan,
-                    buffer,
-                });
-            }
-            for action in &prepared.actions {
+            check_replay(plan, &prepared, BACKEND, |id| self.size_of(id))?;
+            for action in &prepared {
                 match action {
                     Action::Launch(launch) => self.execute(launch)?,
                     Action::Memset { buffer, bytes } => self.memset_async(*buffer, 0, *bytes, 0)?,

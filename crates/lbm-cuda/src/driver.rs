@@ -30,7 +30,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId, live_buffer};
 use lbm_core::error::CudaCode;
-use lbm_core::kernels::{check_action, check_launch};
+use lbm_core::kernels::{check_action, check_launch, check_replay};
 use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
 
 const BACKEND: &str = "cuda";
@@ -581,17 +581,7 @@ impl Driver for CudaDriver {
             .and_then(Option::take)
             .ok_or(unknown("plan", plan.0))?;
         let result = (|| {
-            if let Some(buffer) = actions
-                .iter()
-                .flat_map(Action::buffers)
-                .find(|b| self.size_of(*b).is_none())
-            {
-                return Err(Error::StalePlan {
-                    backend: BACKEND,
-                    plan,
-                    buffer,
-                });
-            }
+            check_replay(plan, &actions, BACKEND, |id| self.size_of(id))?;
             self.bind("replay")?;
             for action in &actions {
                 match action {

@@ -10,7 +10,7 @@
 use std::ffi::{CString, c_char, c_void};
 
 use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId, live_buffer_mut};
-use lbm_core::kernels::{check_action, check_launch};
+use lbm_core::kernels::{check_action, check_launch, check_replay};
 use lbm_core::{Arg, BufferId, Driver, Error, Launch, Result};
 
 const BACKEND: &str = "emu";
@@ -28,8 +28,9 @@ struct HostBuffer {
 pub struct EmuDriver {
     launch_fn: LaunchFn,
     buffers: Vec<Option<HostBuffer>>,
-    /// Staging areas are host buffers of their own here.
-    staging: Vec<Option<BufferId>>,
+    /// Staging areas: host memory, apart from the buffers so ids stay those
+    /// every other driver hands out.
+    staging: Vec<Option<Vec<u8>>>,
     plans: Vec<Option<Vec<Action>>>,
     streams: u32,
     events: u32,
@@ -123,6 +124,21 @@ impl EmuDriver {
     }
 }
 
+/// `[start, start + len)` inside `size` bytes of a staging area.
+fn range(size: usize, operation: &'static str, start: usize, len: usize) -> Result<()> {
+    match start.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        end => Err(Error::OutOfRange {
+            backend: BACKEND,
+            operation,
+            label: "staging".into(),
+            start: start as u64,
+            end: end.map_or(u64::MAX, |e| e as u64),
+            size: size as u64,
+        }),
+    }
+}
+
 fn unknown(what: &'static str, id: u32) -> Error {
     Error::UnknownHandle {
         backend: BACKEND,
@@ -191,15 +207,14 @@ impl Driver for EmuDriver {
     fn synchronize_event(&mut self, event: EventId) -> Result<()> {
         self.known(event, StreamId::MAIN)
     }
-    fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
-        let id = self.alloc(label, bytes)?;
-        self.staging.push(Some(id));
+    fn alloc_staging(&mut self, _label: &str, bytes: usize) -> Result<StagingId> {
+        self.staging.push(Some(vec![0; bytes]));
         Ok(StagingId(self.staging.len() as u32 - 1))
     }
     fn free_staging(&mut self, staging: StagingId) -> Result<()> {
-        let id = self.staging_buffer(staging)?;
+        self.staging_area(staging)?;
         self.staging[staging.0 as usize] = None;
-        self.free(id)
+        Ok(())
     }
     fn download_async(
         &mut self,
@@ -210,12 +225,17 @@ impl Driver for EmuDriver {
         staging_offset: usize,
         bytes: usize,
     ) -> Result<()> {
-        let target = self.staging_buffer(staging)?;
-        self.copy_async(buffer, byte_offset, target, staging_offset, bytes)
+        let data = self.bytes(buffer, "download", byte_offset, bytes)?.to_vec();
+        let area = self.staging_area(staging)?;
+        range(area.len(), "download into staging", staging_offset, bytes)?;
+        area[staging_offset..staging_offset + bytes].copy_from_slice(&data);
+        Ok(())
     }
     fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
-        let id = self.staging_buffer(staging)?;
-        self.download(id, byte_offset, out)
+        let area = self.staging_area(staging)?;
+        range(area.len(), "read staging", byte_offset, out.len())?;
+        out.copy_from_slice(&area[byte_offset..byte_offset + out.len()]);
+        Ok(())
     }
     fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {
         for action in actions {
@@ -231,6 +251,7 @@ impl Driver for EmuDriver {
             .cloned()
             .flatten()
             .ok_or(unknown("plan", plan.0))?;
+        check_replay(plan, &actions, BACKEND, |id| self.size_of(id))?;
         for action in &actions {
             match action {
                 Action::Launch(launch) => self.run(launch)?,
@@ -261,11 +282,10 @@ impl EmuDriver {
         Ok(())
     }
 
-    fn staging_buffer(&self, staging: StagingId) -> Result<BufferId> {
+    fn staging_area(&mut self, staging: StagingId) -> Result<&mut Vec<u8>> {
         self.staging
-            .get(staging.0 as usize)
-            .copied()
-            .flatten()
+            .get_mut(staging.0 as usize)
+            .and_then(Option::as_mut)
             .ok_or(unknown("staging", staging.0))
     }
 }

@@ -63,7 +63,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId};
-use lbm_core::kernels::{check_action, check_launch};
+use lbm_core::kernels::{check_action, check_launch, check_replay};
 use lbm_core::{Arg, BufferId, CpuDriver, Driver, Error, Kernel, Launch, Result};
 use serde::{Serialize, Serializer};
 
@@ -741,17 +741,9 @@ impl Recorder {
             Some(actions) => actions,
             None => return self.outcome(EventKind::Replay, Err(unknown("plan", plan.0))),
         };
-        let stale = actions
-            .iter()
-            .flat_map(Action::buffers)
-            .find(|id| self.size_of(*id).is_none());
-        if let Some(buffer) = stale {
-            let e = Error::StalePlan {
-                backend: BACKEND,
-                plan,
-                buffer,
-            };
-            return self.outcome(EventKind::Replay, Err(e));
+        let stale = check_replay(plan, &actions, BACKEND, |id| self.size_of(id));
+        if stale.is_err() {
+            return self.outcome(EventKind::Replay, stale);
         }
         for action in &actions {
             match action {

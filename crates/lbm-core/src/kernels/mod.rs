@@ -20,7 +20,7 @@ pub mod reflux;
 
 use rayon::prelude::*;
 
-use crate::device::{Action, Arg, BufferId, BufferRef, Kernel, Launch, MAX_BLOCK_THREADS};
+use crate::device::{Action, Arg, BufferId, BufferRef, Kernel, Launch, MAX_BLOCK_THREADS, PlanId};
 use crate::domain::hierarchy::{Layout, Rect};
 use crate::domain::sides::{PatchSide, PatchSides};
 use crate::error::{Error, LaunchProblem, Result};
@@ -331,6 +331,20 @@ pub fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(Buf
             }
             Ok(())
         }
+    }
+}
+
+/// Refuses the replay of prepared plan `plan` when a buffer its actions name
+/// has been freed since it was prepared.
+pub fn check_replay(
+    plan: PlanId,
+    actions: &[Action],
+    backend: &'static str,
+    size_of: impl Fn(BufferId) -> Option<usize>,
+) -> Result<()> {
+    match actions.iter().flat_map(Action::buffers).find(|b| size_of(*b).is_none()) {
+        Some(buffer) => Err(Error::StalePlan { backend, plan, buffer }),
+        None => Ok(()),
     }
 }
 
