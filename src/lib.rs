@@ -2,7 +2,13 @@
 //!
 //! It wires a case file to a backend and a `Stepper`, and writes results; the
 //! numerics live in `lbm-core` and the device code in `lbm-cuda`.
+//!
+//! It deliberately does no numerics and no device work of its own, and keeps
+//! no state between commands: every command reads its inputs, writes a new
+//! output directory and exits.
+#![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod run;
 pub mod validate;
 

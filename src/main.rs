@@ -1,12 +1,14 @@
 //! `lbm`: the command-line front end. Parses arguments and hands over to
 //! [`lbm::run`]; it holds no simulation logic.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use lbm::run::{BackendChoice, RunOptions, run_case};
+use lbm::backend::BackendChoice;
+use lbm::run::{RunOptions, run_case};
 use lbm::validate::{Benchmark, ValidateOptions, validate};
 
 #[derive(Parser)]

@@ -7,21 +7,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use clap::ValueEnum;
 use serde::Serialize;
 
 use lbm_core::case::{Case, Resolved};
-use lbm_core::{CpuDriver, Driver, ExecConfig, Stepper};
+use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendChoice {
-    Auto,
-    Cpu,
-    Cuda,
-}
+use crate::backend::BackendChoice;
 
 pub struct RunOptions {
     pub case: PathBuf,
@@ -66,23 +58,9 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     if let Some(steps) = options.steps {
         resolved.steps = steps;
     }
-    if use_cuda(options.backend) {
-        let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
-        prepare_output(&options.out)?;
-        advance(driver, &case, &resolved, &options.out)
-    } else {
-        prepare_output(&options.out)?;
-        advance(CpuDriver::new(), &case, &resolved, &options.out)
-    }
-}
-
-/// Whether a run on `backend` goes to CUDA: auto picks it when a device is there.
-pub fn use_cuda(backend: BackendChoice) -> bool {
-    match backend {
-        BackendChoice::Cpu => false,
-        BackendChoice::Cuda => true,
-        BackendChoice::Auto => lbm_cuda::device_available(),
-    }
+    let driver = options.backend.open()?;
+    prepare_output(&options.out)?;
+    advance(driver, &case, &resolved, &options.out)
 }
 
 /// Creates the output directory, refusing one that already holds files.

@@ -20,10 +20,11 @@ use serde::Serialize;
 use lbm_core::case::{Case, Resolved};
 use lbm_core::domain::geometry::Shape;
 use lbm_core::units::UnitSystem;
-use lbm_core::{CpuDriver, Driver, ExecConfig, Stepper};
+use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
-use crate::run::{BackendChoice, prepare_output, write_json};
+use crate::backend::BackendChoice;
+use crate::run::{prepare_output, write_json};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 pub enum Benchmark {
@@ -106,14 +107,9 @@ fn quantity(name: &'static str, value: f64, reference: f64, low: f64, high: f64)
 
 pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
     let setup = resolve(options)?;
-    if crate::run::use_cuda(options.backend) {
-        let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
-        prepare_output(&options.out)?;
-        measure(driver, options, &setup)
-    } else {
-        prepare_output(&options.out)?;
-        measure(CpuDriver::new(), options, &setup)
-    }
+    let driver = options.backend.open()?;
+    prepare_output(&options.out)?;
+    measure(driver, options, &setup)
 }
 
 /// The case as the options make it, before any work.
@@ -473,7 +469,7 @@ fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::BackendChoice;
+    use crate::backend::BackendChoice;
     use mock_driver::MockDriver;
 
     /// A run that fails part-way keeps what it measured and says where.

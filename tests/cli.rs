@@ -1,44 +1,10 @@
-//! The `lbm` binary end to end: a real case on the CPU backend, the outputs it
-//! writes, and the errors it gives for bad input.
+//! The `lbm` binary, fast: a short real case on the CPU backend, the outputs it
+//! writes, and the errors it gives for bad input. The long runs are in
+//! `tests/end_to_end.rs` (`cargo test --test cli` runs these alone).
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-/// The binary under test: `LBM_BIN` when set (a packed run on another machine,
-/// where Cargo's build path does not exist), else the one Cargo built.
-fn lbm(args: &[&str]) -> Output {
-    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
-    Command::new(binary).args(args).output().expect("the binary runs")
-}
-
-/// `lbm validate ARGS --backend cpu --out OUT`.
-fn validate_on_cpu(args: &[&str], out: &std::path::Path) -> Output {
-    let out = out.display().to_string();
-    let mut all = vec!["validate"];
-    all.extend_from_slice(args);
-    all.extend(["--backend", "cpu", "--out", &out]);
-    lbm(&all)
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lbm-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-/// The workspace, or where `LBM_WORKSPACE_ROOT` says it is (a packed copy on
-/// the GPU machine, which has no sources at the build path).
-fn workspace() -> PathBuf {
-    std::env::var_os("LBM_WORKSPACE_ROOT").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
-fn case_path() -> String {
-    workspace().join("cases/cavity-re100.toml").display().to_string()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use common::{case_path, lbm, scratch, stderr, validate_on_cpu, workspace};
 
 #[test]
 fn run_writes_a_summary_and_refuses_to_overwrite_it() {
@@ -90,6 +56,16 @@ fn bad_input_is_named_before_any_work() {
             text.replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.01, 0.25, 0.75, 0.75]]"),
             "too close to the x_min edge",
         ),
+        (
+            "syntax",
+            text.replace("density = 1.0", "density = = 1.0"),
+            "syntax.toml: line 12, column",
+        ),
+        (
+            "old-key",
+            text.replace("x_min = \"wall\"", "x_min = \"symmetry\""),
+            "free_slip",
+        ),
     ] {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, edit).unwrap();
@@ -102,7 +78,12 @@ fn bad_input_is_named_before_any_work() {
             "--out",
             &out.display().to_string(),
         ]);
-        assert!(!output.status.success(), "{name} was accepted");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{name}: bad input exits 2: {}",
+            stderr(&output)
+        );
         assert!(stderr(&output).contains(expect), "{name}: {}", stderr(&output));
         assert!(
             !out.exists(),
@@ -138,7 +119,7 @@ fn asking_for_cuda_without_a_driver_is_an_error_not_a_panic() {
 fn validate_refuses_bad_arguments_before_any_work() {
     let out = scratch("validate-bad");
     let output = validate_on_cpu(&["dfg-2d1", "--resolution", "60"], &out);
-    assert!(!output.status.success());
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(stderr(&output).contains("--resolution") && stderr(&output).contains("multiple of 40"));
     let levels = validate_on_cpu(&["dfg-2d1", "--levels", "3"], &out);
     assert!(!levels.status.success() && stderr(&levels).contains("--levels"));
@@ -166,46 +147,4 @@ fn validate_refuses_bad_arguments_before_any_work() {
     );
     std::fs::remove_dir_all(dir).unwrap();
     assert!(!out.exists());
-}
-
-/// The coarse DFG 2D-1 on the CPU meets its target: drag within 1% and the
-/// pressure difference within 2% of the benchmark (measured: cd +0.07%,
-/// delta_p -0.35% at 40 cells per diameter).
-#[test]
-fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
-    let out = scratch("validate");
-    let output = validate_on_cpu(&["dfg-2d1"], &out);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(report["case"], "dfg-2d1");
-    assert_eq!(report["converged"], true);
-    for q in report["quantities"].as_array().unwrap() {
-        let (name, value, reference) = (
-            &q["name"],
-            q["value"].as_f64().unwrap(),
-            q["reference"].as_f64().unwrap(),
-        );
-        let tolerance = match name.as_str() {
-            Some("cd") => 0.01,
-            Some("delta_p") => 0.02,
-            _ => continue,
-        };
-        assert!(
-            (value / reference - 1.0).abs() < tolerance,
-            "{name} = {value}, reference {reference}"
-        );
-    }
-    assert!(
-        std::fs::read_to_string(out.join("report.md"))
-            .unwrap()
-            .contains("| cd |")
-    );
-    let series = std::fs::read_to_string(out.join("series.csv")).unwrap();
-    let mut rows = series.lines();
-    assert_eq!(rows.next(), Some("time_s,cd,cl,delta_p_pa"));
-    let last: Vec<f64> = rows.last().unwrap().split(',').map(|v| v.parse().unwrap()).collect();
-    let cd = report["quantities"][0]["value"].as_f64().unwrap();
-    assert_eq!(last[1], cd, "the reported cd is the last window's");
-    std::fs::remove_dir_all(out).unwrap();
 }

@@ -44,6 +44,8 @@ pub fn run(args: &[String]) -> Result<()> {
                 "emu",
                 "--test",
                 "gpu",
+                "--test",
+                "backends",
                 "--",
                 "--include-ignored",
             ])

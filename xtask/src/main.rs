@@ -11,6 +11,7 @@
 //! It deliberately does not run GPU tests itself (there is no GPU here), does not
 //! touch anything outside the workspace except pip's download cache, and uses no
 //! build-script magic: every step is an ordinary command it prints first.
+#![forbid(unsafe_code)]
 
 mod emu;
 mod pack;

@@ -305,3 +305,89 @@ pub trait Driver: Send {
     fn replay(&mut self, plan: PlanId) -> Result<()>;
     fn release_plan(&mut self, plan: PlanId) -> Result<()>;
 }
+
+/// A boxed driver is a driver, so a backend chosen at run time
+/// (`Box<dyn Driver>`) runs the same generic code as a concrete one.
+impl<D: Driver + ?Sized> Driver for Box<D> {
+    fn backend(&self) -> &'static str {
+        (**self).backend()
+    }
+    fn alloc(&mut self, label: &str, bytes: usize) -> Result<BufferId> {
+        (**self).alloc(label, bytes)
+    }
+    fn free(&mut self, buffer: BufferId) -> Result<()> {
+        (**self).free(buffer)
+    }
+    fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> Result<()> {
+        (**self).upload(buffer, byte_offset, data)
+    }
+    fn download(&mut self, buffer: BufferId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        (**self).download(buffer, byte_offset, out)
+    }
+    fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
+        (**self).memset_async(buffer, byte_offset, bytes, value)
+    }
+    fn copy_async(
+        &mut self,
+        src: BufferId,
+        src_offset: usize,
+        dst: BufferId,
+        dst_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        (**self).copy_async(src, src_offset, dst, dst_offset, bytes)
+    }
+    fn launch(&mut self, launch: &Launch) -> Result<()> {
+        (**self).launch(launch)
+    }
+    fn synchronize(&mut self) -> Result<()> {
+        (**self).synchronize()
+    }
+    fn free_memory(&self) -> Result<u64> {
+        (**self).free_memory()
+    }
+    fn create_stream(&mut self) -> Result<StreamId> {
+        (**self).create_stream()
+    }
+    fn create_event(&mut self) -> Result<EventId> {
+        (**self).create_event()
+    }
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<()> {
+        (**self).record_event(event, stream)
+    }
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<()> {
+        (**self).wait_event(stream, event)
+    }
+    fn synchronize_event(&mut self, event: EventId) -> Result<()> {
+        (**self).synchronize_event(event)
+    }
+    fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
+        (**self).alloc_staging(label, bytes)
+    }
+    fn free_staging(&mut self, staging: StagingId) -> Result<()> {
+        (**self).free_staging(staging)
+    }
+    fn download_async(
+        &mut self,
+        stream: StreamId,
+        buffer: BufferId,
+        byte_offset: usize,
+        staging: StagingId,
+        staging_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        (**self).download_async(stream, buffer, byte_offset, staging, staging_offset, bytes)
+    }
+    fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        (**self).read_staging(staging, byte_offset, out)
+    }
+    fn prepare(&mut self, label: &str, actions: &[Action]) -> Result<PlanId> {
+        (**self).prepare(label, actions)
+    }
+    fn replay(&mut self, plan: PlanId) -> Result<()> {
+        (**self).replay(plan)
+    }
+    fn release_plan(&mut self, plan: PlanId) -> Result<()> {
+        (**self).release_plan(plan)
+    }
+}

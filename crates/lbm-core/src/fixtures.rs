@@ -1,13 +1,14 @@
 //! Deterministic setups for benchmarks and for testing a driver against the
-//! CPU reference: a periodic benchmark grid, and one sample launch of every
-//! kernel family over buffers sized exactly as the launch check demands.
+//! CPU reference: a periodic benchmark grid, one sample launch of every
+//! kernel family over buffers sized exactly as the launch check demands, and
+//! the ways of spoiling a launch that every driver must refuse alike.
 //!
 //! Nothing here is physics; the samples are valid launches, not meaningful
 //! flows. Whoever runs them fills their inputs (random data, poisoned
 //! outputs).
 
 use crate::config::{Amplitude, Boundary, LevelPhysics};
-use crate::device::{BufferId, BufferRef, Driver, Kernel, Launch};
+use crate::device::{Arg, BLOCK_THREADS, BufferId, BufferRef, Driver, Kernel, Launch};
 use crate::domain::hierarchy::{Layout, Rect};
 use crate::domain::sides::{PatchSide, PatchSides};
 use crate::error::Result;
@@ -32,7 +33,7 @@ pub struct PeriodicBenchmark {
 }
 
 impl PeriodicBenchmark {
-    pub fn allocate<D: Driver>(driver: &mut D, n: u32, physics: LevelPhysics) -> Result<PeriodicBenchmark> {
+    pub fn allocate<D: Driver + ?Sized>(driver: &mut D, n: u32, physics: LevelPhysics) -> Result<PeriodicBenchmark> {
         let cells = (n * n) as usize;
         let bytes = Q * cells * 4;
         let src = driver.alloc("src", bytes)?;
@@ -167,7 +168,7 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
 
 /// [`sample_launches`] over buffers allocated on `driver` (zeroed), each as
 /// large as its launch needs; returns each launch with its buffers.
-pub fn allocate_samples<D: Driver>(driver: &mut D) -> Result<Vec<(Launch, Vec<BufferId>)>> {
+pub fn allocate_samples<D: Driver + ?Sized>(driver: &mut D) -> Result<Vec<(Launch, Vec<BufferId>)>> {
     let placeholders = sample_launches(|k| BufferId(k).into());
     let mut out = Vec::with_capacity(placeholders.len());
     for (index, placeholder) in placeholders.iter().enumerate() {
@@ -190,4 +191,102 @@ pub fn allocate_samples<D: Driver>(driver: &mut D) -> Result<Vec<(Launch, Vec<Bu
         out.push((launch, ids));
     }
     Ok(out)
+}
+
+/// One way to spoil a launch: its name, and the spoiled launch (or `None`
+/// where it does not apply to this kernel).
+type Spoil = fn(&Launch) -> Option<Launch>;
+
+fn with(launch: &Launch, edit: impl FnOnce(&mut Launch)) -> Option<Launch> {
+    let mut l = launch.clone();
+    edit(&mut l);
+    Some(l)
+}
+
+/// Index of the `n`-th buffer argument.
+fn buffer_arg(launch: &Launch, n: usize) -> Option<usize> {
+    launch
+        .args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| matches!(a, Arg::Buffer { .. }))
+        .nth(n)
+        .map(|(i, _)| i)
+}
+
+/// The ways [`spoiled_launches`] spoils a launch.
+const SPOILINGS: &[(&str, Spoil)] = &[
+    ("a zero grid", |l| with(l, |l| l.grid = [0, 1, 1])),
+    ("a block over 1024 threads", |l| with(l, |l| l.block = [2048, 1, 1])),
+    ("a grid short of the work", |l| {
+        // Only kernels with more than one block of work can be short.
+        (l.threads() > u64::from(BLOCK_THREADS) && l.kernel != Kernel::CorrectInterfaceMass)
+            .then(|| with(l, |l| l.grid[0] -= 1))
+            .flatten()
+    }),
+    ("one argument too few", |l| {
+        with(l, |l| {
+            l.args.pop();
+        })
+    }),
+    ("a scalar where a buffer goes", |l| with(l, |l| l.args[0] = Arg::U32(0))),
+    ("an unknown buffer", |l| {
+        let at = buffer_arg(l, 0)?;
+        with(l, |l| l.args[at] = Arg::from(BufferRef::from(BufferId(9999))))
+    }),
+    ("a misaligned offset", |l| {
+        let at = buffer_arg(l, 0)?;
+        with(l, |l| {
+            if let Arg::Buffer { byte_offset, .. } = &mut l.args[at] {
+                *byte_offset = 2;
+            }
+        })
+    }),
+    ("an offset past what the launch needs", |l| {
+        let at = buffer_arg(l, 0)?;
+        with(l, |l| {
+            if let Arg::Buffer { byte_offset, .. } = &mut l.args[at] {
+                *byte_offset = 64;
+            }
+        })
+    }),
+    ("a written buffer also read", |l| {
+        // The first buffer is read and some later one written in every family;
+        // naming the first everywhere aliases them.
+        let first = buffer_arg(l, 0)?;
+        let Arg::Buffer { id, .. } = l.args[first] else {
+            unreachable!()
+        };
+        with(l, |l| {
+            for a in &mut l.args {
+                if let Arg::Buffer { id: other, .. } = a {
+                    *other = id;
+                }
+            }
+        })
+    }),
+    ("a required optional buffer absent", |l| match l.kernel {
+        // The sample has an inlet side; its profile is required.
+        Kernel::StreamCollide => with(l, |l| l.args[4] = Arg::NoBuffer),
+        Kernel::UpdateBoundaryState => with(l, |l| l.args[1] = Arg::NoBuffer),
+        _ => None,
+    }),
+    ("a presence flag that contradicts its buffer", |l| match l.kernel {
+        Kernel::StreamCollide | Kernel::AccumulateExchange => with(l, |l| *l.args.last_mut().unwrap() = Arg::U32(0)),
+        _ => None,
+    }),
+];
+
+/// Every way of spoiling `launch` that applies to its kernel, each a launch
+/// the launch check must refuse: (what was spoiled, the bad launch).
+pub fn spoiled_launches(launch: &Launch) -> Vec<(&'static str, Launch)> {
+    SPOILINGS
+        .iter()
+        .filter_map(|(what, spoil)| spoil(launch).map(|bad| (*what, bad)))
+        .collect()
+}
+
+/// Names of every spoiling [`spoiled_launches`] knows.
+pub fn spoiling_names() -> impl Iterator<Item = &'static str> {
+    SPOILINGS.iter().map(|(what, _)| *what)
 }

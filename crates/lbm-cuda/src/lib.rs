@@ -19,6 +19,7 @@
 mod driver;
 #[cfg(feature = "emu")]
 pub mod emu;
+pub mod testing;
 
 pub use driver::{CudaDriver, device_available, driver_library_present};
 

@@ -5,8 +5,9 @@
 //! everywhere; run them on the device machine with `--include-ignored` (as
 //! `gpu-pack/run.sh` does). With `LBM_KERNEL_EMU` naming the host build of the
 //! kernels (`cargo xtask kernel-emu` sets it up), the same tests run the same
-//! kernel source on the CPU instead, through [`emu::EmuDriver`]. Outputs are poisoned (NaN, or random garbage for
-//! kernels that accumulate) before each launch, so a cell the GPU forgets to
+//! kernel source on the CPU instead, through `lbm_cuda::emu::EmuDriver`
+//! (`lbm_cuda::testing::open_device` picks). Outputs are poisoned (NaN, or
+//! random garbage for kernels that accumulate) before each launch, so a cell the GPU forgets to
 //! write shows up as a mismatch; nothing is ever tested on zeros. Results are
 //! compared with a tolerance (1e-5 relative and absolute for f32, 1e-9 for the
 //! f64 exchange sums, whose atomic order differs); how many values agree bit for
@@ -15,13 +16,13 @@
 //! CUDA's `sinf` is not the host libm's, so its factor is compared within 1e-6
 //! while every other amplitude must match bit for bit. Buffers a launch passes
 //! but must not read (wall distances without interpolated walls, the inlet
-//! buffers without an inlet side, the table of a non-table amplitude) hold NaN,
-//! so a kernel that reads them fails. What these tests do not do: time anything
+//! buffers without an inlet side, the table of a non-table amplitude) are
+//! absent (null pointers), so a kernel that reads them faults. What these tests do not do: time anything
 //! (that is `cargo xtask bench`).
 
 use bytemuck::Pod;
 use lbm_core::config::{Amplitude, InletSpec, Profile};
-use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId};
+use lbm_core::device::{Action, StreamId};
 use lbm_core::domain::geometry::{Body, FLAG_FLUID, FLAG_SOLID, LINK_WORDS, NO_CELL, Shape};
 use lbm_core::domain::hierarchy::{HierarchySpec, Layout, Rect};
 use lbm_core::domain::order::{fine_covered, inlet_samples, ring_cells};
@@ -32,129 +33,7 @@ use lbm_core::kernels::lbm::StreamCollide;
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
 use lbm_core::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use lbm_core::lattice::{self, Collision, Moments, Q};
-use lbm_core::{Boundary, BufferId, CpuDriver, Driver, ExecConfig, Kernel, LatticeConfig, Launch, Result, Stepper};
-use lbm_cuda::CudaDriver;
-
-/// The device under test: the GPU, or the host build of the kernels when
-/// `LBM_KERNEL_EMU` names one.
-enum Device {
-    Cuda(CudaDriver),
-    #[cfg(feature = "emu")]
-    Emu(lbm_cuda::emu::EmuDriver),
-}
-
-impl Device {
-    fn open() -> Device {
-        #[cfg(feature = "emu")]
-        if let Ok(path) = std::env::var("LBM_KERNEL_EMU") {
-            return Device::Emu(lbm_cuda::emu::EmuDriver::open(&path).expect("the host build of the kernels loads"));
-        }
-        Device::Cuda(CudaDriver::new(0).expect("these tests need a CUDA device"))
-    }
-
-    fn name(&self) -> &str {
-        match self {
-            Device::Cuda(d) => d.device_name(),
-            #[cfg(feature = "emu")]
-            Device::Emu(_) => "host emulation of kernels/ (LBM_KERNEL_EMU)",
-        }
-    }
-
-    fn cuda(&mut self) -> Option<&mut CudaDriver> {
-        match self {
-            Device::Cuda(d) => Some(d),
-            #[cfg(feature = "emu")]
-            Device::Emu(_) => None,
-        }
-    }
-}
-
-macro_rules! delegate {
-    ($self:ident, $d:ident => $call:expr) => {
-        match $self {
-            Device::Cuda($d) => $call,
-            #[cfg(feature = "emu")]
-            Device::Emu($d) => $call,
-        }
-    };
-}
-
-impl Driver for Device {
-    fn backend(&self) -> &'static str {
-        delegate!(self, d => d.backend())
-    }
-    fn alloc(&mut self, label: &str, bytes: usize) -> Result<BufferId> {
-        delegate!(self, d => d.alloc(label, bytes))
-    }
-    fn free(&mut self, buffer: BufferId) -> Result<()> {
-        delegate!(self, d => d.free(buffer))
-    }
-    fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> Result<()> {
-        delegate!(self, d => d.upload(buffer, byte_offset, data))
-    }
-    fn download(&mut self, buffer: BufferId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
-        delegate!(self, d => d.download(buffer, byte_offset, out))
-    }
-    fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
-        delegate!(self, d => d.memset_async(buffer, byte_offset, bytes, value))
-    }
-    fn copy_async(&mut self, src: BufferId, so: usize, dst: BufferId, dof: usize, bytes: usize) -> Result<()> {
-        delegate!(self, d => d.copy_async(src, so, dst, dof, bytes))
-    }
-    fn launch(&mut self, launch: &Launch) -> Result<()> {
-        delegate!(self, d => d.launch(launch))
-    }
-    fn synchronize(&mut self) -> Result<()> {
-        delegate!(self, d => d.synchronize())
-    }
-    fn free_memory(&self) -> Result<u64> {
-        delegate!(self, d => d.free_memory())
-    }
-    fn create_stream(&mut self) -> Result<StreamId> {
-        delegate!(self, d => d.create_stream())
-    }
-    fn create_event(&mut self) -> Result<EventId> {
-        delegate!(self, d => d.create_event())
-    }
-    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<()> {
-        delegate!(self, d => d.record_event(event, stream))
-    }
-    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<()> {
-        delegate!(self, d => d.wait_event(stream, event))
-    }
-    fn synchronize_event(&mut self, event: EventId) -> Result<()> {
-        delegate!(self, d => d.synchronize_event(event))
-    }
-    fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
-        delegate!(self, d => d.alloc_staging(label, bytes))
-    }
-    fn free_staging(&mut self, staging: StagingId) -> Result<()> {
-        delegate!(self, d => d.free_staging(staging))
-    }
-    fn download_async(
-        &mut self,
-        stream: StreamId,
-        buffer: BufferId,
-        byte_offset: usize,
-        staging: StagingId,
-        staging_offset: usize,
-        bytes: usize,
-    ) -> Result<()> {
-        delegate!(self, d => d.download_async(stream, buffer, byte_offset, staging, staging_offset, bytes))
-    }
-    fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
-        delegate!(self, d => d.read_staging(staging, byte_offset, out))
-    }
-    fn prepare(&mut self, label: &str, actions: &[Action]) -> Result<PlanId> {
-        delegate!(self, d => d.prepare(label, actions))
-    }
-    fn replay(&mut self, plan: PlanId) -> Result<()> {
-        delegate!(self, d => d.replay(plan))
-    }
-    fn release_plan(&mut self, plan: PlanId) -> Result<()> {
-        delegate!(self, d => d.release_plan(plan))
-    }
-}
+use lbm_core::{Boundary, BufferId, CpuDriver, Driver, ExecConfig, Kernel, LatticeConfig, Launch, Stepper};
 
 /// splitmix64: small, seeded, good enough for test data.
 struct Rng(u64);
@@ -229,16 +108,19 @@ fn body_flags(rng: &mut Rng, layout: &Layout) -> Vec<u8> {
 /// ids agree and one `Launch` serves both.
 struct Twin {
     cpu: CpuDriver,
-    gpu: Device,
+    gpu: Box<dyn Driver>,
+    /// The real GPU, not the host build of the kernels.
+    is_cuda: bool,
 }
 
 impl Twin {
     fn new() -> Twin {
-        let gpu = Device::open();
-        eprintln!("device: {}", gpu.name());
+        let device = lbm_cuda::testing::open_device();
+        eprintln!("device: {}", device.name);
         Twin {
             cpu: CpuDriver::new(),
-            gpu,
+            gpu: device.driver,
+            is_cuda: device.is_cuda,
         }
     }
 
@@ -635,7 +517,7 @@ fn accumulate_exchange_matches_the_cpu() {
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn driver_operations_match_the_cpu() {
     let mut twin = Twin::new();
-    if twin.gpu.cuda().is_none() {
+    if !twin.is_cuda {
         eprintln!("skipped: this test is about CudaDriver itself, not the kernels");
         return;
     }
@@ -647,7 +529,7 @@ fn driver_operations_match_the_cpu() {
     let (cpu, gpu) = twin.download::<u8>(b, 300);
     assert_eq!(gpu, cpu);
     assert!(gpu.iter().all(|v| *v == 0));
-    for d in [&mut twin.cpu as &mut dyn Driver, &mut twin.gpu] {
+    for d in [&mut twin.cpu as &mut dyn Driver, &mut *twin.gpu] {
         d.memset_async(a, 10, 20, 0xAB).unwrap();
         d.copy_async(a, 100, b, 50, 200).unwrap();
         d.copy_async(a, 0, a, 600, 100).unwrap();
@@ -704,7 +586,7 @@ fn streams_events_staging_and_plans_match_the_cpu() {
     ];
     let bytes = Q * plane * 4;
     let mut staged = Vec::new();
-    for d in [&mut twin.cpu as &mut dyn Driver, &mut twin.gpu] {
+    for d in [&mut twin.cpu as &mut dyn Driver, &mut *twin.gpu] {
         let plan = d.prepare("pingpong", &actions).unwrap();
         d.replay(plan).unwrap();
         d.replay(plan).unwrap();
@@ -816,7 +698,7 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
             observe_window_exchange: true,
         };
         let cpu = Stepper::new(CpuDriver::new(), lattice(), exec.clone()).unwrap();
-        let gpu = Stepper::new(Device::open(), lattice(), exec).unwrap();
+        let gpu = Stepper::new(lbm_cuda::testing::open_device().driver, lattice(), exec).unwrap();
         assert_eq!(gpu.plan(), cpu.plan(), "both backends must replay the same plan");
         cpu.initialize(initial_flow).unwrap();
         gpu.initialize(initial_flow).unwrap();

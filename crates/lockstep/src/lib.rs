@@ -4,6 +4,7 @@
 //! Members run in lockstep only if they agree on this schedule, so it is a value
 //! type compared as a whole. The runner that takes ownership of members and
 //! advances them (DESIGN.md §6) is not here yet.
+#![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

@@ -58,6 +58,7 @@
 //! `executing` nothing is computed, and a failing `synchronize` does not undo work
 //! the CPU backend has already done. It does not judge whether a plan is
 //! physically right; the snapshots and the CPU physics tests do.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

@@ -6,6 +6,7 @@
 //! a multiple of K. Everything here is exact host arithmetic, testable without a
 //! device. The ring buffer, its control block and the producer kernels are not
 //! here yet (DESIGN.md §5).
+#![forbid(unsafe_code)]
 
 use thiserror::Error;
 

@@ -1,0 +1,48 @@
+//! The `lbm` binary on whole benchmark runs: slow (minutes on two cores), so
+//! apart from the fast CLI tests; `cargo test --workspace` runs both.
+
+mod common;
+
+use common::{scratch, stderr, validate_on_cpu};
+
+/// The coarse DFG 2D-1 on the CPU meets its target: drag within 1% and the
+/// pressure difference within 2% of the benchmark (measured: cd +0.07%,
+/// delta_p -0.35% at 40 cells per diameter).
+#[test]
+fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
+    let out = scratch("validate");
+    let output = validate_on_cpu(&["dfg-2d1"], &out);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["case"], "dfg-2d1");
+    assert_eq!(report["converged"], true);
+    for q in report["quantities"].as_array().unwrap() {
+        let (name, value, reference) = (
+            &q["name"],
+            q["value"].as_f64().unwrap(),
+            q["reference"].as_f64().unwrap(),
+        );
+        let tolerance = match name.as_str() {
+            Some("cd") => 0.01,
+            Some("delta_p") => 0.02,
+            _ => continue,
+        };
+        assert!(
+            (value / reference - 1.0).abs() < tolerance,
+            "{name} = {value}, reference {reference}"
+        );
+    }
+    assert!(
+        std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("| cd |")
+    );
+    let series = std::fs::read_to_string(out.join("series.csv")).unwrap();
+    let mut rows = series.lines();
+    assert_eq!(rows.next(), Some("time_s,cd,cl,delta_p_pa"));
+    let last: Vec<f64> = rows.last().unwrap().split(',').map(|v| v.parse().unwrap()).collect();
+    let cd = report["quantities"][0]["value"].as_f64().unwrap();
+    assert_eq!(last[1], cd, "the reported cd is the last window's");
+    std::fs::remove_dir_all(out).unwrap();
+}
