@@ -5,7 +5,59 @@
 //!
 //! This crate depends on no other crate of the workspace and on no GPU
 //! library, and contains no `unsafe` code: the CUDA backend lives in
-//! `lbm-cuda`, the recording mock in `mock-driver`.
+//! `lbm-cuda`, the recording mock in `mock-driver`. It writes no files and
+//! parses no command lines (the `lbm` crate does).
+//!
+//! # A run as a library
+//!
+//! A case file in physical units, resolved into lattice units, advanced on the
+//! CPU backend; the fields come back as arrays:
+//!
+//! ```
+//! use lbm_core::case::Case;
+//! use lbm_core::{CpuDriver, ExecConfig, Stepper};
+//!
+//! let case = Case::from_toml(include_str!("../../../cases/cavity-re100.toml"))?;
+//! let resolved = case.resolve()?;
+//! let exec = ExecConfig { tiles: resolved.tiles.clone(), ..ExecConfig::default() };
+//! let stepper = Stepper::new(CpuDriver::new(), resolved.lattice, exec)?;
+//! stepper.step(20)?;
+//! assert_eq!(stepper.step_count(), 20);
+//! let fields = stepper.fields(0, 0)?; // level 0, patch 0: the base grid
+//! assert_eq!(fields.ux.dim(), (64, 64));
+//! // The lid drags the fluid along +x under it.
+//! assert!(fields.ux[(63, 32)] > 0.0);
+//! # Ok::<(), lbm_core::Error>(())
+//! ```
+//!
+//! # Forces on a body: the exchange ledgers
+//!
+//! A periodic channel driven by a body force, with a cylinder; the exchange
+//! window integrates the momentum exchange over every hop since it opened:
+//!
+//! ```
+//! use lbm_core::domain::geometry::{Body, Shape};
+//! use lbm_core::{Boundary, CpuDriver, ExecConfig, LatticeConfig, Stepper};
+//!
+//! let mut lattice = LatticeConfig::uniform(
+//!     48,
+//!     24,
+//!     0.8,
+//!     [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall],
+//! );
+//! lattice.force = [1e-5, 0.0];
+//! lattice.bodies = vec![Body { shape: Shape::Circle { center: [16.0, 12.0], radius: 4.0 }, level: 0 }];
+//! let exec = ExecConfig { observe_window_exchange: true, ..ExecConfig::default() };
+//! let stepper = Stepper::new(CpuDriver::new(), lattice, exec)?;
+//! stepper.step(100)?;
+//! stepper.start_exchange_window()?;
+//! stepper.step(50)?;
+//! let window = stepper.read_exchange_window(0)?;
+//! assert_eq!((window.time_start, window.time_end), (100, 150));
+//! // The flow pushes the cylinder downstream.
+//! assert!(window.mean_force()[0] > 0.0);
+//! # Ok::<(), lbm_core::Error>(())
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod case;

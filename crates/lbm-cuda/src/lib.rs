@@ -14,6 +14,26 @@
 //! It adds no numerics of its own: each kernel mirrors its family's CPU reference in
 //! `lbm_core::kernels`, and the
 //! GPU tests compare the two.
+//!
+//! # Running on the GPU when there is one
+//!
+//! ```
+//! use lbm_core::{Boundary, CpuDriver, Driver, ExecConfig, LatticeConfig, Stepper};
+//!
+//! // CUDA when a driver and device are present, else the CPU reference.
+//! let driver: Box<dyn Driver> = match lbm_cuda::CudaDriver::new(0) {
+//!     Ok(cuda) => Box::new(cuda),
+//!     Err(why) => {
+//!         eprintln!("{why}; using the CPU");
+//!         Box::new(CpuDriver::new())
+//!     }
+//! };
+//! let lattice = LatticeConfig::uniform(32, 32, 0.7, [Boundary::Periodic; 4]);
+//! let stepper = Stepper::new(driver, lattice, ExecConfig::default())?;
+//! stepper.step(10)?;
+//! assert!(stepper.total_mass()? > 0.0);
+//! # Ok::<(), lbm_core::Error>(())
+//! ```
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod driver;

@@ -1,9 +1,9 @@
 //! Test support for code that should behave the same on every backend: the
-//! device under test ([`open_device`]) and [`backend_tests!`], which turns one
+//! device under test ([`open_device`]) and [`backend_tests!`](crate::backend_tests), which turns one
 //! test body into a `#[test]` per backend.
 //!
 //! The device is the GPU, or, when `LBM_KERNEL_EMU` names the host build of
-//! the kernels and the `emu` feature is on, [`crate::emu::EmuDriver`]. Device
+//! the kernels and the `emu` feature is on, `EmuDriver`. Device
 //! tests are `#[ignore]`d with their reason, so plain `cargo test` passes
 //! everywhere and `--include-ignored` runs them where a device is; a device
 //! test never skips silently. Nothing here is used by a run.

@@ -759,3 +759,88 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
         gpu.close().unwrap();
     }
 }
+
+/// Random contents for buffer `param` of a sample launch (`bytes` long): the
+/// kind of data the kernel expects there, so that its paths are exercised.
+fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, plane_cells: u32) -> Vec<u8> {
+    let floats = bytes / 4;
+    let words: Vec<u32> = match param {
+        "flags" => return (0..bytes).map(|_| (rng.below(100) < 10) as u8).collect(),
+        "wall_distance" => (0..floats).map(|_| wall_q(rng).to_bits()).collect(),
+        "inlet_profile" => (0..floats).map(|_| rng.range(0.0, 0.08).to_bits()).collect(),
+        "state" | "boundary_state" => vec![rng.below(50), rng.range(0.0, 1.2).to_bits()],
+        "table" => (0..floats)
+            .map(|k| {
+                if k % 2 == 0 {
+                    (5.0 * k as f32 + 1.0).to_bits()
+                } else {
+                    rng.range(-1.0, 1.0).to_bits()
+                }
+            })
+            .collect(),
+        "links" => (0..floats / LINK_WORDS)
+            .flat_map(|_| {
+                let behind = if rng.below(4) == 0 {
+                    NO_CELL
+                } else {
+                    rng.below(plane_cells)
+                };
+                [
+                    rng.below(plane_cells),
+                    1 + rng.below(8),
+                    rng.range(-3.0, 3.0).to_bits(),
+                    rng.range(-3.0, 3.0).to_bits(),
+                    wall_q(rng).to_bits(),
+                    behind,
+                ]
+            })
+            .collect(),
+        "interval" | "window" => {
+            return (0..bytes / 8)
+                .flat_map(|_| (rng.range(-1.0, 1.0) as f64).to_le_bytes())
+                .collect();
+        }
+        "flux" => (0..floats).map(|_| rng.range(-1e-3, 1e-3).to_bits()).collect(),
+        // Population planes, nine per allocation.
+        _ => random_populations(rng, floats / Q)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect(),
+    };
+    bytemuck::cast_slice(&words).to_vec()
+}
+
+/// The fixtures' sample launch of every kernel family, on random contents of
+/// the right kind, gives the CPU's outputs in every buffer it writes.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn every_family_sample_matches_the_cpu() {
+    let mut twin = Twin::new();
+    let mut rng = Rng(17);
+    let samples = lbm_core::fixtures::allocate_samples(&mut twin.cpu).unwrap();
+    let gpu_samples = lbm_core::fixtures::allocate_samples(&mut *twin.gpu).unwrap();
+    assert_eq!(samples, gpu_samples, "the samples got the same buffers on both drivers");
+    for (launch, _) in &samples {
+        let uses = lbm_core::kernels::uses_of(launch).unwrap();
+        let plane_cells = match launch.args.get(1) {
+            Some(lbm_core::Arg::U32(cells)) if launch.kernel == Kernel::AccumulateExchange => *cells,
+            _ => 1,
+        };
+        for u in &uses {
+            let data = sample_contents(&mut rng, u.param, u.bytes, plane_cells);
+            twin.cpu.upload(u.buffer.id, 0, &data).unwrap();
+            twin.gpu.upload(u.buffer.id, 0, &data).unwrap();
+        }
+        twin.launch(launch);
+        for u in uses.iter().filter(|u| u.access != lbm_core::kernels::Access::Read) {
+            let what = format!("{} sample, {}", launch.kernel, u.param);
+            match u.align {
+                8 => {
+                    let (cpu, gpu) = twin.download::<f64>(u.buffer.id, u.bytes / 8);
+                    assert_close(&what, &cpu, &gpu, 1e-9);
+                }
+                _ => twin.compare_f32(&what, u.buffer.id, u.bytes / 4),
+            }
+        }
+    }
+}

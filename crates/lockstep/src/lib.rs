@@ -4,6 +4,14 @@
 //! Members run in lockstep only if they agree on this schedule, so it is a value
 //! type compared as a whole. The runner that takes ownership of members and
 //! advances them (DESIGN.md §6) is not here yet.
+//!
+//! ```
+//! use lockstep::FixedSchedule;
+//!
+//! let schedule = FixedSchedule::new(10, 4)?;
+//! assert_eq!(schedule.save_points(), &[4, 8, 10]);
+//! # Ok::<(), lockstep::LockstepError>(())
+//! ```
 #![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};

@@ -6,6 +6,17 @@
 //! a multiple of K. Everything here is exact host arithmetic, testable without a
 //! device. The ring buffer, its control block and the producer kernels are not
 //! here yet (DESIGN.md §5).
+//!
+//! ```
+//! use ring_producer::{producer_chunked_grid_blocks, producer_grid_blocks};
+//!
+//! assert_eq!(producer_grid_blocks(1), 1);
+//! assert_eq!(producer_grid_blocks(4 * 16384 + 1), 5);
+//! assert_eq!(producer_grid_blocks(u64::MAX), 264);
+//! // Split among 7 sources, the grid is a multiple of 7.
+//! assert_eq!(producer_chunked_grid_blocks(100 * 16384, 7)? % 7, 0);
+//! # Ok::<(), ring_producer::RingError>(())
+//! ```
 #![forbid(unsafe_code)]
 
 use thiserror::Error;

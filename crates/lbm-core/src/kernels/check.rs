@@ -1,0 +1,155 @@
+//! The one launch check, derived from each family's declarations
+//! ([`KernelArgs`]): what every driver runs before a launch reaches a device,
+//! and once per plan at prepare.
+//!
+//! It reads no buffer contents.
+
+use crate::device::{Action, BufferId, Launch, MAX_BLOCK_THREADS, PlanId};
+use crate::domain::hierarchy::Layout;
+use crate::error::{Error, LaunchProblem, Result};
+
+use super::{Access, FamilyVisitor, KernelArgs, dispatch};
+
+/// Checks `launch` against buffer sizes (`size_of` answers bytes, or `None`
+/// for a buffer the driver does not hold); see the module documentation.
+pub fn check_launch(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
+    struct Check<F>(F);
+    impl<F: Fn(BufferId) -> Option<usize>> FamilyVisitor for Check<F> {
+        type Output = std::result::Result<(), LaunchProblem>;
+        fn visit<K: KernelArgs>(self, launch: &Launch) -> Self::Output {
+            check::<K>(launch, &self.0)
+        }
+    }
+    dispatch(launch, Check(size_of)).map_err(|problem| Error::Launch {
+        kernel: launch.kernel,
+        problem,
+    })
+}
+
+/// [`check_launch`] for a launch, and for a memset that its range lies inside
+/// the buffer.
+pub fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
+    match action {
+        Action::Launch(launch) => check_launch(launch, size_of),
+        Action::Memset { buffer, bytes } => {
+            let size = size_of(*buffer).ok_or(Error::UnknownBuffer {
+                backend,
+                buffer: *buffer,
+            })?;
+            if *bytes > size {
+                return Err(Error::OutOfRange {
+                    backend,
+                    operation: "memset",
+                    label: buffer.to_string(),
+                    start: 0,
+                    end: *bytes as u64,
+                    size: size as u64,
+                });
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Refuses the replay of prepared plan `plan` when a buffer its actions name
+/// has been freed since it was prepared.
+pub fn check_replay(
+    plan: PlanId,
+    actions: &[Action],
+    backend: &'static str,
+    size_of: impl Fn(BufferId) -> Option<usize>,
+) -> Result<()> {
+    match actions.iter().flat_map(Action::buffers).find(|b| size_of(*b).is_none()) {
+        Some(buffer) => Err(Error::StalePlan { backend, plan, buffer }),
+        None => Ok(()),
+    }
+}
+
+fn check<K: KernelArgs>(
+    launch: &Launch,
+    size_of: &impl Fn(BufferId) -> Option<usize>,
+) -> std::result::Result<(), LaunchProblem> {
+    let k = K::decode(launch).map_err(|e| match e {
+        Error::Launch { problem, .. } => problem,
+        other => LaunchProblem::Shape(other.to_string()),
+    })?;
+    let (grid, block) = (launch.grid, launch.block);
+    if grid.contains(&0) || block.contains(&0) {
+        return Err(LaunchProblem::EmptyGrid { grid, block });
+    }
+    let block_threads: u64 = block.iter().map(|&d| u64::from(d)).product();
+    if block_threads > u64::from(MAX_BLOCK_THREADS) {
+        return Err(LaunchProblem::BlockTooLarge {
+            block,
+            max: MAX_BLOCK_THREADS,
+        });
+    }
+    if let Some(required) = k.required_block()
+        && (block != [required, 1, 1] || grid != [1, 1, 1])
+    {
+        return Err(LaunchProblem::BlockShape { block, required });
+    }
+    k.check_shape()?;
+    let items = k.work_items() as u64;
+    if launch.threads() < items {
+        return Err(LaunchProblem::GridTooSmall {
+            threads: launch.threads(),
+            items,
+        });
+    }
+    let uses = k.buffer_uses();
+    for u in &uses {
+        let size = size_of(u.buffer.id).ok_or(LaunchProblem::UnknownBuffer {
+            param: u.param,
+            buffer: u.buffer.id,
+        })?;
+        let offset = u.buffer.byte_offset;
+        if offset % u.align != 0 {
+            return Err(LaunchProblem::Misaligned {
+                param: u.param,
+                buffer: u.buffer.id,
+                offset,
+                align: u.align,
+            });
+        }
+        let available = (size as u64).saturating_sub(offset);
+        if u.bytes as u64 > available {
+            return Err(LaunchProblem::TooSmall {
+                param: u.param,
+                buffer: u.buffer.id,
+                offset,
+                available,
+                needed: u.bytes as u64,
+            });
+        }
+    }
+    // A written buffer is named once: kernels work out of place.
+    for (i, a) in uses.iter().enumerate() {
+        for b in &uses[i + 1..] {
+            if a.buffer.id == b.buffer.id && (a.access != Access::Read || b.access != Access::Read) {
+                let (written, other) = if a.access != Access::Read {
+                    (a.param, b.param)
+                } else {
+                    (b.param, a.param)
+                };
+                return Err(LaunchProblem::Aliased {
+                    written,
+                    other,
+                    buffer: a.buffer.id,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `layout.plane_cells()` once the layout is known not to divide by zero.
+pub(super) fn check_layout(what: &str, layout: &Layout) -> std::result::Result<(), LaunchProblem> {
+    if layout.nx == 0 || layout.ny == 0 || layout.tile[0] == 0 || layout.tile[1] == 0 {
+        return Err(LaunchProblem::Shape(format!(
+            "{what} layout {}x{} with tile {:?}: sizes and tile sides must be at least 1",
+            layout.nx, layout.ny, layout.tile
+        )));
+    }
+    Ok(())
+}
