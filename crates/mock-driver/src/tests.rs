@@ -2,14 +2,10 @@
 //! seam's streams, events, staging and plans.
 
 use super::*;
-use lbm_core::Arg;
-use lbm_core::config::Amplitude;
 use lbm_core::fixtures::benchmark_physics;
 use lbm_core::kernels::KernelArgs;
-use lbm_core::kernels::boundary::UpdateBoundaryState;
 use lbm_core::kernels::lbm::StreamCollide;
 use lbm_core::lattice::Q;
-use lbm_core::{Boundary, BufferRef};
 
 fn stream_collide(src: BufferId, dst: BufferId, flags: BufferId) -> Launch {
     // The rendering test pins these relaxation rates and this force.
@@ -126,70 +122,30 @@ fn bad_calls_are_refused_and_logged() {
             "`dst` (buf#2) holds 16 bytes after offset 0, the launch needs 576",
         ],
     );
-    check_refused(
-        |d, [a, b, f]| {
-            let mut launch = stream_collide(a, b, f);
-            launch.args.pop();
-            d.launch(&launch)
-        },
-        &["stream_collide", "30 arguments, the kernel takes 31"],
-    );
-    check_refused(
-        |d, [a, b, f]| {
-            let mut k = StreamCollide::decode(&stream_collide(a, b, f))?;
-            k.wall_distance = Some(f.into());
-            d.launch(&k.launch())
-        },
-        &["`wall_distance` (buf#2) holds 16 bytes after offset 0, the launch needs 576"],
-    );
-    check_refused(
-        |d, [a, b, f]| {
-            let mut k = StreamCollide::decode(&stream_collide(a, b, f))?;
-            k.boundaries[0] = Boundary::Inlet;
-            k.boundaries[1] = Boundary::Outflow;
-            k.inlet_profile = Some(d.alloc("tiny", 4)?.into());
-            k.boundary_state = Some(f.into());
-            d.launch(&k.launch())
-        },
-        &["`inlet_profile` (buf#3) holds 4 bytes after offset 0, the launch needs 48"],
-    );
-    check_refused(
-        |d, [_, _, f]| {
-            let tiny: BufferRef = d.alloc("tiny", 4)?.into();
-            d.launch(&UpdateBoundaryState::new(f.into(), None, &Amplitude::Constant).launch())?;
-            let table = Amplitude::Table {
-                points: vec![[0.0, 0.0], [1.0, 1.0], [2.0, 0.5]],
-            };
-            d.launch(&UpdateBoundaryState::new(f.into(), Some(tiny), &table).launch())
-        },
-        &[
-            "update_boundary_state",
-            "`table` (buf#3) holds 4 bytes after offset 0, the launch needs 24",
-        ],
-    );
-    check_refused(
-        |d, _| {
-            let tiny = d.alloc("tiny", 4)?;
-            d.launch(&UpdateBoundaryState::new(tiny.into(), None, &Amplitude::Constant).launch())
-        },
-        &["`state` (buf#3) holds 4 bytes after offset 0, the launch needs 8"],
-    );
-    check_refused(
-        |d, [a, b, f]| {
-            let mut launch = stream_collide(a, b, f);
-            launch.block = [2048, 1, 1];
-            d.launch(&launch)
-        },
-        &["block [2048, 1, 1] has more than 1024 threads"],
-    );
-    check_refused(
-        |d, [a, b, f]| {
-            let mut launch = stream_collide(a, b, f);
-            launch.args[0] = Arg::Buffer { id: a, byte_offset: 2 };
-            d.launch(&launch)
-        },
-        &["`src` (buf#0) byte offset 2 is not a multiple of 4"],
-    );
+}
+
+/// Every spoiled fixture sample is refused, logged as its launch followed by
+/// the error (the messages themselves are the CPU's: tests/launch_check.rs).
+#[test]
+fn spoiled_fixture_launches_are_refused_and_logged() {
+    let mut driver = MockDriver::new();
+    let handle = driver.handle();
+    let samples = lbm_core::fixtures::allocate_samples(&mut driver).unwrap();
+    let mut refused = 0;
+    for (launch, _) in &samples {
+        for (what, bad) in lbm_core::fixtures::spoiled_launches(launch) {
+            handle.clear_log();
+            let message = driver.launch(&bad).unwrap_err().to_string();
+            let log = handle.log();
+            assert!(
+                matches!(&log[..], [Event::Launch { kernel, .. }, Event::Error { call: EventKind::Launch, message: m }]
+                    if *kernel == launch.kernel && *m == message),
+                "{what}: {log:?}"
+            );
+            refused += 1;
+        }
+    }
+    assert!(refused >= 7 * lbm_core::Kernel::ALL.len(), "{refused} spoiled launches");
 }
 
 /// Arms a fault `k` calls ahead and checks which call of `calls` fails.
