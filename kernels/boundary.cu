@@ -22,7 +22,7 @@
 // f32 nearest pi, as std::f32::consts::PI.
 #define LBM_PI_F32 3.14159265358979323846f
 
-// launch::amplitude_factor at time `t` (base intervals).
+// kernels::boundary::amplitude_factor at time `t` (base intervals).
 __device__ __forceinline__ float amplitude_factor(unsigned int kind, float parameter, const float* table,
                                                   unsigned int table_points, float t) {
     if (kind == LBM_AMPLITUDE_RAMP && parameter > 0.0f) {

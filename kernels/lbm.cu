@@ -6,7 +6,7 @@
 // the active region; solid cells are copied unchanged. A population that would
 // come from beyond a side of the active region takes that side's rule, the first
 // match in this order winning at a corner: inlet (bounce-back with the inlet
-// profile's sample for the row and direction, launch::inlet_sample, times the
+// profile's sample for the row and direction, domain::order::inlet_sample, times the
 // amplitude factor in `boundary_state`, the momentum term at rest density), wall (bounce-back with the wall's velocity,
 // the y side before the x side), outflow (anti-bounce-back at rest density
 // with the velocity extrapolated from the cell and its upstream neighbour),
@@ -190,7 +190,7 @@ extern "C" __global__ void stream_collide(
             float ux;
             float uy;
             if (bounce_kind == LBM_BOUNDARY_INLET) {
-                // launch::inlet_sample: where the link crosses the inlet.
+                // domain::order::inlet_sample: where the link crosses the inlet.
                 ux = inlet_profile[LBM_INLET_SAMPLE(y - y0, lbm_cy(i))] * boundary_state[1];
                 uy = 0.0f;
             } else {
