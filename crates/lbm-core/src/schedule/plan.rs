@@ -55,7 +55,7 @@ pub fn parity_at_interval_start(level: usize, step_count: u64) -> usize {
 }
 
 /// Inputs of [`HopPlan::build`] besides the resources.
-pub struct PlanInputs<'a> {
+pub(crate) struct PlanInputs<'a> {
     pub hierarchy: &'a Hierarchy,
     /// How each patch's coupling sees its sides, indexed like `hierarchy.levels`.
     pub sides: &'a [Vec<PatchSides>],
@@ -76,7 +76,7 @@ pub struct HopPlan {
 }
 
 impl HopPlan {
-    pub fn build(inputs: &PlanInputs, resources: &Resources) -> HopPlan {
+    pub(crate) fn build(inputs: &PlanInputs, resources: &Resources) -> HopPlan {
         let intervals = [0, 1].map(|step_count| {
             let mut builder = Builder {
                 inputs,
@@ -121,7 +121,7 @@ impl HopPlan {
 
 /// The population buffer of a patch that holds its state after `step_count`
 /// completed intervals.
-pub fn current_buffer(resources: &Resources, level: usize, patch: usize, step_count: u64) -> BufferId {
+pub(crate) fn current_buffer(resources: &Resources, level: usize, patch: usize, step_count: u64) -> BufferId {
     resources.patches[level][patch].f[parity_at_interval_start(level, step_count)]
 }
 

@@ -11,7 +11,7 @@
 //! Construction runs in one direction: the configuration is checked, the
 //! resources are allocated, the plan is built from them and prepared on the
 //! driver (where every launch is checked once). The stepper does no physics
-//! itself and keeps no buffer handles of its own beyond the [`Resources`].
+//! itself and keeps no buffer handles of its own beyond its resources.
 //!
 //! The driver-free state (`State`) is apart from the driver so that the
 //! reads in `observe` borrow both at once. Each stepper owns its driver:
