@@ -5,11 +5,14 @@
 //!   refused, by `launch` and by `prepare`, with the CPU's error;
 //! - a prepared plan replays exactly what the same launches do, a download
 //!   on a second stream after an event lands those bytes in staging, and a
-//!   plan is refused once a buffer it names is freed.
+//!   plan is refused once a buffer it names is freed;
+//! - launch arguments at byte offsets address inside their buffers.
 
 use lbm_core::device::{Action, StreamId};
 use lbm_core::fixtures::{PeriodicBenchmark, allocate_samples, benchmark_physics, spoiled_launches};
-use lbm_core::{CpuDriver, Driver, Kernel};
+use lbm_core::kernels::KernelArgs;
+use lbm_core::kernels::lbm::StreamCollide;
+use lbm_core::{BufferRef, CpuDriver, Driver, Kernel};
 
 /// (kernel, spoiling, error text) of every spoiled sample on `driver`.
 fn verdicts(driver: &mut dyn Driver) -> Vec<(Kernel, &'static str, String)> {
@@ -93,7 +96,44 @@ fn prepared_plans_replay_what_their_launches_do(mut d: Box<dyn Driver>) {
     assert!(message.contains("unknown plan"), "{message}");
 }
 
+/// A launch whose buffers start at byte offsets inside larger buffers
+/// computes what the same launch on whole buffers does.
+fn byte_offsets_address_inside_a_buffer(mut d: Box<dyn Driver>) {
+    let n = 32;
+    let whole = PeriodicBenchmark::allocate(&mut d, n, benchmark_physics()).unwrap();
+    let bytes = whole.population_bytes;
+    let (src_at, dst_at) = (256usize, 1024usize);
+    let src = d.alloc("offset.src", src_at + bytes).unwrap();
+    let dst = d.alloc("offset.dst", dst_at + bytes).unwrap();
+    let mut populations = vec![0u8; bytes];
+    d.download(whole.src, 0, &mut populations).unwrap();
+    d.upload(src, src_at, &populations).unwrap();
+    let at = |id, byte_offset: usize| BufferRef {
+        id,
+        byte_offset: byte_offset as u64,
+    };
+    let launch = StreamCollide::periodic(
+        at(src, src_at),
+        at(dst, dst_at),
+        whole.flags.into(),
+        [n, n],
+        benchmark_physics(),
+    )
+    .launch();
+    d.launch(&launch).unwrap();
+    d.launch(&whole.launches[0]).unwrap();
+    d.synchronize().unwrap();
+    let (mut want, mut got) = (vec![0u8; bytes], vec![0u8; bytes]);
+    d.download(whole.dst, 0, &mut want).unwrap();
+    d.download(dst, dst_at, &mut got).unwrap();
+    assert!(want == got, "{}: the offset launch differs", d.backend());
+    let mut before = vec![1u8; dst_at];
+    d.download(dst, 0, &mut before).unwrap();
+    assert!(before.iter().all(|b| *b == 0), "nothing is written before the offset");
+}
+
 lbm_cuda::backend_tests! {
     bad_launches => refuses_bad_launches_like_the_cpu,
     prepared_plans => prepared_plans_replay_what_their_launches_do,
+    byte_offsets => byte_offsets_address_inside_a_buffer,
 }
