@@ -14,6 +14,7 @@ use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
 use crate::backend::BackendChoice;
+use crate::output::{Writer, Written, fields};
 
 pub struct RunOptions {
     pub case: PathBuf,
@@ -33,6 +34,9 @@ pub struct Summary {
     pub cell_updates: u64,
     /// Total mass at the end relative to the start, minus one.
     pub mass_drift: f64,
+    /// Each body's (cd, cl) over the last force sample.
+    pub coefficients: Vec<[f64; 2]>,
+    pub written: Written,
     #[serde(skip)]
     pub out: PathBuf,
 }
@@ -50,14 +54,16 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         path: options.case.display().to_string(),
         source,
     })?;
-    let case = Case::from_toml(&text).map_err(|source| AppError::Case {
+    let mut case = Case::from_toml(&text).map_err(|source| AppError::Case {
         path: options.case.display().to_string(),
         source,
     })?;
-    let mut resolved = case.resolve()?;
+    // The run length sets the save points too, so it is overridden before
+    // the case resolves.
     if let Some(steps) = options.steps {
-        resolved.steps = steps;
+        case.run.steps = steps;
     }
+    let resolved = case.resolve()?;
     let driver = options.backend.open()?;
     prepare_output(&options.out)?;
     advance(driver, &case, &resolved, &options.out)
@@ -99,11 +105,14 @@ fn advance<D: Driver>(driver: D, case: &Case, resolved: &Resolved, out: &Path) -
             code_version: env!("CARGO_PKG_VERSION"),
         },
     )?;
+    let bodies = &resolved.lattice.bodies;
     let exec = ExecConfig {
         tiles: resolved.tiles.clone(),
+        observe_window_exchange: !bodies.is_empty(),
         ..ExecConfig::default()
     };
     let stepper = Stepper::new(driver, resolved.lattice.clone(), exec)?;
+    let mut writer = Writer::create(out, case, resolved)?;
     let hierarchy = stepper.hierarchy();
     let updates_per_interval: u64 = hierarchy
         .patches()
@@ -111,7 +120,42 @@ fn advance<D: Driver>(driver: D, case: &Case, resolved: &Resolved, out: &Path) -
         .sum();
     let mass_start = stepper.total_mass()?;
     let start = Instant::now();
-    stepper.step(resolved.steps)?;
+    let plan = writer.plan().clone();
+    let sample = plan.forces_every;
+    let samples_needed = !bodies.is_empty() || !plan.probes.is_empty();
+    if !bodies.is_empty() {
+        stepper.start_exchange_window()?;
+    }
+    let mut saves = plan.save_points.iter().copied().peekable();
+    let mut coefficients = Vec::new();
+    let mut done = 0;
+    while done < resolved.steps {
+        let next_sample = if samples_needed {
+            (done / sample + 1) * sample
+        } else {
+            u64::MAX
+        };
+        let next = next_sample.min(*saves.peek().unwrap_or(&u64::MAX)).min(resolved.steps);
+        stepper.step(next - done)?;
+        done = next;
+        let time = done as f64 * resolved.units.dt;
+        if samples_needed && (done % sample == 0 || done == resolved.steps) {
+            if !bodies.is_empty() {
+                let records = (0..bodies.len())
+                    .map(|b| stepper.read_exchange_window(b))
+                    .collect::<lbm_core::Result<Vec<_>>>()?;
+                coefficients = writer.forces(time, &records)?;
+                stepper.start_exchange_window()?;
+            }
+            if !plan.probes.is_empty() {
+                writer.probes(time, &fields::gather(&stepper, &resolved.units, bodies)?)?;
+            }
+        }
+        if saves.peek() == Some(&done) {
+            saves.next();
+            writer.save(done, &fields::gather(&stepper, &resolved.units, bodies)?)?;
+        }
+    }
     let wall_seconds = start.elapsed().as_secs_f64();
     let mass_end = stepper.total_mass()?;
     stepper.close()?;
@@ -124,6 +168,8 @@ fn advance<D: Driver>(driver: D, case: &Case, resolved: &Resolved, out: &Path) -
         mlups: cell_updates as f64 / wall_seconds.max(1e-9) / 1e6,
         cell_updates,
         mass_drift: mass_end / mass_start - 1.0,
+        coefficients,
+        written: writer.finish(),
         out: out.to_owned(),
     };
     write_json(&out.join("summary.json"), &summary)?;

@@ -12,6 +12,7 @@ use crate::domain::geometry::{Body, Shape};
 use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect};
 use crate::error::{Error, Result};
 use crate::lattice::Collision;
+use crate::output::{OutputPlan, OutputSpec};
 use crate::units::UnitSystem;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -28,6 +29,9 @@ pub struct Case {
     #[serde(default)]
     pub bodies: Vec<Shape>,
     pub run: Run,
+    /// What the run writes; without the table, fields at the end only.
+    #[serde(default)]
+    pub output: OutputSpec,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -134,6 +138,7 @@ pub struct Resolved {
     pub units: UnitSystem,
     pub steps: u64,
     pub tiles: Vec<Option<[u32; 2]>>,
+    pub output: OutputPlan,
 }
 
 impl Case {
@@ -249,11 +254,15 @@ impl Case {
             .velocity_to_lattice(self.flow.reference_velocity)
             .max(lattice.prescribed_speed());
         lattice.check_stability(speed)?;
+        let output = self
+            .output
+            .resolve(&units, self.run.steps, self.domain.size, &lattice.bodies)?;
         Ok(Resolved {
             lattice,
             units,
             steps: self.run.steps,
             tiles,
+            output,
         })
     }
 }

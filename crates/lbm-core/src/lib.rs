@@ -70,6 +70,7 @@ pub mod fixtures;
 pub mod kernels;
 pub mod lattice;
 pub mod ledger;
+pub mod output;
 pub mod schedule;
 pub mod stepper;
 pub mod units;

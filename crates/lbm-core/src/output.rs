@@ -1,0 +1,314 @@
+//! The `[output]` table of a case file and the [`OutputPlan`] it resolves to:
+//! when fields are saved and which, in which formats, the probes, and how
+//! often the body forces are sampled. Every key is checked before any work.
+//!
+//! This module decides what is written and when; it writes nothing (the `lbm`
+//! crate's writers do).
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::geometry::Body;
+use crate::error::{Error, Result};
+use crate::units::UnitSystem;
+
+/// A field saved at every save point, in physical units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldName {
+    /// Pressure relative to the rest state, Pa (`c_s² ρ₀ Δρ` in lattice terms).
+    Pressure,
+    /// Density, kg/m³.
+    Density,
+    /// Velocity (u_x, u_y), m/s.
+    Velocity,
+    /// Speed |u|, m/s.
+    Speed,
+    /// Vorticity ∂u_y/∂x − ∂u_x/∂y, 1/s.
+    Vorticity,
+}
+
+impl FieldName {
+    /// The unit written beside the field's name.
+    pub fn unit(self) -> &'static str {
+        match self {
+            FieldName::Pressure => "Pa",
+            FieldName::Density => "kg/m^3",
+            FieldName::Velocity | FieldName::Speed => "m/s",
+            FieldName::Vorticity => "1/s",
+        }
+    }
+
+    /// Components per cell.
+    pub fn components(self) -> usize {
+        match self {
+            FieldName::Velocity => 2,
+            _ => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldName::Pressure => "pressure",
+            FieldName::Density => "density",
+            FieldName::Velocity => "velocity",
+            FieldName::Speed => "speed",
+            FieldName::Vorticity => "vorticity",
+        }
+    }
+}
+
+/// A file format fields are saved in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// VTK XML for ParaView: `.vti` blocks in a `.vthb` overlapping-AMR file
+    /// per save point, and a `.pvd` time series.
+    Vtk,
+    /// One `.npy` array per level, patch and field, with `index.json`.
+    Npy,
+}
+
+fn default_fields() -> Vec<FieldName> {
+    vec![FieldName::Pressure, FieldName::Velocity, FieldName::Vorticity]
+}
+
+fn default_formats() -> Vec<Format> {
+    vec![Format::Vtk, Format::Npy]
+}
+
+/// A point probe: p, u_x, u_y at every force sample.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PointProbe {
+    pub name: String,
+    /// m.
+    pub point: [f64; 2],
+}
+
+/// A line probe: a profile of p, u_x, u_y at `points` evenly spaced points
+/// from `from` to `to`, at every save point.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LineProbe {
+    pub name: String,
+    /// m.
+    pub from: [f64; 2],
+    /// m.
+    pub to: [f64; 2],
+    pub points: u32,
+}
+
+/// The `[output]` table as written in a case file.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    /// Save interval, s of simulated time; fields are also saved at the end.
+    #[serde(default)]
+    pub every: Option<f64>,
+    /// Save interval in base intervals, instead of `every`.
+    #[serde(default)]
+    pub every_intervals: Option<u64>,
+    #[serde(default = "default_fields")]
+    pub fields: Vec<FieldName>,
+    #[serde(default = "default_formats")]
+    pub formats: Vec<Format>,
+    #[serde(default)]
+    pub probes: Vec<PointProbe>,
+    #[serde(default)]
+    pub lines: Vec<LineProbe>,
+    /// Sample period of the body forces and point probes, s (default: every
+    /// base interval).
+    #[serde(default)]
+    pub forces_every: Option<f64>,
+}
+
+impl Default for OutputSpec {
+    fn default() -> Self {
+        OutputSpec {
+            every: None,
+            every_intervals: None,
+            fields: default_fields(),
+            formats: default_formats(),
+            probes: Vec::new(),
+            lines: Vec::new(),
+            forces_every: None,
+        }
+    }
+}
+
+/// A probe point resolved to base lattice units (one base cell = 1).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResolvedProbe {
+    pub name: String,
+    /// Physical position, m.
+    pub point: [f64; 2],
+    /// Base lattice position.
+    pub lattice: [f64; 2],
+}
+
+/// A line probe resolved to its points.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResolvedLine {
+    pub name: String,
+    pub points: Vec<ResolvedProbe>,
+}
+
+/// What a run writes and when, in base intervals.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OutputPlan {
+    /// Intervals at which fields are saved, ascending, the last one the end.
+    pub save_points: Vec<u64>,
+    pub fields: Vec<FieldName>,
+    pub formats: Vec<Format>,
+    pub probes: Vec<ResolvedProbe>,
+    pub lines: Vec<ResolvedLine>,
+    /// Base intervals per force and point-probe sample.
+    pub forces_every: u64,
+}
+
+/// Seconds of simulated time as whole base intervals (at least one), or the
+/// error naming `key`.
+fn intervals(key: &str, seconds: f64, units: &UnitSystem) -> Result<u64> {
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        return Err(Error::parameter(key, seconds, "a positive number of seconds"));
+    }
+    Ok(((seconds / units.dt).round() as u64).max(1))
+}
+
+impl OutputSpec {
+    /// The plan for a run of `steps` base intervals in a `size` m domain with
+    /// `bodies` (base lattice units); refuses a save interval that is not
+    /// positive, both `every` and `every_intervals`, an empty field or format
+    /// list, duplicate or unnamed probes, and probe points outside the domain
+    /// or inside a body.
+    pub fn resolve(&self, units: &UnitSystem, steps: u64, size: [f64; 2], bodies: &[Body]) -> Result<OutputPlan> {
+        let every = match (self.every, self.every_intervals) {
+            (Some(_), Some(_)) => {
+                return Err(Error::parameter(
+                    "output.every_intervals",
+                    "given with output.every",
+                    "one of output.every (s) and output.every_intervals",
+                ));
+            }
+            (Some(s), None) => Some(intervals("output.every", s, units)?),
+            (None, Some(0)) => {
+                return Err(Error::parameter(
+                    "output.every_intervals",
+                    0,
+                    "at least 1 base interval",
+                ));
+            }
+            (None, n) => n,
+        };
+        let mut save_points: Vec<u64> = match every {
+            Some(n) => (1..=steps / n).map(|k| k * n).collect(),
+            None => Vec::new(),
+        };
+        if save_points.last() != Some(&steps) && steps > 0 {
+            save_points.push(steps);
+        }
+        if self.fields.is_empty() {
+            return Err(Error::parameter(
+                "output.fields",
+                "[]",
+                "at least one of pressure, density, velocity, speed, vorticity",
+            ));
+        }
+        if self.formats.is_empty() {
+            return Err(Error::parameter(
+                "output.formats",
+                "[]",
+                "at least one of vtk, npy, png",
+            ));
+        }
+        let forces_every = match self.forces_every {
+            Some(s) => intervals("output.forces_every", s, units)?,
+            None => 1,
+        };
+        let mut names = std::collections::BTreeSet::new();
+        let scale = units.length_to_lattice(1.0);
+        // A point probe must lie in the fluid; a line may cross a body, whose
+        // points then read as solid.
+        let resolve_point = |key: String, name: &str, point: [f64; 2], in_fluid: bool| -> Result<ResolvedProbe> {
+            let inside = (0..2).all(|k| point[k] >= 0.0 && point[k] <= size[k] && point[k].is_finite());
+            if !inside {
+                return Err(Error::parameter(
+                    &key,
+                    format!("{point:?}"),
+                    &format!("a point inside the domain, [0, {}] x [0, {}] m", size[0], size[1]),
+                ));
+            }
+            let lattice = point.map(|v| v * scale);
+            if in_fluid && bodies.iter().any(|b| b.shape.contains(lattice)) {
+                return Err(Error::parameter(
+                    &key,
+                    format!("{point:?}"),
+                    "a point in the fluid, not inside a body",
+                ));
+            }
+            Ok(ResolvedProbe {
+                name: name.to_owned(),
+                point,
+                lattice,
+            })
+        };
+        let mut check_name = |key: String, name: &str| -> Result<()> {
+            let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !valid {
+                return Err(Error::parameter(
+                    &key,
+                    format!("{name:?}"),
+                    "letters, digits, _ and - (it names a file)",
+                ));
+            }
+            if !names.insert(name.to_owned()) {
+                return Err(Error::parameter(&key, name, "a name no other probe or line has"));
+            }
+            Ok(())
+        };
+        let mut probes = Vec::new();
+        for (k, p) in self.probes.iter().enumerate() {
+            check_name(format!("output.probes[{k}].name"), &p.name)?;
+            probes.push(resolve_point(
+                format!("output.probes[{k}].point"),
+                &p.name,
+                p.point,
+                true,
+            )?);
+        }
+        let mut lines = Vec::new();
+        for (k, l) in self.lines.iter().enumerate() {
+            check_name(format!("output.lines[{k}].name"), &l.name)?;
+            if !(2..=100_000).contains(&l.points) {
+                return Err(Error::parameter(
+                    &format!("output.lines[{k}].points"),
+                    l.points,
+                    "2 to 100000",
+                ));
+            }
+            let mut points = Vec::new();
+            for i in 0..l.points {
+                let s = i as f64 / (l.points - 1) as f64;
+                let at = [0, 1].map(|c| l.from[c] + s * (l.to[c] - l.from[c]));
+                points.push(resolve_point(
+                    format!("output.lines[{k}] point {i}"),
+                    &l.name,
+                    at,
+                    false,
+                )?);
+            }
+            lines.push(ResolvedLine {
+                name: l.name.clone(),
+                points,
+            });
+        }
+        Ok(OutputPlan {
+            save_points,
+            fields: self.fields.clone(),
+            formats: self.formats.clone(),
+            probes,
+            lines,
+            forces_every,
+        })
+    }
+}

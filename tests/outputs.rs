@@ -1,0 +1,213 @@
+//! What `lbm run` writes, read back as users read it: the NPY arrays with
+//! numpy, the `.vti`, `.vthb` and `.pvd` files with VTK's XML readers (through
+//! `tests/read_outputs.py`), checked against the stepper's own fields; the
+//! CSV files; and the refusals of bad `[output]` keys before any work.
+//!
+//! The readers need a Python with numpy and vtk: `LBM_PYTHON` names it
+//! (`.ci/run` makes a venv and sets it). Without `LBM_PYTHON` the reader test
+//! says it did not run; with it, a missing module is a failure.
+
+mod common;
+
+use common::{lbm, scratch, stderr, workspace};
+use lbm_core::case::Case;
+use lbm_core::{CpuDriver, ExecConfig, Stepper};
+
+/// The refined cavity with every field saved twice in 200 intervals, a probe
+/// and a line.
+fn cavity_with_outputs() -> String {
+    let text = std::fs::read_to_string(workspace().join("cases/cavity-re100.toml")).unwrap();
+    let base = &text[..text.find("[output]").expect("the cavity case has an output table")];
+    format!(
+        "{base}[output]\nevery_intervals = 100\nfields = [\"pressure\", \"density\", \"velocity\", \"speed\", \"vorticity\"]\n\
+         formats = [\"vtk\", \"npy\"]\nprobes = [{{ name = \"centre\", point = [0.5, 0.5] }}]\n\
+         lines = [{{ name = \"mid\", from = [0.0, 0.5], to = [1.0, 0.5], points = 11 }}]\n"
+    )
+}
+
+fn run(case_text: &str, name: &str, steps: &str) -> (std::path::PathBuf, std::process::Output) {
+    let dir = scratch(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = dir.join("case.toml");
+    std::fs::write(&case, case_text).unwrap();
+    let out = dir.join("out");
+    let output = lbm(&[
+        "run",
+        &case.display().to_string(),
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+        "--steps",
+        steps,
+    ]);
+    (out, output)
+}
+
+#[test]
+fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
+    let Some(python) = std::env::var_os("LBM_PYTHON") else {
+        eprintln!("not run: set LBM_PYTHON to a Python with numpy and vtk (.ci/run does)");
+        return;
+    };
+    let text = cavity_with_outputs();
+    let (out, output) = run(&text, "fields", "200");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let read = std::process::Command::new(python)
+        .arg(workspace().join("tests/read_outputs.py"))
+        .arg(&out)
+        .output()
+        .expect("python runs");
+    assert!(
+        read.status.success(),
+        "the readers refused the files: {}",
+        stderr(&read)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(summary["pvd_times"].as_array().unwrap().len(), 2, "two save points");
+    // L0 cells under the refined patch are marked refined, no cell is solid.
+    assert_eq!(summary["ghost"]["t000000200/L0_p0"]["refined"], 32 * 32);
+    assert_eq!(summary["ghost"]["t000000200/L1_p0"]["refined"], 0);
+
+    // The same case on the library: the middle cell of each array as numpy read it.
+    let mut case = Case::from_toml(&text).unwrap();
+    case.run.steps = 200;
+    let resolved = case.resolve().unwrap();
+    let exec = ExecConfig {
+        tiles: resolved.tiles.clone(),
+        ..ExecConfig::default()
+    };
+    let stepper = Stepper::new(CpuDriver::new(), resolved.lattice.clone(), exec).unwrap();
+    stepper.step(200).unwrap();
+    let patches = lbm::output::fields::gather(&stepper, &resolved.units, &resolved.lattice.bodies).unwrap();
+    for p in &patches {
+        let [nx, ny] = p.size;
+        let (x, y) = (nx / 2, ny / 2);
+        // numpy's f32 values, through JSON: equal once back in f32.
+        let middle = |field: &str| -> Vec<f32> {
+            let key = format!("t000000200/L{}_p{}_{field}.npy", p.level, p.patch);
+            summary[&key]["middle"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{key} missing"))
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect()
+        };
+        assert_eq!(middle("pressure"), [p.pressure[(y, x)]]);
+        assert_eq!(middle("density"), [p.density[(y, x)]]);
+        assert_eq!(middle("velocity"), [p.ux[(y, x)], p.uy[(y, x)]]);
+        assert_eq!(middle("speed"), [p.ux[(y, x)].hypot(p.uy[(y, x)])]);
+        assert!(middle("vorticity")[0].is_finite());
+    }
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn probes_and_lines_are_written_every_sample_and_save_point() {
+    let (out, output) = run(&cavity_with_outputs(), "probes", "30");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let centre = std::fs::read_to_string(out.join("probes/centre.csv")).unwrap();
+    let rows: Vec<&str> = centre.lines().collect();
+    assert_eq!(rows[0], "time_s,p_pa,ux_m_s,uy_m_s");
+    assert_eq!(rows.len(), 1 + 30, "one row per base interval");
+    let last: Vec<f64> = rows[30].split(',').map(|v| v.parse().unwrap()).collect();
+    assert!(
+        (last[0] - 30.0 * 1.5625e-3).abs() < 1e-12,
+        "time of interval 30: {}",
+        last[0]
+    );
+    let line = std::fs::read_to_string(out.join("probes/mid.csv")).unwrap();
+    assert_eq!(
+        line.lines().count(),
+        1 + 11,
+        "one profile at the one save point, the end"
+    );
+    // Near the lid the flow follows it; the end points sit on the side walls.
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let files = summary["written"]["files"].as_array().unwrap();
+    assert!(
+        files.iter().any(|f| f.as_str().unwrap().ends_with("fields.pvd")),
+        "{files:?}"
+    );
+    assert_eq!(summary["written"]["save_points"], 1);
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn forces_csv_has_coefficients_per_body() {
+    let text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    let (out, output) = run(&text, "forces", "40");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let forces = std::fs::read_to_string(out.join("forces.csv")).unwrap();
+    let mut rows = forces.lines();
+    assert_eq!(
+        rows.next(),
+        Some("time_s,body0_fx_n_per_m,body0_fy_n_per_m,body0_torque_n,body0_cd,body0_cl")
+    );
+    let rows: Vec<Vec<f64>> = rows
+        .map(|r| r.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 40);
+    for r in &rows {
+        assert!(r.iter().all(|v| v.is_finite()), "{r:?}");
+        // cd = Fx / (½ ρ U² D) with U = 0.3 m/s, D = 0.1 m, ρ = 1.
+        assert!((r[4] - r[1] / (0.5 * 0.3 * 0.3 * 0.1)).abs() < 1e-9 * r[4].abs().max(1.0));
+    }
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn bad_output_keys_are_refused_before_any_work() {
+    let base = cavity_with_outputs();
+    let table = |body: &str| format!("{}[output]\n{body}\n", &base[..base.find("[output]").unwrap()]);
+    for (name, text, expect) in [
+        ("every-zero", table("every = 0"), "output.every"),
+        ("every-negative", table("every = -1.0"), "output.every"),
+        (
+            "both",
+            table("every = 1.0\nevery_intervals = 10"),
+            "output.every_intervals",
+        ),
+        (
+            "field",
+            table("fields = [\"pressure\", \"temperature\"]"),
+            "temperature",
+        ),
+        ("format", table("formats = [\"hdf5\"]"), "hdf5"),
+        ("no-fields", table("fields = []"), "output.fields"),
+        (
+            "outside",
+            table("probes = [{ name = \"p\", point = [1.5, 0.5] }]"),
+            "output.probes[0].point",
+        ),
+        (
+            "twice",
+            table("probes = [{ name = \"p\", point = [0.5, 0.5] }, { name = \"p\", point = [0.4, 0.5] }]"),
+            "output.probes[1].name",
+        ),
+        (
+            "line-points",
+            table("lines = [{ name = \"l\", from = [0.1, 0.1], to = [0.9, 0.9], points = 1 }]"),
+            "output.lines[0].points",
+        ),
+        ("forces-every", table("forces_every = 0.0"), "output.forces_every"),
+    ] {
+        let (out, output) = run(&text, &format!("bad-{name}"), "10");
+        assert_eq!(output.status.code(), Some(2), "{name}: {}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{name}: {}", stderr(&output));
+        assert!(
+            !out.exists(),
+            "{name}: refused input must not create the output directory"
+        );
+        std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+    }
+    // A probe inside a body.
+    let dfg = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    let text = format!("{dfg}\n[output]\nprobes = [{{ name = \"in\", point = [0.2, 0.2] }}]\n");
+    let (out, output) = run(&text, "bad-in-body", "10");
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("not inside a body"), "{}", stderr(&output));
+    assert!(!out.exists());
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}

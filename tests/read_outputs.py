@@ -1,0 +1,99 @@
+"""Reads a run directory with the tools users open it with (numpy, VTK's XML
+readers) and checks what it finds against index.json and each other; prints a
+JSON summary (per NPY array: shape, min, max, the value at its middle cell)
+for the Rust test to compare with the stepper's own fields.
+
+Usage: python read_outputs.py RUN_DIR. Exits non-zero with a message on any
+mismatch.
+"""
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import vtk
+from vtk.util.numpy_support import vtk_to_numpy
+
+REFINED_CELL, HIDDEN_CELL = 8, 32
+
+
+def fail(message):
+    print(message, file=sys.stderr)
+    sys.exit(1)
+
+
+def main(run):
+    run = Path(run)
+    index = json.loads((run / "fields" / "index.json").read_text())
+    summary = {}
+    for entry in index:
+        array = np.load(run / "fields" / entry["file"])
+        if array.dtype != np.float32 or list(array.shape) != entry["shape"]:
+            fail(f"{entry['file']}: {array.dtype} {array.shape}, index says float32 {entry['shape']}")
+        if not np.isfinite(array).all():
+            fail(f"{entry['file']}: non-finite values")
+        middle = array[array.shape[0] // 2, array.shape[1] // 2]
+        summary[entry["file"]] = {
+            "shape": list(array.shape),
+            "min": float(array.min()),
+            "max": float(array.max()),
+            "middle": np.atleast_1d(middle).astype(float).tolist(),
+        }
+    by_block = {}
+    for entry in index:
+        stamp, name = entry["file"].split("/")
+        block = "_".join(name.split("_")[:2])
+        by_block.setdefault((stamp, block), []).append(entry)
+    for (stamp, block), entries in by_block.items():
+        reader = vtk.vtkXMLImageDataReader()
+        reader.SetFileName(str(run / "fields" / stamp / f"{block}.vti"))
+        reader.Update()
+        image = reader.GetOutput()
+        e = entries[0]
+        ny, nx = e["shape"][:2]
+        if image.GetDimensions() != (nx + 1, ny + 1, 1):
+            fail(f"{stamp}/{block}.vti: dimensions {image.GetDimensions()} for {nx} x {ny} cells")
+        if not np.allclose(image.GetOrigin()[:2], e["origin_m"]) or not np.isclose(image.GetSpacing()[0], e["spacing_m"]):
+            fail(f"{stamp}/{block}.vti: origin {image.GetOrigin()} spacing {image.GetSpacing()} vs the index")
+        cells = image.GetCellData()
+        for entry in entries:
+            data = vtk_to_numpy(cells.GetArray(f"{entry['field']} [{entry['unit']}]"))
+            want = np.load(run / "fields" / entry["file"])
+            got = data[:, :2] if entry["field"] == "velocity" else data
+            if not np.array_equal(got.reshape(want.shape), want):
+                fail(f"{stamp}/{block}.vti: {entry['field']} differs from the NPY array")
+        ghost = vtk_to_numpy(cells.GetArray("vtkGhostType"))
+        solid = vtk_to_numpy(cells.GetArray("solid"))
+        if not np.array_equal((ghost & HIDDEN_CELL) != 0, solid != 0):
+            fail(f"{stamp}/{block}.vti: vtkGhostType HIDDENCELL and solid disagree")
+        summary.setdefault("ghost", {})[f"{stamp}/{block}"] = {
+            "refined": int(((ghost & REFINED_CELL) != 0).sum()),
+            "solid": int((solid != 0).sum()),
+        }
+    series = ET.parse(run / "fields.pvd").getroot().find("Collection")
+    times = []
+    for dataset in series.findall("DataSet"):
+        times.append(float(dataset.get("timestep")))
+        amr_reader = vtk.vtkXMLUniformGridAMRReader()
+        amr_reader.SetFileName(str(run / dataset.get("file")))
+        amr_reader.Update()
+        amr = amr_reader.GetOutput()
+        levels = {e["level"] for e in index}
+        if amr.GetNumberOfLevels() != len(levels):
+            fail(f"{dataset.get('file')}: {amr.GetNumberOfLevels()} levels, the index has {len(levels)}")
+        for level in range(amr.GetNumberOfLevels()):
+            spacing = [e["spacing_m"] for e in index if e["level"] == level][0]
+            block = amr.GetDataSetAsImageData(level, 0)
+            if not np.isclose(block.GetSpacing()[0], spacing):
+                fail(f"{dataset.get('file')}: level {level} spacing {block.GetSpacing()} vs {spacing}")
+            if block.GetCellData().GetArray("vtkGhostType") is None:
+                fail(f"{dataset.get('file')}: level {level} lost vtkGhostType")
+    if times != sorted(times) or not times:
+        fail(f"fields.pvd: timesteps {times} are not ascending")
+    summary["pvd_times"] = times
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
