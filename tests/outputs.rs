@@ -20,7 +20,7 @@ fn cavity_with_outputs() -> String {
     let base = &text[..text.find("[output]").expect("the cavity case has an output table")];
     format!(
         "{base}[output]\nevery_intervals = 100\nfields = [\"pressure\", \"density\", \"velocity\", \"speed\", \"vorticity\"]\n\
-         formats = [\"vtk\", \"npy\"]\nprobes = [{{ name = \"centre\", point = [0.5, 0.5] }}]\n\
+         formats = [\"vtk\", \"npy\", \"png\"]\nprobes = [{{ name = \"centre\", point = [0.5, 0.5] }}]\n\
          lines = [{{ name = \"mid\", from = [0.0, 0.5], to = [1.0, 0.5], points = 11 }}]\n"
     )
 }
@@ -65,6 +65,11 @@ fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
     );
     let summary: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
     assert_eq!(summary["pvd_times"].as_array().unwrap().len(), 2, "two save points");
+    assert_eq!(
+        summary["pictures"].as_array().unwrap().len(),
+        4,
+        "speed and vorticity twice"
+    );
     // L0 cells under the refined patch are marked refined, no cell is solid.
     assert_eq!(summary["ghost"]["t000000200/L0_p0"]["refined"], 32 * 32);
     assert_eq!(summary["ghost"]["t000000200/L1_p0"]["refined"], 0);
@@ -98,6 +103,35 @@ fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
         assert_eq!(middle("velocity"), [p.ux[(y, x)], p.uy[(y, x)]]);
         assert_eq!(middle("speed"), [p.ux[(y, x)].hypot(p.uy[(y, x)])]);
         assert!(middle("vorticity")[0].is_finite());
+    }
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
+
+/// The speed picture of the cavity, decoded: y is up (the lid's row, at the
+/// top, is the fastest), the colour bar spans the range, the title is drawn.
+#[test]
+fn pictures_show_the_lid_at_the_top() {
+    let (out, output) = run(&cavity_with_outputs(), "pictures", "200");
+    assert!(output.status.success(), "{}", stderr(&output));
+    for name in ["speed", "vorticity"] {
+        let path = out.join(format!("pictures/{name}_t000000200.png"));
+        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
+        let mut reader = decoder.read_info().unwrap();
+        let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut rgb).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb, "{name}");
+        assert!(info.width >= 512, "{name}: {} pixels wide", info.width);
+        if name == "speed" {
+            let w = info.width as usize;
+            let pixel = |x: usize, y: usize| &rgb[3 * (y * w + x)..3 * (y * w + x) + 3];
+            // Viridis runs from dark blue to yellow: brightness tracks speed.
+            let brightness = |y: usize| pixel(256, y).iter().map(|c| *c as u32).sum::<u32>();
+            let (top, bottom) = (brightness(16), brightness(info.height as usize - 4));
+            assert!(
+                top > bottom + 200,
+                "the lid's row is not the brightest: top {top}, bottom {bottom}"
+            );
+        }
     }
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }
@@ -143,7 +177,10 @@ fn forces_csv_has_coefficients_per_body() {
     let mut rows = forces.lines();
     assert_eq!(
         rows.next(),
-        Some("time_s,body0_fx_n_per_m,body0_fy_n_per_m,body0_torque_n,body0_cd,body0_cl")
+        Some(
+            "time_s,body0_fx_n_per_m,body0_fy_n_per_m,body0_torque_n,body0_cd[U=0.2 m/s L=0.1 m],\
+             body0_cl[U=0.2 m/s L=0.1 m]"
+        )
     );
     let rows: Vec<Vec<f64>> = rows
         .map(|r| r.split(',').map(|v| v.parse().unwrap()).collect())
@@ -151,8 +188,8 @@ fn forces_csv_has_coefficients_per_body() {
     assert_eq!(rows.len(), 40);
     for r in &rows {
         assert!(r.iter().all(|v| v.is_finite()), "{r:?}");
-        // cd = Fx / (½ ρ U² D) with U = 0.3 m/s, D = 0.1 m, ρ = 1.
-        assert!((r[4] - r[1] / (0.5 * 0.3 * 0.3 * 0.1)).abs() < 1e-9 * r[4].abs().max(1.0));
+        // cd = Fx / (½ ρ U² D) with the case's mean inflow U = 0.2 m/s, D = 0.1 m, ρ = 1.
+        assert!((r[4] - r[1] / (0.5 * 0.2 * 0.2 * 0.1)).abs() < 1e-9 * r[4].abs().max(1.0));
     }
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }
@@ -192,6 +229,11 @@ fn bad_output_keys_are_refused_before_any_work() {
             "output.lines[0].points",
         ),
         ("forces-every", table("forces_every = 0.0"), "output.forces_every"),
+        (
+            "reference",
+            table("reference_velocity = -1.0"),
+            "output.reference_velocity",
+        ),
     ] {
         let (out, output) = run(&text, &format!("bad-{name}"), "10");
         assert_eq!(output.status.code(), Some(2), "{name}: {}", stderr(&output));
@@ -204,7 +246,7 @@ fn bad_output_keys_are_refused_before_any_work() {
     }
     // A probe inside a body.
     let dfg = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
-    let text = format!("{dfg}\n[output]\nprobes = [{{ name = \"in\", point = [0.2, 0.2] }}]\n");
+    let text = dfg.replace("[output]\n", "[output]\nprobes = [{ name = \"in\", point = [0.2, 0.2] }]\n");
     let (out, output) = run(&text, "bad-in-body", "10");
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(stderr(&output).contains("not inside a body"), "{}", stderr(&output));

@@ -89,6 +89,14 @@ def main(run):
                 fail(f"{dataset.get('file')}: level {level} spacing {block.GetSpacing()} vs {spacing}")
             if block.GetCellData().GetArray("vtkGhostType") is None:
                 fail(f"{dataset.get('file')}: level {level} lost vtkGhostType")
+    for picture in sorted((run / "pictures").glob("*.png")) if (run / "pictures").exists() else []:
+        png = vtk.vtkPNGReader()
+        png.SetFileName(str(picture))
+        png.Update()
+        width, height, _ = png.GetOutput().GetDimensions()
+        if width < 64 or height < 64 or png.GetOutput().GetNumberOfScalarComponents() != 3:
+            fail(f"{picture.name}: {width} x {height}, {png.GetOutput().GetNumberOfScalarComponents()} components")
+        summary.setdefault("pictures", []).append(picture.name)
     if times != sorted(times) or not times:
         fail(f"fields.pvd: timesteps {times} are not ascending")
     summary["pvd_times"] = times

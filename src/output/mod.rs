@@ -9,6 +9,7 @@
 
 pub mod fields;
 pub mod npy;
+pub mod picture;
 pub mod vtk;
 
 use std::io::Write as _;
@@ -16,12 +17,16 @@ use std::path::{Path, PathBuf};
 
 use lbm_core::case::{Case, Resolved};
 use lbm_core::ledger::ExchangeRecord;
-use lbm_core::output::{Format, OutputPlan};
+use lbm_core::output::{FieldName, Format, OutputPlan};
 use lbm_core::units::UnitSystem;
 use serde::Serialize;
 
 use crate::AppError;
 use fields::{PatchFields, finest_at};
+
+/// The widest and narrowest pictures drawn, pixels (the field part).
+const PICTURE_WIDTH: usize = 1600;
+const PICTURE_MIN_WIDTH: usize = 512;
 
 /// `bytes` at `path`, through a temporary file renamed into place.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AppError> {
@@ -102,6 +107,8 @@ pub struct Writer {
     units: UnitSystem,
     /// `½ ρ U² L`, N/m: what a force is divided by to give a coefficient.
     dynamic_force: f64,
+    /// Width and height of the domain, m.
+    domain: [f64; 2],
     forces: Option<Csv>,
     probes: Vec<Csv>,
     lines: Vec<Csv>,
@@ -120,16 +127,21 @@ impl Writer {
         let forces = match resolved.lattice.bodies.len() {
             0 => None,
             n => {
+                // The coefficients' reference velocity and length are in their names.
+                let reference = format!("[U={} m/s L={} m]", plan.reference_velocity, plan.reference_length);
                 let mut header = String::from("time_s");
                 for b in 0..n {
                     header.push_str(&format!(
-                        ",body{b}_fx_n_per_m,body{b}_fy_n_per_m,body{b}_torque_n,body{b}_cd,body{b}_cl"
+                        ",body{b}_fx_n_per_m,body{b}_fy_n_per_m,body{b}_torque_n,body{b}_cd{reference},body{b}_cl{reference}"
                     ));
                 }
                 written.files.push(out.join("forces.csv"));
                 Some(Csv::create(out.join("forces.csv"), &header)?)
             }
         };
+        if plan.formats.contains(&Format::Png) {
+            create_dir(&out.join("pictures"))?;
+        }
         if !plan.probes.is_empty() || !plan.lines.is_empty() {
             create_dir(&out.join("probes"))?;
         }
@@ -145,14 +157,14 @@ impl Writer {
             written.files.push(path.clone());
             lines.push(Csv::create(path, "time_s,s_m,x_m,y_m,p_pa,ux_m_s,uy_m_s")?);
         }
-        let flow = &case.flow;
         Ok(Writer {
             out: out.to_owned(),
             dynamic_force: 0.5
                 * resolved.units.density
-                * flow.reference_velocity
-                * flow.reference_velocity
-                * case.domain.reference_length,
+                * plan.reference_velocity
+                * plan.reference_velocity
+                * plan.reference_length,
+            domain: case.domain.size,
             plan,
             units: resolved.units,
             forces,
@@ -252,6 +264,29 @@ impl Writer {
             self.series.push((time, format!("fields/{stamp}.vthb")));
             let pvd = self.out.join("fields.pvd");
             write_atomic(&pvd, vtk::collection(&self.series).as_bytes())?;
+        }
+        if self.plan.formats.contains(&Format::Png) {
+            // The finest level's resolution, enlarged to at least
+            // PICTURE_MIN_WIDTH and at most PICTURE_WIDTH pixels wide.
+            let finest = patches.iter().map(|p| p.spacing).fold(f64::INFINITY, f64::min);
+            let density = (1.0 / finest)
+                .max(PICTURE_MIN_WIDTH as f64 / self.domain[0])
+                .min(PICTURE_WIDTH as f64 / self.domain[0]);
+            for (name, unit, field, diverging) in [
+                ("speed", "m/s", FieldName::Speed, false),
+                ("vorticity", "1/s", FieldName::Vorticity, true),
+            ] {
+                let scalar = picture::Scalar {
+                    title: name,
+                    unit,
+                    values: patches.iter().map(|p| p.values(field)).collect(),
+                    diverging,
+                };
+                let image = picture::render(patches, &scalar, self.domain, density);
+                let path = self.out.join("pictures").join(format!("{name}_{stamp}.png"));
+                write_atomic(&path, &image.png())?;
+                self.written.files.push(path);
+            }
         }
         for (line, csv) in self.plan.lines.iter().zip(&mut self.lines) {
             let start = line.points[0].point;

@@ -12,7 +12,7 @@ use crate::domain::geometry::{Body, Shape};
 use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect};
 use crate::error::{Error, Result};
 use crate::lattice::Collision;
-use crate::output::{OutputPlan, OutputSpec};
+use crate::output::{CaseFrame, OutputPlan, OutputSpec};
 use crate::units::UnitSystem;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -254,9 +254,13 @@ impl Case {
             .velocity_to_lattice(self.flow.reference_velocity)
             .max(lattice.prescribed_speed());
         lattice.check_stability(speed)?;
-        let output = self
-            .output
-            .resolve(&units, self.run.steps, self.domain.size, &lattice.bodies)?;
+        let frame = CaseFrame {
+            steps: self.run.steps,
+            size: self.domain.size,
+            reference_velocity: self.flow.reference_velocity,
+            reference_length: self.domain.reference_length,
+        };
+        let output = self.output.resolve(frame, &units, &lattice.bodies)?;
         Ok(Resolved {
             lattice,
             units,

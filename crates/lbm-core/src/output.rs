@@ -66,6 +66,8 @@ pub enum Format {
     Vtk,
     /// One `.npy` array per level, patch and field, with `index.json`.
     Npy,
+    /// PNG pictures of speed and vorticity over the whole domain.
+    Png,
 }
 
 fn default_fields() -> Vec<FieldName> {
@@ -73,7 +75,7 @@ fn default_fields() -> Vec<FieldName> {
 }
 
 fn default_formats() -> Vec<Format> {
-    vec![Format::Vtk, Format::Npy]
+    vec![Format::Vtk, Format::Npy, Format::Png]
 }
 
 /// A point probe: p, u_x, u_y at every force sample.
@@ -120,6 +122,14 @@ pub struct OutputSpec {
     /// base interval).
     #[serde(default)]
     pub forces_every: Option<f64>,
+    /// Velocity the force coefficients are made with, m/s (default:
+    /// `flow.reference_velocity`; DFG's coefficients use the mean inflow).
+    #[serde(default)]
+    pub reference_velocity: Option<f64>,
+    /// Length the force coefficients are made with, m (default:
+    /// `domain.reference_length`).
+    #[serde(default)]
+    pub reference_length: Option<f64>,
 }
 
 impl Default for OutputSpec {
@@ -132,6 +142,8 @@ impl Default for OutputSpec {
             probes: Vec::new(),
             lines: Vec::new(),
             forces_every: None,
+            reference_velocity: None,
+            reference_length: None,
         }
     }
 }
@@ -164,6 +176,22 @@ pub struct OutputPlan {
     pub lines: Vec<ResolvedLine>,
     /// Base intervals per force and point-probe sample.
     pub forces_every: u64,
+    /// What force coefficients are made with: `cd = F / (½ ρ U² L)`, m/s and m.
+    pub reference_velocity: f64,
+    pub reference_length: f64,
+}
+
+/// What an output plan needs to know of the rest of the case.
+#[derive(Clone, Copy, Debug)]
+pub struct CaseFrame {
+    /// Base intervals of the run.
+    pub steps: u64,
+    /// Width and height of the domain, m.
+    pub size: [f64; 2],
+    /// `flow.reference_velocity`, m/s.
+    pub reference_velocity: f64,
+    /// `domain.reference_length`, m.
+    pub reference_length: f64,
 }
 
 /// Seconds of simulated time as whole base intervals (at least one), or the
@@ -176,12 +204,27 @@ fn intervals(key: &str, seconds: f64, units: &UnitSystem) -> Result<u64> {
 }
 
 impl OutputSpec {
-    /// The plan for a run of `steps` base intervals in a `size` m domain with
-    /// `bodies` (base lattice units); refuses a save interval that is not
+    /// The plan for a run in `case`'s frame with `bodies` (base lattice
+    /// units); refuses a save interval that is not
     /// positive, both `every` and `every_intervals`, an empty field or format
     /// list, duplicate or unnamed probes, and probe points outside the domain
     /// or inside a body.
-    pub fn resolve(&self, units: &UnitSystem, steps: u64, size: [f64; 2], bodies: &[Body]) -> Result<OutputPlan> {
+    pub fn resolve(&self, case: CaseFrame, units: &UnitSystem, bodies: &[Body]) -> Result<OutputPlan> {
+        let CaseFrame {
+            steps,
+            size,
+            reference_velocity,
+            reference_length,
+        } = case;
+        let positive = |key: &str, value: Option<f64>, default: f64| -> Result<f64> {
+            match value {
+                None => Ok(default),
+                Some(v) if v > 0.0 && v.is_finite() => Ok(v),
+                Some(v) => Err(Error::parameter(key, v, "a positive number")),
+            }
+        };
+        let reference_velocity = positive("output.reference_velocity", self.reference_velocity, reference_velocity)?;
+        let reference_length = positive("output.reference_length", self.reference_length, reference_length)?;
         let every = match (self.every, self.every_intervals) {
             (Some(_), Some(_)) => {
                 return Err(Error::parameter(
@@ -309,6 +352,8 @@ impl OutputSpec {
             probes,
             lines,
             forces_every,
+            reference_velocity,
+            reference_length,
         })
     }
 }
