@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod check;
 pub mod output;
 pub mod run;
 pub mod validate;

@@ -38,6 +38,14 @@ enum Command {
         #[arg(long)]
         steps: Option<u64>,
     },
+    /// Print what a case resolves to (per level: dx, dt, tau, Mach, cells),
+    /// the memory, work and output it needs, and warnings; runs nothing.
+    Check {
+        /// The case, a TOML file in physical units.
+        case: PathBuf,
+    },
+    /// Print the version, the backends this machine offers and the PTX hash.
+    Info,
     /// Run a DFG cylinder benchmark to its criterion and write report.json and report.md.
     Validate {
         benchmark: Benchmark,
@@ -69,6 +77,22 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Check { case } => {
+            return match lbm::check::check(&case) {
+                Ok(report) => {
+                    print!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            };
+        }
+        Command::Info => {
+            print!("{}", lbm::check::info());
+            return ExitCode::SUCCESS;
+        }
         Command::Run {
             case,
             backend,

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use lbm_core::case::{Case, Resolved};
+use lbm_core::case::{Case, LevelParameters, Resolved};
 use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
-use crate::backend::BackendChoice;
+use crate::backend::{BackendChoice, Device, ptx_sha256};
 use crate::output::{Writer, Written, fields};
 
 pub struct RunOptions {
@@ -45,28 +45,44 @@ pub struct Summary {
 struct Manifest<'a> {
     case: &'a Case,
     resolved: &'a Resolved,
-    backend: &'a str,
+    levels: Vec<LevelParameters>,
     code_version: &'a str,
+    ptx_sha256: String,
+    backend: &'a str,
+    device: &'a Device,
+    command_line: Vec<String>,
+    started_utc: String,
+}
+
+/// Now as `YYYY-MM-DDThh:mm:ssZ`.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil from days (H. Hinnant's algorithm), proleptic Gregorian.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
 }
 
 pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
-    let text = std::fs::read_to_string(&options.case).map_err(|source| AppError::ReadCase {
-        path: options.case.display().to_string(),
-        source,
-    })?;
-    let mut case = Case::from_toml(&text).map_err(|source| AppError::Case {
-        path: options.case.display().to_string(),
-        source,
-    })?;
-    // The run length sets the save points too, so it is overridden before
-    // the case resolves.
-    if let Some(steps) = options.steps {
-        case.run.steps = steps;
-    }
-    let resolved = case.resolve()?;
-    let driver = options.backend.open()?;
+    let (case, resolved) = crate::check::read_case(&options.case, options.steps)?;
+    let (driver, device) = options.backend.open()?;
     prepare_output(&options.out)?;
-    advance(driver, &case, &resolved, &options.out)
+    advance(driver, &device, &case, &resolved, &options.out)
 }
 
 /// Creates the output directory, refusing one that already holds files.
@@ -94,15 +110,26 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
     })
 }
 
-fn advance<D: Driver>(driver: D, case: &Case, resolved: &Resolved, out: &Path) -> Result<Summary, AppError> {
+fn advance<D: Driver>(
+    driver: D,
+    device: &Device,
+    case: &Case,
+    resolved: &Resolved,
+    out: &Path,
+) -> Result<Summary, AppError> {
     let backend = driver.backend();
     write_json(
         &out.join("manifest.json"),
         &Manifest {
             case,
             resolved,
-            backend,
+            levels: resolved.levels()?,
             code_version: env!("CARGO_PKG_VERSION"),
+            ptx_sha256: ptx_sha256(),
+            backend,
+            device,
+            command_line: std::env::args().collect(),
+            started_utc: utc_now(),
         },
     )?;
     let bodies = &resolved.lattice.bodies;

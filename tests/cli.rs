@@ -148,3 +148,51 @@ fn validate_refuses_bad_arguments_before_any_work() {
     std::fs::remove_dir_all(dir).unwrap();
     assert!(!out.exists());
 }
+
+#[test]
+fn check_prints_each_level_and_refuses_what_run_refuses() {
+    let output = lbm(&["check", &workspace().join("cases/dfg-2d1.toml").display().to_string()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(report.contains("Reynolds number U L / nu = 20.0000"), "{report}");
+    for level in ["    0       1", "    1       1", "    2       1"] {
+        assert!(report.contains(level), "{report}");
+    }
+    assert!(
+        report.contains("device memory") && report.contains("save points"),
+        "{report}"
+    );
+    let dir = scratch("check");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(case_path()).unwrap();
+    let fast = dir.join("fast.toml");
+    std::fs::write(
+        &fast,
+        text.replace("lattice_velocity = 0.1 ", "lattice_velocity = 0.12 "),
+    )
+    .unwrap();
+    let report = lbm(&["check", &fast.display().to_string()]);
+    assert!(String::from_utf8_lossy(&report.stdout).contains("warning: lattice Mach number 0.208"));
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, text.replace("viscosity = 0.01", "viscosity = 0")).unwrap();
+    let refused = lbm(&["check", &bad.display().to_string()]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(stderr(&refused).contains("fluid.viscosity"), "{}", stderr(&refused));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn info_names_the_backends_and_the_ptx() {
+    let output = lbm(&["info"]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("cpu backend:") && text.contains("cuda backend:"),
+        "{text}"
+    );
+    let hash = text
+        .lines()
+        .find_map(|l| l.strip_prefix("embedded PTX (sm_90) sha256: "))
+        .unwrap();
+    assert_eq!(hash.len(), 64, "{text}");
+}

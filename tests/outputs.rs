@@ -246,7 +246,10 @@ fn bad_output_keys_are_refused_before_any_work() {
     }
     // A probe inside a body.
     let dfg = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
-    let text = dfg.replace("[output]\n", "[output]\nprobes = [{ name = \"in\", point = [0.2, 0.2] }]\n");
+    let text = dfg.replace(
+        "[output]\n",
+        "[output]\nprobes = [{ name = \"in\", point = [0.2, 0.2] }]\n",
+    );
     let (out, output) = run(&text, "bad-in-body", "10");
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(stderr(&output).contains("not inside a body"), "{}", stderr(&output));

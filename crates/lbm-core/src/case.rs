@@ -139,6 +139,9 @@ pub struct Resolved {
     pub steps: u64,
     pub tiles: Vec<Option<[u32; 2]>>,
     pub output: OutputPlan,
+    /// The fastest lattice speed the case prescribes or expects (its
+    /// reference velocity), what the Mach number check used.
+    pub lattice_speed: f64,
 }
 
 impl Case {
@@ -267,6 +270,7 @@ impl Case {
             steps: self.run.steps,
             tiles,
             output,
+            lattice_speed: speed,
         })
     }
 }
@@ -391,5 +395,48 @@ mod tests {
         let crossing = with_body.replace("center = [0.5, 0.5]", "center = [0.25, 0.5]");
         let e = Case::from_toml(&crossing).unwrap().resolve().unwrap_err().to_string();
         assert!(e.contains("body 0 crosses"), "{e}");
+    }
+}
+
+/// One level of a resolved case in the units a user checks: spacing, time
+/// step, relaxation times, lattice Mach number, cells.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LevelParameters {
+    pub level: usize,
+    pub patches: usize,
+    /// Active cells over the level's patches.
+    pub cells: u64,
+    pub dx_m: f64,
+    pub dt_s: f64,
+    pub tau_plus: f64,
+    pub tau_minus: f64,
+    /// The fastest prescribed or reference speed over c_s; the same on every
+    /// level under acoustic scaling.
+    pub mach: f64,
+}
+
+impl Resolved {
+    /// [`LevelParameters`] of every level, coarsest first.
+    pub fn levels(&self) -> Result<Vec<LevelParameters>> {
+        let hierarchy = self.lattice.hierarchy.validate(&self.tiles)?;
+        Ok(hierarchy
+            .levels
+            .iter()
+            .enumerate()
+            .map(|(level, patches)| {
+                let relaxation = self.lattice.level_physics(level).relaxation;
+                let scale = 0.5f64.powi(level as i32);
+                LevelParameters {
+                    level,
+                    patches: patches.len(),
+                    cells: patches.iter().map(|p| p.active.cells() as u64).sum(),
+                    dx_m: self.units.dx * scale,
+                    dt_s: self.units.dt * scale,
+                    tau_plus: relaxation.tau_plus,
+                    tau_minus: relaxation.tau_minus,
+                    mach: self.lattice_speed * 3f64.sqrt(),
+                }
+            })
+            .collect())
     }
 }

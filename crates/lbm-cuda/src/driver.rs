@@ -217,6 +217,15 @@ impl CudaDriver {
         &self.device_name
     }
 
+    /// The device's memory in bytes.
+    pub fn total_memory(&self) -> Result<u64> {
+        let (_free, total) = self
+            .ctx
+            .mem_get_info()
+            .map_err(|e| cuda_error("query device memory", e))?;
+        Ok(total as u64)
+    }
+
     fn bind(&self, operation: &str) -> Result<()> {
         self.ctx.bind_to_thread().map_err(|e| cuda_error(operation, e))
     }
