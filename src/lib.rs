@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod check;
 pub mod output;
+pub mod progress;
 pub mod run;
 pub mod validate;
 

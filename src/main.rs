@@ -37,6 +37,9 @@ enum Command {
         /// Override the case's number of base intervals.
         #[arg(long)]
         steps: Option<u64>,
+        /// No progress on stderr.
+        #[arg(long)]
+        quiet: bool,
     },
     /// Print what a case resolves to (per level: dx, dt, tau, Mach, cells),
     /// the memory, work and output it needs, and warnings; runs nothing.
@@ -98,11 +101,13 @@ fn main() -> ExitCode {
             backend,
             out,
             steps,
+            quiet,
         } => run_case(&RunOptions {
             case,
             backend,
             out,
             steps,
+            quiet,
         }),
         Command::Validate {
             benchmark,

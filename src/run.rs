@@ -15,12 +15,15 @@ use lbm_core::{Driver, ExecConfig, Stepper};
 use crate::AppError;
 use crate::backend::{BackendChoice, Device, ptx_sha256};
 use crate::output::{Writer, Written, fields};
+use crate::progress::Progress;
 
 pub struct RunOptions {
     pub case: PathBuf,
     pub backend: BackendChoice,
     pub out: PathBuf,
     pub steps: Option<u64>,
+    /// No progress on stderr.
+    pub quiet: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -34,8 +37,13 @@ pub struct Summary {
     pub cell_updates: u64,
     /// Total mass at the end relative to the start, minus one.
     pub mass_drift: f64,
+    /// Cell updates per second had every level been as fine as the finest,
+    /// over the whole domain: what a uniform grid would have needed, millions.
+    pub mlups_finest_equivalent: f64,
     /// Each body's (cd, cl) over the last force sample.
     pub coefficients: Vec<[f64; 2]>,
+    /// Each body's (cd, cl) averaged over the samples of the last 10% of the run.
+    pub coefficients_last_tenth: Vec<[f64; 2]>,
     pub written: Written,
     #[serde(skip)]
     pub out: PathBuf,
@@ -82,7 +90,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     let (case, resolved) = crate::check::read_case(&options.case, options.steps)?;
     let (driver, device) = options.backend.open()?;
     prepare_output(&options.out)?;
-    advance(driver, &device, &case, &resolved, &options.out)
+    advance(driver, &device, &case, &resolved, options)
 }
 
 /// Creates the output directory, refusing one that already holds files.
@@ -115,8 +123,9 @@ fn advance<D: Driver>(
     device: &Device,
     case: &Case,
     resolved: &Resolved,
-    out: &Path,
+    options: &RunOptions,
 ) -> Result<Summary, AppError> {
+    let out = options.out.as_path();
     let backend = driver.backend();
     write_json(
         &out.join("manifest.json"),
@@ -146,6 +155,7 @@ fn advance<D: Driver>(
         .map(|p| p.active.cells() as u64 * (1u64 << p.level))
         .sum();
     let mass_start = stepper.total_mass()?;
+    let mut progress = Progress::new(resolved.steps, resolved.units.dt, updates_per_interval, options.quiet);
     let start = Instant::now();
     let plan = writer.plan().clone();
     let sample = plan.forces_every;
@@ -155,6 +165,7 @@ fn advance<D: Driver>(
     }
     let mut saves = plan.save_points.iter().copied().peekable();
     let mut coefficients = Vec::new();
+    let mut history: Vec<(u64, Vec<[f64; 2]>)> = Vec::new();
     let mut done = 0;
     while done < resolved.steps {
         let next_sample = if samples_needed {
@@ -172,6 +183,7 @@ fn advance<D: Driver>(
                     .map(|b| stepper.read_exchange_window(b))
                     .collect::<lbm_core::Result<Vec<_>>>()?;
                 coefficients = writer.forces(time, &records)?;
+                history.push((done, coefficients.clone()));
                 stepper.start_exchange_window()?;
             }
             if !plan.probes.is_empty() {
@@ -182,11 +194,24 @@ fn advance<D: Driver>(
             saves.next();
             writer.save(done, &fields::gather(&stepper, &resolved.units, bodies)?)?;
         }
+        progress.update(done, &coefficients);
     }
+    progress.finish();
     let wall_seconds = start.elapsed().as_secs_f64();
     let mass_end = stepper.total_mass()?;
     stepper.close()?;
     let cell_updates = updates_per_interval * resolved.steps;
+    let finest = hierarchy.n_levels() - 1;
+    let base = hierarchy.base().active.cells() as u64;
+    let finest_equivalent = (base << (2 * finest)) * (1u64 << finest) * resolved.steps;
+    let tail: Vec<&Vec<[f64; 2]>> = history
+        .iter()
+        .filter(|(step, _)| 10 * step >= 9 * resolved.steps)
+        .map(|(_, c)| c)
+        .collect();
+    let coefficients_last_tenth = (0..bodies.len())
+        .map(|b| [0, 1].map(|k| tail.iter().map(|c| c[b][k]).sum::<f64>() / tail.len().max(1) as f64))
+        .collect();
     let summary = Summary {
         case: case.name.clone(),
         backend: backend.to_owned(),
@@ -195,7 +220,9 @@ fn advance<D: Driver>(
         mlups: cell_updates as f64 / wall_seconds.max(1e-9) / 1e6,
         cell_updates,
         mass_drift: mass_end / mass_start - 1.0,
+        mlups_finest_equivalent: finest_equivalent as f64 / wall_seconds.max(1e-9) / 1e6,
         coefficients,
+        coefficients_last_tenth,
         written: writer.finish(),
         out: out.to_owned(),
     };

@@ -97,6 +97,9 @@ struct IndexEntry {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Written {
     pub save_points: usize,
+    /// Each saved field's smallest and largest value over the fluid cells
+    /// no finer patch covers, over every save point (velocity: its magnitude).
+    pub field_ranges: std::collections::BTreeMap<String, [f64; 2]>,
     pub files: Vec<PathBuf>,
 }
 
@@ -297,6 +300,27 @@ impl Writer {
                     .unwrap_or([f64::NAN; 3]);
                 let [x, y] = point.point;
                 csv.line(&format!("{time:.9e},{s:.9e},{x:.9e},{y:.9e},{p:.9e},{ux:.9e},{uy:.9e}"))?;
+            }
+        }
+        for &field in &self.plan.fields {
+            let shown = if field == FieldName::Velocity {
+                FieldName::Speed
+            } else {
+                field
+            };
+            let range = self
+                .written
+                .field_ranges
+                .entry(format!("{} [{}]", field.name(), field.unit()))
+                .or_insert([f64::INFINITY, f64::NEG_INFINITY]);
+            for p in patches {
+                for (i, v) in p.values(shown).iter().enumerate() {
+                    let at = (i / p.size[0], i % p.size[0]);
+                    if !p.solid[at] && !p.covered[at] {
+                        range[0] = range[0].min(*v as f64);
+                        range[1] = range[1].max(*v as f64);
+                    }
+                }
             }
         }
         self.written.save_points += 1;
