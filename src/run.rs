@@ -223,7 +223,7 @@ fn advance<D: Driver>(
         mlups_finest_equivalent: finest_equivalent as f64 / wall_seconds.max(1e-9) / 1e6,
         coefficients,
         coefficients_last_tenth,
-        written: writer.finish(),
+        written: writer.finish()?,
         out: out.to_owned(),
     };
     write_json(&out.join("summary.json"), &summary)?;

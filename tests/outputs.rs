@@ -107,6 +107,16 @@ fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }
 
+/// A PNG as RGB rows: (width, height, bytes).
+fn decode_png(path: &std::path::Path) -> (usize, usize, Vec<u8>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut rgb).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Rgb, "{}", path.display());
+    (info.width as usize, info.height as usize, rgb)
+}
+
 /// The speed picture of the cavity, decoded: y is up (the lid's row, at the
 /// top, is the fastest), the colour bar spans the range, the title is drawn.
 #[test]
@@ -114,19 +124,13 @@ fn pictures_show_the_lid_at_the_top() {
     let (out, output) = run(&cavity_with_outputs(), "pictures", "200");
     assert!(output.status.success(), "{}", stderr(&output));
     for name in ["speed", "vorticity"] {
-        let path = out.join(format!("pictures/{name}_t000000200.png"));
-        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
-        let mut reader = decoder.read_info().unwrap();
-        let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
-        let info = reader.next_frame(&mut rgb).unwrap();
-        assert_eq!(info.color_type, png::ColorType::Rgb, "{name}");
-        assert!(info.width >= 512, "{name}: {} pixels wide", info.width);
+        let (w, height, rgb) = decode_png(&out.join(format!("pictures/{name}_t000000200.png")));
+        assert!(w >= 512, "{name}: {w} pixels wide");
         if name == "speed" {
-            let w = info.width as usize;
             let pixel = |x: usize, y: usize| &rgb[3 * (y * w + x)..3 * (y * w + x) + 3];
             // Viridis runs from dark blue to yellow: brightness tracks speed.
             let brightness = |y: usize| pixel(256, y).iter().map(|c| *c as u32).sum::<u32>();
-            let (top, bottom) = (brightness(16), brightness(info.height as usize - 4));
+            let (top, bottom) = (brightness(16), brightness(height - 4));
             assert!(
                 top > bottom + 200,
                 "the lid's row is not the brightest: top {top}, bottom {bottom}"

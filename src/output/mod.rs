@@ -10,6 +10,7 @@
 pub mod fields;
 pub mod npy;
 pub mod picture;
+pub mod plot;
 pub mod vtk;
 
 use std::io::Write as _;
@@ -117,6 +118,10 @@ pub struct Writer {
     lines: Vec<Csv>,
     series: Vec<(f64, String)>,
     index: Vec<IndexEntry>,
+    /// (time, each body's cd and cl) of every force sample, for the plot.
+    coefficient_history: Vec<(f64, Vec<[f64; 2]>)>,
+    /// Each line probe's last profile: (s, p, u_x) per point.
+    last_profiles: Vec<Vec<[f64; 3]>>,
     written: Written,
 }
 
@@ -175,6 +180,8 @@ impl Writer {
             lines,
             series: Vec::new(),
             index: Vec::new(),
+            coefficient_history: Vec::new(),
+            last_profiles: Vec::new(),
             written,
         })
     }
@@ -201,6 +208,7 @@ impl Writer {
             coefficients.push([cd, cl]);
         }
         csv.line(&row)?;
+        self.coefficient_history.push((time, coefficients.clone()));
         Ok(coefficients)
     }
 
@@ -291,8 +299,10 @@ impl Writer {
                 self.written.files.push(path);
             }
         }
+        self.last_profiles.clear();
         for (line, csv) in self.plan.lines.iter().zip(&mut self.lines) {
             let start = line.points[0].point;
+            let mut profile = Vec::new();
             for point in &line.points {
                 let s = (point.point[0] - start[0]).hypot(point.point[1] - start[1]);
                 let [p, ux, uy] = finest_at(patches, point.point)
@@ -300,7 +310,9 @@ impl Writer {
                     .unwrap_or([f64::NAN; 3]);
                 let [x, y] = point.point;
                 csv.line(&format!("{time:.9e},{s:.9e},{x:.9e},{y:.9e},{p:.9e},{ux:.9e},{uy:.9e}"))?;
+                profile.push([s, p, ux]);
             }
+            self.last_profiles.push(profile);
         }
         for &field in &self.plan.fields {
             let shown = if field == FieldName::Velocity {
@@ -327,14 +339,52 @@ impl Writer {
         Ok(())
     }
 
-    /// What was written, the index and the time series included.
-    pub fn finish(mut self) -> Written {
+    /// What was written, the index, the time series and (with pictures) the
+    /// plots of the coefficients and the line probes' last profiles included.
+    pub fn finish(mut self) -> Result<Written, AppError> {
+        if self.plan.formats.contains(&Format::Png) {
+            let mut plots = Vec::new();
+            if !self.coefficient_history.is_empty() {
+                let mut series = Vec::new();
+                let bodies = self.coefficient_history[0].1.len();
+                for b in 0..bodies {
+                    for (k, name) in ["cd", "cl"].iter().enumerate() {
+                        series.push(plot::Series {
+                            title: format!("body {b} {name}"),
+                            points: self.coefficient_history.iter().map(|(t, c)| [*t, c[b][k]]).collect(),
+                        });
+                    }
+                }
+                plots.push(("forces".to_owned(), plot::render(&series, "time [s]")));
+            }
+            for (line, profile) in self.plan.lines.iter().zip(&self.last_profiles) {
+                let series = [
+                    plot::Series {
+                        title: format!("{} u_x [m/s]", line.name),
+                        points: profile.iter().map(|[s, _, ux]| [*s, *ux]).collect(),
+                    },
+                    plot::Series {
+                        title: format!("{} p [Pa]", line.name),
+                        points: profile.iter().map(|[s, p, _]| [*s, *p]).collect(),
+                    },
+                ];
+                plots.push((line.name.clone(), plot::render(&series, "distance along the line [m]")));
+            }
+            if !plots.is_empty() {
+                create_dir(&self.out.join("plots"))?;
+            }
+            for (name, image) in plots {
+                let path = self.out.join("plots").join(format!("{name}.png"));
+                write_atomic(&path, &image.png())?;
+                self.written.files.push(path);
+            }
+        }
         if self.plan.formats.contains(&Format::Npy) && !self.index.is_empty() {
             self.written.files.push(self.out.join("fields").join("index.json"));
         }
         if !self.series.is_empty() {
             self.written.files.push(self.out.join("fields.pvd"));
         }
-        self.written
+        Ok(self.written)
     }
 }

@@ -39,7 +39,7 @@ pub struct Image {
 }
 
 impl Image {
-    fn new(width: usize, height: usize) -> Image {
+    pub(super) fn new(width: usize, height: usize) -> Image {
         Image {
             width,
             height,
@@ -47,14 +47,14 @@ impl Image {
         }
     }
 
-    fn set(&mut self, x: usize, y: usize, colour: [u8; 3]) {
+    pub(super) fn set(&mut self, x: usize, y: usize, colour: [u8; 3]) {
         if x < self.width && y < self.height {
             let at = 3 * (y * self.width + x);
             self.rgb[at..at + 3].copy_from_slice(&colour);
         }
     }
 
-    fn text(&mut self, x: usize, y: usize, text: &str) {
+    pub(super) fn text(&mut self, x: usize, y: usize, text: &str) {
         for (k, c) in text.chars().enumerate() {
             let glyph = font8x8::BASIC_FONTS.get(c).unwrap_or([0; 8]);
             for (row, bits) in glyph.iter().enumerate() {
@@ -90,7 +90,7 @@ fn colour(t: f64, diverging: bool) -> [u8; 3] {
 }
 
 /// A short label for a bar end.
-fn label(v: f64) -> String {
+pub(super) fn label(v: f64) -> String {
     match v.abs() {
         a if a != 0.0 && !(1e-2..1e4).contains(&a) => format!("{v:.2e}"),
         _ => format!("{v:.3}"),
