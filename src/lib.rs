@@ -50,6 +50,19 @@ pub enum AppError {
     #[error("the CUDA backend was requested but is unavailable: {reason}")]
     NoCuda { reason: String },
 
+    /// The flow blew up: a force, a probe or a field turned non-finite.
+    #[error(
+        "the run diverged at interval {step} (t = {time:.4} s): {what} is not finite; \
+         lower flow.lattice_velocity or raise domain.resolution (lbm check shows tau and Mach); \
+         what was written until then is in {out}"
+    )]
+    Diverged {
+        step: u64,
+        time: f64,
+        what: String,
+        out: String,
+    },
+
     #[error("{source}; what was measured until then is in {kept}")]
     Interrupted { source: Box<AppError>, kept: String },
 }

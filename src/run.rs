@@ -62,6 +62,15 @@ struct Manifest<'a> {
     started_utc: String,
 }
 
+fn diverged(step: u64, time: f64, what: String, out: &Path) -> AppError {
+    AppError::Diverged {
+        step,
+        time,
+        what,
+        out: out.display().to_string(),
+    }
+}
+
 /// Now as `YYYY-MM-DDThh:mm:ssZ`.
 fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
@@ -184,6 +193,9 @@ fn advance<D: Driver>(
                     .collect::<lbm_core::Result<Vec<_>>>()?;
                 coefficients = writer.forces(time, &records)?;
                 history.push((done, coefficients.clone()));
+                if let Some(b) = coefficients.iter().position(|c| !c.iter().all(|v| v.is_finite())) {
+                    return Err(diverged(done, time, format!("the force on body {b}"), out));
+                }
                 stepper.start_exchange_window()?;
             }
             if !plan.probes.is_empty() {
@@ -192,7 +204,20 @@ fn advance<D: Driver>(
         }
         if saves.peek() == Some(&done) {
             saves.next();
-            writer.save(done, &fields::gather(&stepper, &resolved.units, bodies)?)?;
+            let patches = fields::gather(&stepper, &resolved.units, bodies)?;
+            // What was computed is written first, so the blow-up can be looked at.
+            writer.save(done, &patches)?;
+            if let Some(p) = patches
+                .iter()
+                .find(|p| !(p.ux.iter().chain(&p.uy).chain(&p.pressure)).all(|v| v.is_finite()))
+            {
+                return Err(diverged(
+                    done,
+                    time,
+                    format!("the flow on level {} patch {}", p.level, p.patch),
+                    out,
+                ));
+            }
         }
         progress.update(done, &coefficients);
     }

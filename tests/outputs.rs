@@ -260,3 +260,28 @@ fn bad_output_keys_are_refused_before_any_work() {
     assert!(!out.exists());
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }
+
+/// A flow that blows up stops the run with an error naming the interval and
+/// what went non-finite; what was written stays, and no summary claims success.
+#[test]
+fn a_diverging_run_fails_and_keeps_what_it_wrote() {
+    let text = std::fs::read_to_string(workspace().join("cases/square-obstacle.toml")).unwrap();
+    // Ten cells per side leave tau+ at 0.52: the square's corners blow up
+    // within the first second.
+    let unstable = text.replace("resolution = 16 ", "resolution = 10 ");
+    assert_ne!(unstable, text);
+    let (out, output) = run(&unstable, "diverging", "1500");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("the run diverged at interval") && message.contains("not finite"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&out.display().to_string()),
+        "the error says where the files are: {message}"
+    );
+    assert!(out.join("forces.csv").is_file() && out.join("manifest.json").is_file());
+    assert!(!out.join("summary.json").exists(), "a failed run writes no summary");
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
