@@ -16,10 +16,13 @@ use lbm_core::output::Format;
 use crate::AppError;
 use crate::backend::{Device, ptx_sha256};
 
-/// Cell updates per second each backend sustains on the cases here
-/// (docs/PERFORMANCE.md), for the run-time estimate.
-const CPU_UPDATES_PER_S: f64 = 40e6;
-const CUDA_UPDATES_PER_S: f64 = 10e9;
+/// Cell updates per second each backend sustains on refined cases here
+/// (docs/PERFORMANCE.md: 24 MLUPS for DFG 2D-1 on two cores, 29 G cell
+/// updates/s for large grids on an H200), and the cost of one launch on a
+/// GPU, where small refined cases are launch-bound: the run-time estimate.
+const CPU_UPDATES_PER_S: f64 = 25e6;
+const CUDA_UPDATES_PER_S: f64 = 15e9;
+const CUDA_LAUNCH_S: f64 = 10e-6;
 
 /// The case at `path`, read and resolved as `lbm run` would.
 pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), AppError> {
@@ -88,12 +91,19 @@ pub fn check(path: &Path) -> Result<String, AppError> {
         .map(|l| l.cells as f64 * 2f64.powi(l.level as i32))
         .sum::<f64>()
         * resolved.steps as f64;
+    // About four launches per patch hop (stream-collide, and the coupling
+    // of the finer levels).
+    let launches: f64 = levels
+        .iter()
+        .map(|l| 4.0 * l.patches as f64 * 2f64.powi(l.level as i32))
+        .sum::<f64>()
+        * resolved.steps as f64;
     let _ = writeln!(
         out,
-        "work: {:.3e} cell updates, about {:.0} s on the CPU backend, {:.1} s on an H200",
+        "work: {:.3e} cell updates, roughly {:.0} s on the CPU backend, {:.1} s on an H200",
         updates,
         updates / CPU_UPDATES_PER_S,
-        updates / CUDA_UPDATES_PER_S
+        updates / CUDA_UPDATES_PER_S + launches * CUDA_LAUNCH_S
     );
     let cells: u64 = levels.iter().map(|l| l.cells).sum();
     let values: u64 = plan.fields.iter().map(|f| f.components() as u64).sum::<u64>() * cells;
@@ -115,6 +125,13 @@ pub fn check(path: &Path) -> Result<String, AppError> {
         per_save as f64 / (1 << 20) as f64,
         plan.forces_every
     );
+    if updates / CPU_UPDATES_PER_S > 600.0 {
+        let _ = writeln!(
+            out,
+            "note: this case is GPU work: about {:.0} min on the CPU backend",
+            updates / CPU_UPDATES_PER_S / 60.0
+        );
+    }
     for warning in warnings(&resolved, &levels) {
         let _ = writeln!(out, "warning: {warning}");
     }

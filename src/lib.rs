@@ -44,6 +44,9 @@ pub enum AppError {
     #[error("output directory {path} is not empty; choose a new one with --out or remove it")]
     OutputNotEmpty { path: String },
 
+    #[error("output directory {path}: {reason}; choose another with --out")]
+    OutputDir { path: String, reason: String },
+
     #[error("cannot write {path}: {source}")]
     Write { path: String, source: std::io::Error },
 
@@ -76,7 +79,8 @@ impl AppError {
             AppError::Flag { .. }
             | AppError::Case { .. }
             | AppError::ReadCase { .. }
-            | AppError::OutputNotEmpty { .. } => 2,
+            | AppError::OutputNotEmpty { .. }
+            | AppError::OutputDir { .. } => 2,
             AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
             AppError::Interrupted { source, .. } => source.exit_code(),
             _ => 1,

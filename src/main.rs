@@ -40,6 +40,10 @@ enum Command {
         /// No progress on stderr.
         #[arg(long)]
         quiet: bool,
+        /// Pixels across the domain in pictures (default: the finest level's
+        /// resolution, 512 to 1600).
+        #[arg(long)]
+        picture_width: Option<u32>,
     },
     /// Print what a case resolves to (per level: dx, dt, tau, Mach, cells),
     /// the memory, work and output it needs, and warnings; runs nothing.
@@ -102,12 +106,14 @@ fn main() -> ExitCode {
             out,
             steps,
             quiet,
+            picture_width,
         } => run_case(&RunOptions {
             case,
             backend,
             out,
             steps,
             quiet,
+            picture_width,
         }),
         Command::Validate {
             benchmark,

@@ -24,6 +24,9 @@ pub struct RunOptions {
     pub steps: Option<u64>,
     /// No progress on stderr.
     pub quiet: bool,
+    /// Pixels across the domain in pictures (default: the finest level's
+    /// resolution, 512 to 1600).
+    pub picture_width: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -96,6 +99,15 @@ fn utc_now() -> String {
 }
 
 pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
+    if let Some(w) = options.picture_width
+        && !(64..=8192).contains(&w)
+    {
+        return Err(AppError::Flag {
+            flag: "--picture-width",
+            value: w.to_string(),
+            accepted: "64 to 8192 pixels".into(),
+        });
+    }
     let (case, resolved) = crate::check::read_case(&options.case, options.steps)?;
     let (driver, device) = options.backend.open()?;
     prepare_output(&options.out)?;
@@ -104,19 +116,27 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
 
 /// Creates the output directory, refusing one that already holds files.
 pub fn prepare_output(out: &Path) -> Result<(), AppError> {
-    let write_error = |source| AppError::Write {
+    let refuse = |reason: String| AppError::OutputDir {
         path: out.display().to_string(),
-        source,
+        reason,
     };
     if out.exists() {
-        let mut entries = std::fs::read_dir(out).map_err(write_error)?;
+        if !out.is_dir() {
+            return Err(refuse("it is a file, not a directory".into()));
+        }
+        let mut entries = std::fs::read_dir(out).map_err(|e| refuse(format!("it cannot be read ({e})")))?;
         if entries.next().is_some() {
             return Err(AppError::OutputNotEmpty {
                 path: out.display().to_string(),
             });
         }
     }
-    std::fs::create_dir_all(out).map_err(write_error)
+    std::fs::create_dir_all(out).map_err(|e| refuse(format!("it cannot be created ({e})")))?;
+    // A directory that exists but refuses files is found now, before any work.
+    let probe = out.join(".lbm-write-check");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| refuse(format!("it is not writable ({e})")))
 }
 
 pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
@@ -157,7 +177,7 @@ fn advance<D: Driver>(
         ..ExecConfig::default()
     };
     let stepper = Stepper::new(driver, resolved.lattice.clone(), exec)?;
-    let mut writer = Writer::create(out, case, resolved)?;
+    let mut writer = Writer::create(out, case, resolved, options.picture_width)?;
     let hierarchy = stepper.hierarchy();
     let updates_per_interval: u64 = hierarchy
         .patches()

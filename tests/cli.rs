@@ -196,3 +196,31 @@ fn info_names_the_backends_and_the_ptx() {
         .unwrap();
     assert_eq!(hash.len(), 64, "{text}");
 }
+
+#[test]
+fn an_output_directory_that_is_a_file_or_under_one_is_refused() {
+    let dir = scratch("outdir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, "taken").unwrap();
+    for (out, expect) in [(file.clone(), "it is a file"), (file.join("sub"), "cannot be created")] {
+        let output = lbm(&[
+            "run",
+            &case_path(),
+            "--backend",
+            "cpu",
+            "--out",
+            &out.display().to_string(),
+            "--steps",
+            "1",
+        ]);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{}", stderr(&output));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "taken",
+        "the file is left alone"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

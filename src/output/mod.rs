@@ -113,6 +113,9 @@ pub struct Writer {
     dynamic_force: f64,
     /// Width and height of the domain, m.
     domain: [f64; 2],
+    /// Pixels across the domain in pictures; `None`: the finest level's
+    /// resolution within PICTURE_MIN_WIDTH..=PICTURE_WIDTH.
+    picture_width: Option<u32>,
     forces: Option<Csv>,
     probes: Vec<Csv>,
     lines: Vec<Csv>,
@@ -128,7 +131,12 @@ pub struct Writer {
 impl Writer {
     /// Creates `fields/`, `probes/` and the CSV headers; bodies get the
     /// force columns, named `body{i}_...`.
-    pub fn create(out: &Path, case: &Case, resolved: &Resolved) -> Result<Writer, AppError> {
+    pub fn create(
+        out: &Path,
+        case: &Case,
+        resolved: &Resolved,
+        picture_width: Option<u32>,
+    ) -> Result<Writer, AppError> {
         let plan = resolved.output.clone();
         let mut written = Written::default();
         create_dir(&out.join("fields"))?;
@@ -173,6 +181,7 @@ impl Writer {
                 * plan.reference_velocity
                 * plan.reference_length,
             domain: case.domain.size,
+            picture_width,
             plan,
             units: resolved.units,
             forces,
@@ -280,9 +289,12 @@ impl Writer {
             // The finest level's resolution, enlarged to at least
             // PICTURE_MIN_WIDTH and at most PICTURE_WIDTH pixels wide.
             let finest = patches.iter().map(|p| p.spacing).fold(f64::INFINITY, f64::min);
-            let density = (1.0 / finest)
-                .max(PICTURE_MIN_WIDTH as f64 / self.domain[0])
-                .min(PICTURE_WIDTH as f64 / self.domain[0]);
+            let density = match self.picture_width {
+                Some(w) => w as f64 / self.domain[0],
+                None => (1.0 / finest)
+                    .max(PICTURE_MIN_WIDTH as f64 / self.domain[0])
+                    .min(PICTURE_WIDTH as f64 / self.domain[0]),
+            };
             for (name, unit, field, diverging) in [
                 ("speed", "m/s", FieldName::Speed, false),
                 ("vorticity", "1/s", FieldName::Vorticity, true),
