@@ -12,9 +12,7 @@ use crate::device::{
     Action, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut,
 };
 use crate::error::{Error, Result};
-use crate::kernels::{
-    Access, FamilyVisitor, HostViews, KernelArgs, check_action, check_launch, check_replay, dispatch,
-};
+use crate::kernels::{Access, FamilyVisitor, HostViews, KernelArgs, PlanTable, check_launch, dispatch};
 
 const BACKEND: &str = "cpu";
 
@@ -61,7 +59,7 @@ impl HostBuffer {
 pub struct CpuDriver {
     buffers: Vec<Option<HostBuffer>>,
     staging: Vec<Option<HostBuffer>>,
-    plans: Vec<Option<Vec<Action>>>,
+    plans: PlanTable,
     streams: u32,
     events: u32,
 }
@@ -80,7 +78,7 @@ impl CpuDriver {
     }
 
     fn size_of(&self, id: BufferId) -> Option<usize> {
-        self.get(id).ok().map(|b| b.bytes)
+        size_in(&self.buffers, id)
     }
 
     fn stream(&self, stream: StreamId) -> Result<()> {
@@ -151,6 +149,11 @@ impl CpuDriver {
             self.buffers[r.id.0 as usize] = Some(buffer);
         }
     }
+}
+
+/// Bytes of buffer `id` in `buffers`, `None` when it is not live.
+fn size_in(buffers: &[Option<HostBuffer>], id: BufferId) -> Option<usize> {
+    live_buffer(buffers, id, BACKEND).ok().map(|b| b.bytes)
 }
 
 fn unknown(what: &'static str, id: u32) -> Error {
@@ -311,40 +314,22 @@ impl Driver for CpuDriver {
     }
 
     fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {
-        for action in actions {
-            check_action(action, BACKEND, |id| self.size_of(id))?;
-        }
-        self.plans.push(Some(actions.to_vec()));
-        Ok(PlanId(self.plans.len() as u32 - 1))
+        let buffers = &self.buffers;
+        self.plans.prepare(actions, BACKEND, |id| size_in(buffers, id))
     }
 
     fn replay(&mut self, plan: PlanId) -> Result<()> {
-        let prepared = self
-            .plans
-            .get_mut(plan.0 as usize)
-            .and_then(Option::take)
-            .ok_or(unknown("plan", plan.0))?;
-        let result = (|| {
-            check_replay(plan, &prepared, BACKEND, |id| self.size_of(id))?;
-            for action in &prepared {
-                match action {
-                    Action::Launch(launch) => self.execute(launch)?,
-                    Action::Memset { buffer, bytes } => self.memset_async(*buffer, 0, *bytes, 0)?,
-                }
+        let actions = self.plans.replay(plan, BACKEND, |id| self.size_of(id))?;
+        for action in actions.iter() {
+            match action {
+                Action::Launch(launch) => self.execute(launch)?,
+                Action::Memset { buffer, bytes } => self.memset_async(*buffer, 0, *bytes, 0)?,
             }
-            Ok(())
-        })();
-        self.plans[plan.0 as usize] = Some(prepared);
-        result
+        }
+        Ok(())
     }
 
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {
-        match self.plans.get_mut(plan.0 as usize) {
-            Some(slot @ Some(_)) => {
-                *slot = None;
-                Ok(())
-            }
-            _ => Err(unknown("plan", plan.0)),
-        }
+        self.plans.release(plan, BACKEND)
     }
 }

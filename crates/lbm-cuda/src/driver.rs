@@ -30,7 +30,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId, live_buffer};
 use lbm_core::error::CudaCode;
-use lbm_core::kernels::{check_action, check_launch, check_replay};
+use lbm_core::kernels::{PlanTable, check_launch};
 use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
 
 const BACKEND: &str = "cuda";
@@ -41,7 +41,7 @@ pub struct CudaDriver {
     // module, stream and context they need are still alive.
     buffers: Vec<Option<DeviceBuffer>>,
     staging: Vec<Option<Staging>>,
-    plans: Vec<Option<Vec<Action>>>,
+    plans: PlanTable,
     events: Vec<CudaEvent>,
     /// One function per kernel, in [`Kernel::ALL`] order.
     functions: Vec<CudaFunction>,
@@ -202,7 +202,7 @@ impl CudaDriver {
         Ok(CudaDriver {
             buffers: Vec::new(),
             staging: Vec::new(),
-            plans: Vec::new(),
+            plans: PlanTable::default(),
             events: Vec::new(),
             functions,
             streams: Vec::new(),
@@ -576,42 +576,26 @@ impl Driver for CudaDriver {
     }
 
     fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {
-        for action in actions {
-            check_action(action, BACKEND, |id| self.size_of(id))?;
-        }
-        self.plans.push(Some(actions.to_vec()));
-        Ok(PlanId(self.plans.len() as u32 - 1))
+        let buffers = &self.buffers;
+        self.plans.prepare(actions, BACKEND, |id| {
+            live_buffer(buffers, id, BACKEND).ok().map(|b| b.bytes)
+        })
     }
 
     fn replay(&mut self, plan: PlanId) -> Result<()> {
-        let actions = self
-            .plans
-            .get_mut(plan.0 as usize)
-            .and_then(Option::take)
-            .ok_or(unknown("plan", plan.0))?;
-        let result = (|| {
-            check_replay(plan, &actions, BACKEND, |id| self.size_of(id))?;
-            self.bind("replay")?;
-            for action in &actions {
-                match action {
-                    Action::Launch(launch) => self.enqueue(launch)?,
-                    Action::Memset { buffer, bytes } => self.memset_async(*buffer, 0, *bytes, 0)?,
-                }
+        let actions = self.plans.replay(plan, BACKEND, |id| self.size_of(id))?;
+        self.bind("replay")?;
+        for action in actions.iter() {
+            match action {
+                Action::Launch(launch) => self.enqueue(launch)?,
+                Action::Memset { buffer, bytes } => self.memset_async(*buffer, 0, *bytes, 0)?,
             }
-            Ok(())
-        })();
-        self.plans[plan.0 as usize] = Some(actions);
-        result
+        }
+        Ok(())
     }
 
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {
-        match self.plans.get_mut(plan.0 as usize) {
-            Some(slot @ Some(_)) => {
-                *slot = None;
-                Ok(())
-            }
-            _ => Err(unknown("plan", plan.0)),
-        }
+        self.plans.release(plan, BACKEND)
     }
 }
 

@@ -10,7 +10,7 @@
 use std::ffi::{CString, c_char, c_void};
 
 use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId, live_buffer_mut};
-use lbm_core::kernels::{check_action, check_launch, check_replay};
+use lbm_core::kernels::{PlanTable, check_launch};
 use lbm_core::{Arg, BufferId, Driver, Error, Launch, Result};
 
 const BACKEND: &str = "emu";
@@ -31,7 +31,7 @@ pub struct EmuDriver {
     /// Staging areas: host memory, apart from the buffers so ids stay those
     /// every other driver hands out.
     staging: Vec<Option<Vec<u8>>>,
-    plans: Vec<Option<Vec<Action>>>,
+    plans: PlanTable,
     streams: u32,
     events: u32,
     _library: libloading::Library,
@@ -58,7 +58,7 @@ impl EmuDriver {
             launch_fn,
             buffers: Vec::new(),
             staging: Vec::new(),
-            plans: Vec::new(),
+            plans: PlanTable::default(),
             streams: 0,
             events: 0,
             _library: library,
@@ -238,21 +238,14 @@ impl Driver for EmuDriver {
         Ok(())
     }
     fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {
-        for action in actions {
-            check_action(action, BACKEND, |id| self.size_of(id))?;
-        }
-        self.plans.push(Some(actions.to_vec()));
-        Ok(PlanId(self.plans.len() as u32 - 1))
+        let buffers = &self.buffers;
+        self.plans.prepare(actions, BACKEND, |id| {
+            buffers.get(id.0 as usize).and_then(Option::as_ref).map(|b| b.bytes)
+        })
     }
     fn replay(&mut self, plan: PlanId) -> Result<()> {
-        let actions = self
-            .plans
-            .get(plan.0 as usize)
-            .cloned()
-            .flatten()
-            .ok_or(unknown("plan", plan.0))?;
-        check_replay(plan, &actions, BACKEND, |id| self.size_of(id))?;
-        for action in &actions {
+        let actions = self.plans.replay(plan, BACKEND, |id| self.size_of(id))?;
+        for action in actions.iter() {
             match action {
                 Action::Launch(launch) => self.run(launch)?,
                 Action::Memset { buffer, bytes } => self.memset_async(*buffer, 0, *bytes, 0)?,
@@ -261,13 +254,7 @@ impl Driver for EmuDriver {
         Ok(())
     }
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {
-        match self.plans.get_mut(plan.0 as usize) {
-            Some(slot @ Some(_)) => {
-                *slot = None;
-                Ok(())
-            }
-            _ => Err(unknown("plan", plan.0)),
-        }
+        self.plans.release(plan, BACKEND)
     }
 }
 

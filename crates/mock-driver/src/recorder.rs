@@ -6,7 +6,7 @@
 //! It models no timing and no concurrency.
 
 use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId};
-use lbm_core::kernels::{check_action, check_launch, check_replay};
+use lbm_core::kernels::{PlanTable, check_launch};
 use lbm_core::{Arg, BufferId, CpuDriver, Driver, Error, Launch, Result};
 
 use crate::event::{BufferName, Event, EventKind, LoggedArg, NamedArg, fnv1a64};
@@ -35,7 +35,7 @@ pub(crate) struct Recorder {
     /// Staging areas by id, with their twins when executing.
     pub(crate) staging: Vec<StagingRecord>,
     /// Prepared plans by id; `None` once released.
-    pub(crate) plans: Vec<Option<Vec<Action>>>,
+    pub(crate) plans: PlanTable,
     pub(crate) streams: u32,
     pub(crate) events: u32,
     pub(crate) launches: u64,
@@ -84,7 +84,7 @@ impl Recorder {
             capacity: DEFAULT_CAPACITY,
             live_bytes: 0,
             staging: Vec::new(),
-            plans: Vec::new(),
+            plans: PlanTable::default(),
             streams: 0,
             events: 0,
             launches: 0,
@@ -317,18 +317,14 @@ impl Recorder {
     }
 
     pub(crate) fn prepare(&mut self, label: &str, actions: &[Action]) -> Result<PlanId> {
-        let plan = self.plans.len() as u32;
         self.log.push(Event::Prepare {
-            plan,
+            plan: self.plans.next_id().0,
             label: label.to_owned(),
             actions: actions.len(),
         });
-        let checked = actions
-            .iter()
-            .try_for_each(|a| check_action(a, BACKEND, |id| self.size_of(id)));
-        let result = checked.map(|()| {
-            self.plans.push(Some(actions.to_vec()));
-            PlanId(plan)
+        let buffers = &self.buffers;
+        let result = self.plans.prepare(actions, BACKEND, |id| {
+            buffers.get(id.0 as usize).filter(|b| b.live).map(|b| b.bytes)
         });
         self.outcome(EventKind::Prepare, result)
     }
@@ -337,15 +333,11 @@ impl Recorder {
     /// armed launch fault fires; a plan whose buffers were freed is refused.
     pub(crate) fn replay(&mut self, plan: PlanId) -> Result<()> {
         self.log.push(Event::Replay { plan: plan.0 });
-        let actions = match self.plans.get(plan.0 as usize).cloned().flatten() {
-            Some(actions) => actions,
-            None => return self.outcome(EventKind::Replay, Err(unknown("plan", plan.0))),
+        let actions = match self.plans.replay(plan, BACKEND, |id| self.size_of(id)) {
+            Ok(actions) => actions,
+            Err(e) => return self.outcome(EventKind::Replay, Err(e)),
         };
-        let stale = check_replay(plan, &actions, BACKEND, |id| self.size_of(id));
-        if stale.is_err() {
-            return self.outcome(EventKind::Replay, stale);
-        }
-        for action in &actions {
+        for action in actions.iter() {
             match action {
                 Action::Launch(launch) => {
                     self.log_launch(launch);
@@ -362,13 +354,7 @@ impl Recorder {
 
     pub(crate) fn release_plan(&mut self, plan: PlanId) -> Result<()> {
         self.log.push(Event::ReleasePlan { plan: plan.0 });
-        let result = match self.plans.get_mut(plan.0 as usize) {
-            Some(slot @ Some(_)) => {
-                *slot = None;
-                Ok(())
-            }
-            _ => Err(unknown("plan", plan.0)),
-        };
+        let result = self.plans.release(plan, BACKEND);
         self.outcome(EventKind::ReleasePlan, result)
     }
 

@@ -28,7 +28,7 @@ pub fn check_launch(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>
 
 /// [`check_launch`] for a launch, and for a memset that its range lies inside
 /// the buffer.
-pub fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
+fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
     match action {
         Action::Launch(launch) => check_launch(launch, size_of),
         Action::Memset { buffer, bytes } => {
@@ -53,7 +53,7 @@ pub fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(Buf
 
 /// Refuses the replay of prepared plan `plan` when a buffer its actions name
 /// has been freed since it was prepared.
-pub fn check_replay(
+fn check_replay(
     plan: PlanId,
     actions: &[Action],
     backend: &'static str,
@@ -152,4 +152,70 @@ pub(super) fn check_layout(what: &str, layout: &Layout) -> std::result::Result<(
         )));
     }
     Ok(())
+}
+
+/// The prepared plans of one driver: each checked once when it is added,
+/// then handed out for replay after a check that none of its buffers was
+/// freed since. A driver keeps one and enqueues the actions itself.
+#[derive(Default)]
+pub struct PlanTable {
+    plans: Vec<Option<std::sync::Arc<[Action]>>>,
+}
+
+impl PlanTable {
+    /// Checks every action (launches with [`check_launch`], memsets against
+    /// their buffer) and keeps the plan.
+    pub fn prepare(
+        &mut self,
+        actions: &[Action],
+        backend: &'static str,
+        size_of: impl Fn(BufferId) -> Option<usize>,
+    ) -> Result<PlanId> {
+        for action in actions {
+            check_action(action, backend, &size_of)?;
+        }
+        self.plans.push(Some(actions.into()));
+        Ok(PlanId(self.plans.len() as u32 - 1))
+    }
+
+    /// The actions of `plan`, refused when it is unknown or a buffer it
+    /// names was freed.
+    pub fn replay(
+        &self,
+        plan: PlanId,
+        backend: &'static str,
+        size_of: impl Fn(BufferId) -> Option<usize>,
+    ) -> Result<std::sync::Arc<[Action]>> {
+        let actions = self
+            .plans
+            .get(plan.0 as usize)
+            .cloned()
+            .flatten()
+            .ok_or(Error::UnknownHandle {
+                backend,
+                what: "plan",
+                id: plan.0,
+            })?;
+        check_replay(plan, &actions, backend, size_of)?;
+        Ok(actions)
+    }
+
+    /// The id the next prepared plan gets.
+    pub fn next_id(&self) -> PlanId {
+        PlanId(self.plans.len() as u32)
+    }
+
+    pub fn release(&mut self, plan: PlanId, backend: &'static str) -> Result<()> {
+        match self.plans.get_mut(plan.0 as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(Error::UnknownHandle {
+                backend,
+                what: "plan",
+                id: plan.0,
+            }),
+        }
+    }
 }

@@ -28,7 +28,7 @@ use crate::domain::hierarchy::Layout;
 use crate::error::{LaunchProblem, Result};
 use crate::lattice::Q;
 
-pub use check::{check_action, check_launch, check_replay};
+pub use check::{PlanTable, check_launch};
 pub use constants::cuda_constants;
 pub use host::{HostViews, ReadViews, WriteViews};
 
