@@ -34,7 +34,7 @@ use crate::domain::sides::PatchSides;
 use crate::error::{Error, Result};
 use crate::lattice::Moments;
 use crate::ledger::{ExchangeRecord, MemoryLedger};
-use crate::schedule::plan::{HopPlan, PlanInputs};
+use crate::schedule::plan::{HopPlan, PlanInputs, parity_at_interval_start};
 use crate::schedule::resources::Resources;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -198,7 +198,8 @@ impl<D: Driver> Stepper<D> {
         let Inner { driver, state } = &mut *inner;
         state.status = Status::Advancing;
         state.exchange_valid = false;
-        let enqueued = (0..n).try_for_each(|k| driver.replay(state.prepared[((state.step_count + k) % 2) as usize]));
+        let enqueued =
+            (0..n).try_for_each(|k| driver.replay(state.prepared[parity_at_interval_start(0, state.step_count + k)]));
         match enqueued.and_then(|()| driver.synchronize()) {
             Ok(()) => {
                 state.step_count += n;
