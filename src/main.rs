@@ -81,13 +81,22 @@ enum Command {
     },
 }
 
+/// Writes a line to stdout, ignoring a closed pipe (`lbm run ... | head`):
+/// what the run did stays done, and its exit code says so.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { case } => {
             return match lbm::check::check(&case) {
                 Ok(report) => {
-                    print!("{report}");
+                    say!("{}", report.trim_end());
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -97,7 +106,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Info => {
-            print!("{}", lbm::check::info());
+            say!("{}", lbm::check::info().trim_end());
             return ExitCode::SUCCESS;
         }
         Command::Run {
@@ -137,19 +146,33 @@ fn main() -> ExitCode {
                 Ok(report) => {
                     for q in &report.quantities {
                         let mark = if q.within { "within" } else { "OUTSIDE" };
-                        println!(
+                        say!(
                             "{:>8} {:>12.6}  reference {} ({} - {}) {mark}",
-                            q.name, q.value, q.reference, q.low, q.high
+                            q.name,
+                            q.value,
+                            q.reference,
+                            q.low,
+                            q.high
                         );
                     }
-                    println!(
+                    say!(
                         "{} steps in {:.1} s on {}; wrote {}",
                         report.steps,
                         report.wall_seconds,
                         report.backend,
                         out.display()
                     );
-                    ExitCode::SUCCESS
+                    let outside: Vec<&str> = report.quantities.iter().filter(|q| !q.within).map(|q| q.name).collect();
+                    if outside.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        eprintln!(
+                            "error: {} outside the benchmark's interval (report.md says by how much); \
+                             raise --resolution",
+                            outside.join(", ")
+                        );
+                        ExitCode::from(4)
+                    }
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -160,7 +183,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(summary) => {
-            println!(
+            say!(
                 "{} steps in {:.2} s on {} ({:.1} MLUPS); wrote {}",
                 summary.steps,
                 summary.wall_seconds,

@@ -62,6 +62,19 @@ fn bad_input_is_named_before_any_work() {
             "syntax.toml: line 12, column",
         ),
         (
+            "inlet-on-x-max",
+            text.replace(
+                "x_max = \"wall\"",
+                "x_max = { inlet = { profile = \"uniform\", velocity = 0.1 } }",
+            ),
+            "x_max",
+        ),
+        (
+            "one-sided-periodic",
+            text.replace("x_max = \"wall\"", "x_max = \"periodic\""),
+            "periodic sides come in pairs",
+        ),
+        (
             "old-key",
             text.replace("x_min = \"wall\"", "x_min = \"symmetry\""),
             "free_slip",
@@ -223,4 +236,35 @@ fn an_output_directory_that_is_a_file_or_under_one_is_refused() {
         "the file is left alone"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A completed run stays completed when its standard output is closed early
+/// (`lbm run ... | head -0`): no panic, exit 0, the summary written.
+#[test]
+fn a_closed_standard_output_does_not_fail_a_completed_run() {
+    use std::process::{Command, Stdio};
+    let out = scratch("pipe");
+    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+    let mut child = Command::new(binary)
+        .args([
+            "run",
+            &case_path(),
+            "--backend",
+            "cpu",
+            "--steps",
+            "5",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    assert!(out.join("summary.json").is_file());
+    std::fs::remove_dir_all(out).unwrap();
 }

@@ -242,7 +242,7 @@ impl Case {
                 shape: lattice_shape,
             });
         }
-        let tiles = self.run.tiles.iter().map(|t| Some(*t)).collect();
+        let tiles: Vec<Option<[u32; 2]>> = self.run.tiles.iter().map(|t| Some(*t)).collect();
         let lattice = LatticeConfig {
             hierarchy,
             collision: self.flow.collision,
@@ -257,6 +257,9 @@ impl Case {
             .velocity_to_lattice(self.flow.reference_velocity)
             .max(lattice.prescribed_speed());
         lattice.check_stability(speed)?;
+        // Everything a stepper would refuse is refused here, before a run
+        // writes anything.
+        lattice.validate(&tiles)?;
         let frame = CaseFrame {
             steps: self.run.steps,
             size: self.domain.size,

@@ -10,8 +10,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::geometry::Body;
-use crate::domain::hierarchy::{HierarchySpec, SIDE_NAMES};
+use crate::domain::hierarchy::{Hierarchy, HierarchySpec, SIDE_NAMES};
 use crate::domain::order::inlet_samples;
+use crate::domain::sides::PatchSides;
 use crate::error::{Error, Result};
 use crate::lattice::{Collision, Relaxation};
 
@@ -282,6 +283,41 @@ pub struct LevelPhysics {
 }
 
 impl LatticeConfig {
+    /// Every check a configuration must pass before anything is allocated or
+    /// written: the hierarchy with `tiles`, stability, boundaries, each body
+    /// on a level of the hierarchy, and each refined patch's sides. Returns
+    /// the validated hierarchy and how each patch's coupling sees its sides.
+    pub fn validate(&self, tiles: &[Option<[u32; 2]>]) -> Result<(Hierarchy, Vec<Vec<PatchSides>>)> {
+        let hierarchy = self.hierarchy.validate(tiles)?;
+        self.check_stability(self.prescribed_speed())?;
+        self.check_boundaries()?;
+        for (b, body) in self.bodies.iter().enumerate() {
+            if body.level >= hierarchy.n_levels() {
+                return Err(Error::parameter(
+                    &format!("bodies[{b}].level"),
+                    body.level,
+                    &format!("a level of the hierarchy, 0..{}", hierarchy.n_levels()),
+                ));
+            }
+        }
+        let wall_velocity = self.wall_velocity.map(|v| v.map(|c| c as f32));
+        let sides = hierarchy
+            .levels
+            .iter()
+            .map(|patches| {
+                patches
+                    .iter()
+                    .map(|p| match p.level {
+                        // The base grid's sides are its boundaries; it has no coupling.
+                        0 => Ok(PatchSides::INTERFACES),
+                        _ => PatchSides::of_patch(p, self.boundaries, wall_velocity),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((hierarchy, sides))
+    }
+
     /// Refuses, naming the side, an inlet off x-min, an outflow off x-max, an
     /// inlet description without an inlet side (or the reverse), an interface
     /// on the base grid and a periodic side without its opposite.

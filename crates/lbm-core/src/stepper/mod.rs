@@ -30,7 +30,6 @@ pub use observe::Fields;
 use crate::config::{ExecConfig, LatticeConfig, LevelPhysics};
 use crate::device::{Driver, PlanId};
 use crate::domain::hierarchy::Hierarchy;
-use crate::domain::sides::PatchSides;
 use crate::error::{Error, Result};
 use crate::lattice::Moments;
 use crate::ledger::{ExchangeRecord, MemoryLedger};
@@ -76,34 +75,9 @@ impl<D: Driver> Stepper<D> {
     /// Checks the configuration, allocates and fills every buffer, builds and
     /// prepares the hop plan and fills the lattice at rest.
     pub fn new(mut driver: D, lattice: LatticeConfig, exec: ExecConfig) -> Result<Self> {
-        let hierarchy = lattice.hierarchy.validate(&exec.tiles)?;
-        lattice.check_stability(lattice.prescribed_speed())?;
-        lattice.check_boundaries()?;
-        for (b, body) in lattice.bodies.iter().enumerate() {
-            if body.level >= hierarchy.n_levels() {
-                return Err(Error::parameter(
-                    &format!("bodies[{b}].level"),
-                    body.level,
-                    &format!("a level of the hierarchy, 0..{}", hierarchy.n_levels()),
-                ));
-            }
-        }
+        let (hierarchy, sides) = lattice.validate(&exec.tiles)?;
         let physics: Vec<LevelPhysics> = (0..hierarchy.n_levels()).map(|l| lattice.level_physics(l)).collect();
         let wall_velocity = lattice.wall_velocity.map(|v| v.map(|c| c as f32));
-        let sides = hierarchy
-            .levels
-            .iter()
-            .map(|patches| {
-                patches
-                    .iter()
-                    .map(|p| match p.level {
-                        // The base grid's sides are its boundaries; it has no coupling.
-                        0 => Ok(PatchSides::INTERFACES),
-                        _ => PatchSides::of_patch(p, lattice.boundaries, wall_velocity),
-                    })
-                    .collect::<Result<Vec<_>>>()
-            })
-            .collect::<Result<Vec<_>>>()?;
         let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec)?;
         let plan = HopPlan::build(
             &PlanInputs {
