@@ -75,6 +75,36 @@ fn bad_input_is_named_before_any_work() {
             "periodic sides come in pairs",
         ),
         (
+            "nan-viscosity",
+            text.replace("viscosity = 0.01", "viscosity = nan"),
+            "`fluid.viscosity` = NaN: a finite number",
+        ),
+        (
+            "infinite-lid",
+            text.replace("moving_wall = [1.0, 0.0]", "moving_wall = [inf, 0.0]"),
+            "`boundaries.y_max.moving_wall[0]` = inf",
+        ),
+        (
+            "negative-patch",
+            text.replace("[[0.25, 0.25, 0.75, 0.75]]", "[[-0.25, 0.25, 0.75, 0.75]]"),
+            "refinement[0].patches[0]",
+        ),
+        (
+            "zero-radius",
+            format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.5]\nradius = 0.0\n"),
+            "bodies[0].radius",
+        ),
+        (
+            "body-through-wall",
+            format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.02]\nradius = 0.05\n"),
+            "wholly inside the domain",
+        ),
+        (
+            "flat-polygon",
+            format!("{text}\n[[bodies]]\nshape = \"polygon\"\npoints = [[0.4, 0.4], [0.5, 0.5], [0.6, 0.6]]\n"),
+            "enclosing an area",
+        ),
+        (
             "old-key",
             text.replace("x_min = \"wall\"", "x_min = \"symmetry\""),
             "free_slip",

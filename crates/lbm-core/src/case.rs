@@ -131,6 +131,74 @@ pub struct Run {
     pub tiles: Vec<[u32; 2]>,
 }
 
+/// Refuses a body of no size, a degenerate polygon, or one not wholly inside
+/// the domain (a body through a wall or the inlet has no closed surface).
+fn check_body(b: usize, shape: &Shape, size: [f64; 2]) -> Result<()> {
+    let key = format!("bodies[{b}]");
+    match shape {
+        Shape::Circle { radius, .. } if *radius <= 0.0 => {
+            return Err(Error::parameter(
+                &format!("{key}.radius"),
+                radius,
+                "a radius above 0, m",
+            ));
+        }
+        Shape::Rectangle { min, max } if min[0] >= max[0] || min[1] >= max[1] => {
+            return Err(Error::parameter(
+                &format!("{key}.min"),
+                format!("{min:?} to {max:?}"),
+                "min below max on both axes",
+            ));
+        }
+        Shape::Polygon { points } => {
+            let area: f64 = (0..points.len())
+                .map(|i| {
+                    let (a, c) = (points[i], points[(i + 1) % points.len()]);
+                    a[0] * c[1] - c[0] * a[1]
+                })
+                .sum::<f64>()
+                / 2.0;
+            if points.len() < 3 || area.abs() <= 0.0 {
+                return Err(Error::parameter(
+                    &format!("{key}.points"),
+                    format!("{} points, area {area:e} m^2", points.len()),
+                    "at least 3 points enclosing an area",
+                ));
+            }
+        }
+        _ => {}
+    }
+    let [x0, y0, x1, y1] = shape.bounds();
+    if x0 <= 0.0 || y0 <= 0.0 || x1 >= size[0] || y1 >= size[1] {
+        return Err(Error::parameter(
+            &key,
+            format!("spanning [{x0}, {x1}] x [{y0}, {y1}] m"),
+            &format!("a body wholly inside the domain, (0, {}) x (0, {}) m", size[0], size[1]),
+        ));
+    }
+    Ok(())
+}
+
+/// The dotted key of the first NaN or infinite float under `value`.
+fn non_finite(value: &toml::Value, key: String) -> Option<(String, f64)> {
+    match value {
+        toml::Value::Float(f) if !f.is_finite() => Some((key, *f)),
+        toml::Value::Table(table) => table.iter().find_map(|(k, v)| {
+            let key = if key.is_empty() {
+                k.clone()
+            } else {
+                format!("{key}.{k}")
+            };
+            non_finite(v, key)
+        }),
+        toml::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| non_finite(v, format!("{key}[{i}]"))),
+        _ => None,
+    }
+}
+
 /// A case resolved to lattice units.
 #[derive(Clone, Debug, Serialize)]
 pub struct Resolved {
@@ -146,6 +214,12 @@ pub struct Resolved {
 
 impl Case {
     pub fn from_toml(text: &str) -> Result<Case> {
+        // NaN and infinity parse as floats; no key accepts them.
+        if let Ok(document) = text.parse::<toml::Table>()
+            && let Some((key, value)) = non_finite(&toml::Value::Table(document), String::new())
+        {
+            return Err(Error::parameter(&key, value, "a finite number"));
+        }
         toml::from_str(text).map_err(|e: toml::de::Error| {
             let (line, column) = e
                 .span()
@@ -193,12 +267,22 @@ impl Case {
         }
         let mut levels = Vec::new();
         for (k, level) in self.refinement.iter().enumerate() {
+            for (i, p) in level.patches.iter().enumerate() {
+                let inside = p[0] >= 0.0 && p[1] >= 0.0 && p[2] <= width && p[3] <= height;
+                if !(inside && p[0] < p[2] && p[1] < p[3]) {
+                    return Err(Error::parameter(
+                        &format!("refinement[{k}].patches[{i}]"),
+                        format!("{p:?}"),
+                        &format!("[x0, y0, x1, y1] m with 0 <= x0 < x1 <= {width} and 0 <= y0 < y1 <= {height}"),
+                    ));
+                }
+            }
             let parent_dx = units.dx * 0.5f64.powi(k as i32);
             let rects = level
                 .patches
                 .iter()
                 .map(|p| {
-                    let snap = |v: f64| (v / parent_dx).round().max(0.0) as u32;
+                    let snap = |v: f64| (v / parent_dx).round() as u32;
                     Rect::new(snap(p[0]), snap(p[1]), snap(p[2]), snap(p[3]))
                 })
                 .collect();
@@ -234,6 +318,9 @@ impl Case {
             }),
             _ => None,
         };
+        for (b, shape) in self.bodies.iter().enumerate() {
+            check_body(b, shape, [width, height])?;
+        }
         let mut bodies = Vec::new();
         for (b, shape) in self.bodies.iter().enumerate() {
             let lattice_shape = shape.scaled(units.length_to_lattice(1.0));
