@@ -14,7 +14,7 @@ use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
 use crate::backend::{BackendChoice, Device, ptx_sha256};
-use crate::output::{Writer, Written, fields};
+use crate::output::{Writer, Written, fields, write_atomic};
 use crate::progress::Progress;
 
 pub struct RunOptions {
@@ -141,10 +141,7 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
 
 pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
     let text = serde_json::to_string_pretty(value).expect("plain data serialises");
-    std::fs::write(path, text + "\n").map_err(|source| AppError::Write {
-        path: path.display().to_string(),
-        source,
-    })
+    write_atomic(path, (text + "\n").as_bytes())
 }
 
 fn advance<D: Driver>(

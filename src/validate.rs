@@ -24,6 +24,7 @@ use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
 use crate::backend::BackendChoice;
+use crate::output::write_atomic;
 use crate::run::{prepare_output, write_json};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -422,11 +423,7 @@ fn write_series(out: &Path, series: &[Sample]) -> Result<(), AppError> {
     for s in series {
         csv += &format!("{},{},{},{}\n", s.time, s.cd, s.cl, s.delta_p);
     }
-    let path = out.join("series.csv");
-    std::fs::write(&path, csv).map_err(|source| AppError::Write {
-        path: path.display().to_string(),
-        source,
-    })
+    write_atomic(&out.join("series.csv"), csv.as_bytes())
 }
 
 fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
@@ -460,10 +457,7 @@ fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
             if q.within { "yes" } else { "no" }
         );
     }
-    std::fs::write(out.join("report.md"), md).map_err(|source| AppError::Write {
-        path: out.join("report.md").display().to_string(),
-        source,
-    })
+    write_atomic(&out.join("report.md"), md.as_bytes())
 }
 
 #[cfg(test)]

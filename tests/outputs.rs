@@ -160,7 +160,22 @@ fn probes_and_lines_are_written_every_sample_and_save_point() {
         1 + 11,
         "one profile at the one save point, the end"
     );
-    // Near the lid the flow follows it; the end points sit on the side walls.
+    // The profile runs from wall to wall at mid-height: distance 0 to 1 m.
+    let profile: Vec<Vec<f64>> = line
+        .lines()
+        .skip(1)
+        .map(|r| r.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert!(
+        profile.iter().all(|r| r.len() == 7 && r.iter().all(|v| v.is_finite())),
+        "{line}"
+    );
+    assert_eq!((profile[0][1], profile[10][1], profile[10][2]), (0.0, 1.0, 1.0));
+    // The one profile is the end's.
+    assert!(
+        profile.iter().all(|r| (r[0] - 30.0 * 1.5625e-3).abs() < 1e-12),
+        "{line}"
+    );
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let files = summary["written"]["files"].as_array().unwrap();

@@ -214,3 +214,30 @@ pub enum LaunchProblem {
     #[error("{0}")]
     Shape(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_codes_tell_out_of_memory_from_a_sticky_fault() {
+        let cuda = |code: u32, name: &str| Error::Cuda {
+            operation: "launch stream_collide".into(),
+            code: CudaCode {
+                code,
+                name: name.into(),
+            },
+        };
+        let oom = cuda(2, "CUDA_ERROR_OUT_OF_MEMORY");
+        let illegal = cuda(700, "CUDA_ERROR_ILLEGAL_ADDRESS");
+        assert!(matches!(&oom, Error::Cuda { code, .. } if code.is_out_of_memory() && !code.is_sticky()));
+        assert!(!oom.is_sticky() && illegal.is_sticky());
+        assert!(!cuda(1, "CUDA_ERROR_INVALID_VALUE").is_sticky());
+        assert!(cuda(CudaCode::LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED").is_sticky());
+        assert_eq!(
+            illegal.to_string(),
+            "cuda error during launch stream_collide: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+        );
+        assert!(!Error::Failed { action: "step" }.is_sticky());
+    }
+}

@@ -148,14 +148,12 @@ impl Default for OutputSpec {
     }
 }
 
-/// A probe point resolved to base lattice units (one base cell = 1).
+/// A probe point, checked against the domain and the bodies.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ResolvedProbe {
     pub name: String,
     /// Physical position, m.
     pub point: [f64; 2],
-    /// Base lattice position.
-    pub lattice: [f64; 2],
 }
 
 /// A line probe resolved to its points.
@@ -281,8 +279,7 @@ impl OutputSpec {
                     &format!("a point inside the domain, [0, {}] x [0, {}] m", size[0], size[1]),
                 ));
             }
-            let lattice = point.map(|v| v * scale);
-            if in_fluid && bodies.iter().any(|b| b.shape.contains(lattice)) {
+            if in_fluid && bodies.iter().any(|b| b.shape.contains(point.map(|v| v * scale))) {
                 return Err(Error::parameter(
                     &key,
                     format!("{point:?}"),
@@ -292,7 +289,6 @@ impl OutputSpec {
             Ok(ResolvedProbe {
                 name: name.to_owned(),
                 point,
-                lattice,
             })
         };
         let mut check_name = |key: String, name: &str| -> Result<()> {

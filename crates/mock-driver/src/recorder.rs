@@ -258,7 +258,7 @@ impl Recorder {
     pub(crate) fn launch(&mut self, launch: &Launch) -> Result<()> {
         self.log_launch(launch);
         let result = self
-            .fault(launch.kernel.cuda_name())
+            .fault()
             .and_then(|()| check_launch(launch, |id| self.size_of(id)))
             .and_then(|()| self.execute(launch));
         self.outcome(EventKind::Launch, result)
@@ -293,7 +293,7 @@ impl Recorder {
     }
 
     /// Counts a launch against the armed launch fault.
-    pub(crate) fn fault(&mut self, _kernel: &str) -> Result<()> {
+    pub(crate) fn fault(&mut self) -> Result<()> {
         self.launches += 1;
         match fires(&mut self.launch_fault) {
             true => Err(Error::Injected {
@@ -341,9 +341,7 @@ impl Recorder {
             match action {
                 Action::Launch(launch) => {
                     self.log_launch(launch);
-                    let result = self
-                        .fault(launch.kernel.cuda_name())
-                        .and_then(|()| self.execute(launch));
+                    let result = self.fault().and_then(|()| self.execute(launch));
                     self.outcome(EventKind::Launch, result)?;
                 }
                 Action::Memset { buffer, bytes } => self.memset(*buffer, 0, *bytes, 0)?,
