@@ -107,6 +107,10 @@ pub enum Error {
 
     #[error("{what}: {reason}")]
     NotAvailable { what: String, reason: &'static str },
+
+    /// A snapshot taken from a stepper of another configuration.
+    #[error("the snapshot does not fit this stepper: {reason}")]
+    Snapshot { reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

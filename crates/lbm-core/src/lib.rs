@@ -79,4 +79,4 @@ pub use config::{Boundary, ExecConfig, LatticeConfig};
 pub use cpu::CpuDriver;
 pub use device::{Arg, BufferId, BufferRef, Driver, Kernel, Launch};
 pub use error::{Error, Result};
-pub use stepper::{Status, Stepper};
+pub use stepper::{Snapshot, Status, Stepper};

@@ -68,7 +68,19 @@ pub struct Resources {
     /// Body indices in each level's accumulator slot order.
     pub body_slots: Vec<Vec<usize>>,
     pub memory: MemoryLedger,
+    /// The buffers the plan writes, in allocation order: what a snapshot holds.
+    pub state: Vec<StateBuffer>,
     allocated: Vec<BufferId>,
+}
+
+/// A buffer whose contents change as the run advances (populations, interface
+/// fluxes, the inlet's time state, the exchange accumulators); the rest are
+/// tables filled once from the configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateBuffer {
+    pub label: String,
+    pub id: BufferId,
+    pub bytes: usize,
 }
 
 impl Resources {
@@ -88,6 +100,7 @@ impl Resources {
             accumulators: Vec::new(),
             body_slots: vec![Vec::new(); hierarchy.n_levels()],
             memory: MemoryLedger::default(),
+            state: Vec::new(),
             allocated: Vec::new(),
         };
         match resources.fill(driver, hierarchy, sides, lattice, exec) {
@@ -119,6 +132,13 @@ impl Resources {
         Ok(id)
     }
 
+    /// Allocates a buffer the plan writes (see [`StateBuffer`]).
+    fn alloc_state<D: Driver>(&mut self, driver: &mut D, label: String, bytes: usize) -> Result<BufferId> {
+        let id = self.alloc(driver, label.clone(), bytes)?;
+        self.state.push(StateBuffer { label, id, bytes });
+        Ok(id)
+    }
+
     fn upload<D: Driver>(&mut self, driver: &mut D, label: String, data: &[u8]) -> Result<BufferId> {
         let id = self.alloc(driver, label, data.len())?;
         driver.upload(id, 0, data)?;
@@ -136,7 +156,7 @@ impl Resources {
         if let Some(inlet) = &lattice.inlet {
             let profile = inlet.profile_samples(hierarchy.base().layout.ny);
             let profile = self.upload(driver, "boundary.inlet_profile".into(), bytemuck::cast_slice(&profile))?;
-            let state = self.alloc(driver, "boundary.state".into(), 8)?;
+            let state = self.alloc_state(driver, "boundary.state".into(), 8)?;
             let table = match &inlet.amplitude {
                 Amplitude::Table { points } => {
                     let table: Vec<f32> = points.iter().flatten().map(|v| *v as f32).collect();
@@ -158,9 +178,9 @@ impl Resources {
                 continue;
             }
             let bytes = self.body_slots[level].len() * EXCHANGE_WORDS * 8;
-            let interval = self.alloc(driver, format!("L{level}.exchange.interval"), bytes)?;
+            let interval = self.alloc_state(driver, format!("L{level}.exchange.interval"), bytes)?;
             let window = match exec.observe_window_exchange {
-                true => Some(self.alloc(driver, format!("L{level}.exchange.window"), bytes)?),
+                true => Some(self.alloc_state(driver, format!("L{level}.exchange.window"), bytes)?),
                 false => None,
             };
             self.accumulators.push(Accumulators {
@@ -184,8 +204,8 @@ impl Resources {
         let plane = patch.layout.plane_cells();
         let f_bytes = Q * plane * 4;
         let f = [
-            self.alloc(driver, format!("{name}.f.a"), f_bytes)?,
-            self.alloc(driver, format!("{name}.f.b"), f_bytes)?,
+            self.alloc_state(driver, format!("{name}.f.a"), f_bytes)?,
+            self.alloc_state(driver, format!("{name}.f.b"), f_bytes)?,
         ];
         let level_bodies: Vec<(usize, &geometry::Shape)> = lattice
             .bodies
@@ -200,7 +220,7 @@ impl Resources {
             0 => None,
             _ => {
                 let cells = ring_cells(&fine_covered(&patch.layout), sides.kinds);
-                Some(self.alloc(driver, format!("{name}.interface_flux"), cells * 4)?)
+                Some(self.alloc_state(driver, format!("{name}.interface_flux"), cells * 4)?)
             }
         };
         let slots = &self.body_slots[patch.level];

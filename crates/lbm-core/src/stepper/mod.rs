@@ -36,6 +36,17 @@ use crate::ledger::{ExchangeRecord, MemoryLedger};
 use crate::schedule::plan::{HopPlan, PlanInputs, parity_at_interval_start};
 use crate::schedule::resources::Resources;
 
+/// The complete changing state of a stepper between intervals; see
+/// [`Stepper::snapshot`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub step_count: u64,
+    /// Where the open exchange window started, if one is open.
+    pub window_start: Option<u64>,
+    /// Each state buffer's label and contents, in allocation order.
+    pub buffers: Vec<(String, Vec<u8>)>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Status {
     Ready,
@@ -283,6 +294,69 @@ impl<D: Driver> Stepper<D> {
         inner.state.require_ready("download")?;
         let Inner { driver, state } = &mut *inner;
         observe::total_mass(driver, state)
+    }
+
+    /// Everything that changes as the run advances, downloaded: with the same
+    /// configuration, [`Stepper::restore`] continues from it bit for bit.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let mut inner = self.lock();
+        inner.state.require_ready("take a snapshot")?;
+        let Inner { driver, state } = &mut *inner;
+        let mut buffers = Vec::with_capacity(state.resources.state.len());
+        for b in &state.resources.state {
+            let mut bytes = vec![0u8; b.bytes];
+            if let Err(e) = driver.download(b.id, 0, &mut bytes) {
+                state.fail();
+                return Err(e);
+            }
+            buffers.push((b.label.clone(), bytes));
+        }
+        Ok(Snapshot {
+            step_count: state.step_count,
+            window_start: state.window_start.filter(|_| state.window_valid),
+            buffers,
+        })
+    }
+
+    /// Puts back what [`Stepper::snapshot`] took from a stepper of the same
+    /// configuration, refusing one whose buffers differ in name or size.
+    pub fn restore(&self, snapshot: &Snapshot) -> Result<()> {
+        let mut inner = self.lock();
+        inner.state.require_ready("restore a snapshot")?;
+        let Inner { driver, state } = &mut *inner;
+        let ours = &state.resources.state;
+        if ours.len() != snapshot.buffers.len() {
+            return Err(Error::Snapshot {
+                reason: format!(
+                    "it holds {} state buffers, this stepper has {}",
+                    snapshot.buffers.len(),
+                    ours.len()
+                ),
+            });
+        }
+        for (b, (label, bytes)) in ours.iter().zip(&snapshot.buffers) {
+            if *label != b.label || bytes.len() != b.bytes {
+                return Err(Error::Snapshot {
+                    reason: format!(
+                        "it holds `{label}` of {} bytes where this stepper has `{}` of {} bytes",
+                        bytes.len(),
+                        b.label,
+                        b.bytes
+                    ),
+                });
+            }
+        }
+        for (b, (_, bytes)) in ours.iter().zip(&snapshot.buffers) {
+            if let Err(e) = driver.upload(b.id, 0, bytes) {
+                state.fail();
+                return Err(e);
+            }
+        }
+        state.step_count = snapshot.step_count;
+        state.window_start = snapshot.window_start;
+        state.window_valid = snapshot.window_start.is_some();
+        state.exchange_valid = false;
+        Ok(())
     }
 
     /// Frees every buffer and prepared plan; the stepper then refuses
