@@ -2,12 +2,18 @@
 //! a boxed [`Driver`]. `auto` takes CUDA when a device is present, else the
 //! CPU; asking for `cuda` without a driver or device is an error, not a crash.
 //!
-//! It opens device 0 only; it does not pick among several devices.
+//! `--device N` picks the CUDA device by ordinal (default 0); an ordinal not
+//! present is refused with the list of those that are.
+//!
+//! For the tests of the run's own safety nets, `LBM_INJECT_FAULT=stall-after-replays=N`
+//! makes the driver block forever on its next wait after N interval replays
+//! (a hung device, as the watchdog sees one).
 
 use clap::ValueEnum;
 use serde::Serialize;
 
-use lbm_core::{CpuDriver, Driver};
+use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId};
+use lbm_core::{BufferId, CpuDriver, Driver, Launch};
 
 use crate::AppError;
 
@@ -29,20 +35,172 @@ impl BackendChoice {
         }
     }
 
-    /// The driver of the choice and what it runs on.
-    pub fn open(self) -> Result<(Box<dyn Driver>, Device), AppError> {
-        match self.is_cuda() {
+    /// The driver of the choice on device `ordinal` (CUDA; the CPU backend
+    /// has only device 0) and what it runs on.
+    pub fn open(self, ordinal: Option<usize>) -> Result<(Box<dyn Driver>, Device), AppError> {
+        let (driver, device): (Box<dyn Driver>, Device) = match self.is_cuda() {
             true => {
-                let driver = lbm_cuda::CudaDriver::new(0).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
+                let names = lbm_cuda::device_names();
+                let ordinal = ordinal.unwrap_or(0);
+                if ordinal >= names.len() && !names.is_empty() {
+                    return Err(AppError::Flag {
+                        flag: "--device",
+                        value: ordinal.to_string(),
+                        accepted: format!("a CUDA device present: {}", listing(&names)),
+                    });
+                }
+                let driver =
+                    lbm_cuda::CudaDriver::new(ordinal).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
                 let device = Device {
                     backend: "cuda",
+                    ordinal,
                     name: driver.device_name().to_owned(),
                     memory_bytes: driver.total_memory()?,
                 };
-                Ok((Box::new(driver), device))
+                (Box::new(driver), device)
             }
-            false => Ok((Box::new(CpuDriver::new()), Device::host())),
+            false => {
+                if let Some(n) = ordinal.filter(|n| *n != 0) {
+                    let names = lbm_cuda::device_names();
+                    let accepted = match names.is_empty() {
+                        true => "0: no CUDA device is present, and the CPU backend is device 0".to_owned(),
+                        false => format!("0 with --backend cpu; the CUDA devices are {}", listing(&names)),
+                    };
+                    return Err(AppError::Flag {
+                        flag: "--device",
+                        value: n.to_string(),
+                        accepted,
+                    });
+                }
+                (Box::new(CpuDriver::new()), Device::host())
+            }
+        };
+        Ok((inject_fault(driver)?, device))
+    }
+}
+
+fn listing(names: &[String]) -> String {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{i} ({n})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The driver with the fault `LBM_INJECT_FAULT` asks for, if any.
+fn inject_fault(driver: Box<dyn Driver>) -> Result<Box<dyn Driver>, AppError> {
+    let Ok(spec) = std::env::var("LBM_INJECT_FAULT") else {
+        return Ok(driver);
+    };
+    let replays = spec
+        .strip_prefix("stall-after-replays=")
+        .and_then(|n| n.parse::<u64>().ok())
+        .ok_or_else(|| AppError::Flag {
+            flag: "LBM_INJECT_FAULT",
+            value: spec.clone(),
+            accepted: "stall-after-replays=N".into(),
+        })?;
+    Ok(Box::new(Stalling {
+        inner: driver,
+        replays_left: replays,
+    }))
+}
+
+/// A driver that hangs in its first wait after a number of replays.
+struct Stalling {
+    inner: Box<dyn Driver>,
+    replays_left: u64,
+}
+
+impl Driver for Stalling {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn alloc(&mut self, label: &str, bytes: usize) -> lbm_core::Result<BufferId> {
+        self.inner.alloc(label, bytes)
+    }
+    fn free(&mut self, buffer: BufferId) -> lbm_core::Result<()> {
+        self.inner.free(buffer)
+    }
+    fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> lbm_core::Result<()> {
+        self.inner.upload(buffer, byte_offset, data)
+    }
+    fn download(&mut self, buffer: BufferId, byte_offset: usize, out: &mut [u8]) -> lbm_core::Result<()> {
+        self.inner.download(buffer, byte_offset, out)
+    }
+    fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> lbm_core::Result<()> {
+        self.inner.memset_async(buffer, byte_offset, bytes, value)
+    }
+    fn copy_async(
+        &mut self,
+        src: BufferId,
+        src_offset: usize,
+        dst: BufferId,
+        dst_offset: usize,
+        bytes: usize,
+    ) -> lbm_core::Result<()> {
+        self.inner.copy_async(src, src_offset, dst, dst_offset, bytes)
+    }
+    fn launch(&mut self, launch: &Launch) -> lbm_core::Result<()> {
+        self.inner.launch(launch)
+    }
+    fn synchronize(&mut self) -> lbm_core::Result<()> {
+        if self.replays_left == 0 {
+            loop {
+                std::thread::park();
+            }
         }
+        self.inner.synchronize()
+    }
+    fn free_memory(&self) -> lbm_core::Result<u64> {
+        self.inner.free_memory()
+    }
+    fn create_stream(&mut self) -> lbm_core::Result<StreamId> {
+        self.inner.create_stream()
+    }
+    fn create_event(&mut self) -> lbm_core::Result<EventId> {
+        self.inner.create_event()
+    }
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> lbm_core::Result<()> {
+        self.inner.record_event(event, stream)
+    }
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> lbm_core::Result<()> {
+        self.inner.wait_event(stream, event)
+    }
+    fn synchronize_event(&mut self, event: EventId) -> lbm_core::Result<()> {
+        self.inner.synchronize_event(event)
+    }
+    fn alloc_staging(&mut self, label: &str, bytes: usize) -> lbm_core::Result<StagingId> {
+        self.inner.alloc_staging(label, bytes)
+    }
+    fn free_staging(&mut self, staging: StagingId) -> lbm_core::Result<()> {
+        self.inner.free_staging(staging)
+    }
+    fn download_async(
+        &mut self,
+        stream: StreamId,
+        buffer: BufferId,
+        byte_offset: usize,
+        staging: StagingId,
+        staging_offset: usize,
+        bytes: usize,
+    ) -> lbm_core::Result<()> {
+        self.inner
+            .download_async(stream, buffer, byte_offset, staging, staging_offset, bytes)
+    }
+    fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> lbm_core::Result<()> {
+        self.inner.read_staging(staging, byte_offset, out)
+    }
+    fn prepare(&mut self, label: &str, actions: &[Action]) -> lbm_core::Result<PlanId> {
+        self.inner.prepare(label, actions)
+    }
+    fn replay(&mut self, plan: PlanId) -> lbm_core::Result<()> {
+        self.replays_left = self.replays_left.saturating_sub(1);
+        self.inner.replay(plan)
+    }
+    fn release_plan(&mut self, plan: PlanId) -> lbm_core::Result<()> {
+        self.inner.release_plan(plan)
     }
 }
 
@@ -50,6 +208,8 @@ impl BackendChoice {
 #[derive(Clone, Debug, Serialize)]
 pub struct Device {
     pub backend: &'static str,
+    /// The CUDA device ordinal (0 for the CPU).
+    pub ordinal: usize,
     /// The GPU's name, or the CPU model and its thread count.
     pub name: String,
     pub memory_bytes: u64,
@@ -72,6 +232,7 @@ impl Device {
             .unwrap_or(0);
         Device {
             backend: "cpu",
+            ordinal: 0,
             name: format!("{model} ({threads} threads)"),
             memory_bytes: kib * 1024,
         }

@@ -24,12 +24,21 @@ const CPU_UPDATES_PER_S: f64 = 25e6;
 const CUDA_UPDATES_PER_S: f64 = 15e9;
 const CUDA_LAUNCH_S: f64 = 10e-6;
 
-/// The case at `path`, read and resolved as `lbm run` would.
-pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), AppError> {
-    let text = std::fs::read_to_string(path).map_err(|source| AppError::ReadCase {
+/// A run that is estimated to take longer needs a pilot unless the case
+/// says otherwise (`run.require_pilot`).
+const PILOT_ABOVE_S: f64 = 60.0;
+
+/// The text of the case file at `path`.
+pub fn read_case_text(path: &Path) -> Result<String, AppError> {
+    std::fs::read_to_string(path).map_err(|source| AppError::ReadCase {
         path: path.display().to_string(),
         source,
-    })?;
+    })
+}
+
+/// The case at `path`, read and resolved as `lbm run` would.
+pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), AppError> {
+    let text = read_case_text(path)?;
     let mut case = Case::from_toml(&text).map_err(|source| AppError::Case {
         path: path.display().to_string(),
         source,
@@ -86,25 +95,22 @@ pub fn check(path: &Path) -> Result<String, AppError> {
         })
         .sum();
     let _ = writeln!(out, "device memory: about {:.1} MiB", bytes as f64 / (1 << 20) as f64);
-    let updates: f64 = levels
-        .iter()
-        .map(|l| l.cells as f64 * 2f64.powi(l.level as i32))
-        .sum::<f64>()
-        * resolved.steps as f64;
-    // About four launches per patch hop (stream-collide, and the coupling
-    // of the finer levels).
-    let launches: f64 = levels
-        .iter()
-        .map(|l| 4.0 * l.patches as f64 * 2f64.powi(l.level as i32))
-        .sum::<f64>()
-        * resolved.steps as f64;
+    let updates = cell_updates(&levels, resolved.steps);
     let _ = writeln!(
         out,
         "work: {:.3e} cell updates, roughly {:.0} s on the CPU backend, {:.1} s on an H200",
         updates,
-        updates / CPU_UPDATES_PER_S,
-        updates / CUDA_UPDATES_PER_S + launches * CUDA_LAUNCH_S
+        estimate_seconds(&levels, resolved.steps, false),
+        estimate_seconds(&levels, resolved.steps, true)
     );
+    let hashed = crate::plan::Plan::of("run", &resolved)?;
+    let _ = writeln!(out, "plan sha256: {}", hashed.sha256);
+    for (backend, cuda) in [("the CPU backend", false), ("an H200", true)] {
+        let _ = match pilot_required(&case, &resolved, cuda)? {
+            Some(reason) => writeln!(out, "pilot: required on {backend} ({reason})"),
+            None => writeln!(out, "pilot: not required on {backend}"),
+        };
+    }
     let cells: u64 = levels.iter().map(|l| l.cells).sum();
     let values: u64 = plan.fields.iter().map(|f| f.components() as u64).sum::<u64>() * cells;
     let per_save = plan
@@ -136,6 +142,59 @@ pub fn check(path: &Path) -> Result<String, AppError> {
         let _ = writeln!(out, "warning: {warning}");
     }
     Ok(out)
+}
+
+/// Every level's cell updates over `steps` base intervals.
+fn cell_updates(levels: &[lbm_core::case::LevelParameters], steps: u64) -> f64 {
+    levels
+        .iter()
+        .map(|l| l.cells as f64 * 2f64.powi(l.level as i32))
+        .sum::<f64>()
+        * steps as f64
+}
+
+/// Rough seconds `steps` base intervals take on the CPU backend or an H200.
+pub fn estimate_seconds(levels: &[lbm_core::case::LevelParameters], steps: u64, cuda: bool) -> f64 {
+    let updates = cell_updates(levels, steps);
+    match cuda {
+        false => updates / CPU_UPDATES_PER_S,
+        true => {
+            // About four launches per patch hop (stream-collide, and the
+            // coupling of the finer levels).
+            let launches: f64 = levels
+                .iter()
+                .map(|l| 4.0 * l.patches as f64 * 2f64.powi(l.level as i32))
+                .sum::<f64>()
+                * steps as f64;
+            updates / CUDA_UPDATES_PER_S + launches * CUDA_LAUNCH_S
+        }
+    }
+}
+
+/// Why a full run of the case needs a pilot first, or `None` when it does
+/// not: `run.require_pilot` when the case sets it, else whether the run is
+/// estimated to take over a minute on the backend.
+pub fn pilot_required(case: &Case, resolved: &Resolved, cuda: bool) -> Result<Option<String>, AppError> {
+    pilot_required_for(case.run.require_pilot, &resolved.levels()?, resolved.steps, cuda)
+}
+
+/// [`pilot_required`] for `steps` intervals of `levels`.
+pub fn pilot_required_for(
+    required: Option<bool>,
+    levels: &[lbm_core::case::LevelParameters],
+    steps: u64,
+    cuda: bool,
+) -> Result<Option<String>, AppError> {
+    let estimate = estimate_seconds(levels, steps, cuda);
+    Ok(match required {
+        Some(true) => Some("the case sets run.require_pilot = true".into()),
+        Some(false) => None,
+        None => (estimate > PILOT_ABOVE_S).then(|| {
+            format!(
+                "it is estimated at {estimate:.0} s, over {PILOT_ABOVE_S:.0} s; run.require_pilot = false in the case waives that"
+            )
+        }),
+    })
 }
 
 /// What is legal but doubtful: τ near ½, a Mach number above 0.1, a body

@@ -10,7 +10,10 @@
 
 pub mod backend;
 pub mod check;
+pub mod checkpoint;
+pub mod guard;
 pub mod output;
+pub mod plan;
 pub mod progress;
 pub mod run;
 pub mod validate;
@@ -18,7 +21,7 @@ pub mod validate;
 use thiserror::Error;
 
 /// Every way the CLI fails; [`AppError::exit_code`] tells bad input (2) from a
-/// failed run (1).
+/// failed run (3).
 #[derive(Debug, Error)]
 pub enum AppError {
     #[error(transparent)]
@@ -68,11 +71,32 @@ pub enum AppError {
 
     #[error("{source}; what was measured until then is in {kept}")]
     Interrupted { source: Box<AppError>, kept: String },
+
+    /// `--after-pilot DIR` names no completed pilot of this plan.
+    #[error("--after-pilot {dir}: {reason}")]
+    Pilot { dir: String, reason: String },
+
+    /// A full run of a case that requires a pilot, asked for without one.
+    #[error(
+        "this run needs a pilot first ({reason}): run `{command} --pilot --out PILOT_DIR`, \
+         then `{command} --after-pilot PILOT_DIR --out DIR`; or pass --no-pilot"
+    )]
+    PilotRequired {
+        reason: String,
+        /// The command as it was given, less its pilot and output flags.
+        command: String,
+    },
+
+    /// `lbm resume DIR` on a directory it cannot continue.
+    #[error("cannot resume {dir}: {reason}")]
+    Resume { dir: String, reason: String },
 }
 
 impl AppError {
     /// 2 for input the run refused before any work (flags, case files, an
-    /// output directory in use, a configuration out of range), 1 otherwise.
+    /// output directory in use, a configuration out of range, a missing or
+    /// foreign pilot, a directory that cannot be resumed), 3 for a run that
+    /// failed once it had started.
     pub fn exit_code(&self) -> u8 {
         use lbm_core::Error as Core;
         match self {
@@ -80,10 +104,13 @@ impl AppError {
             | AppError::Case { .. }
             | AppError::ReadCase { .. }
             | AppError::OutputNotEmpty { .. }
-            | AppError::OutputDir { .. } => 2,
+            | AppError::OutputDir { .. }
+            | AppError::Pilot { .. }
+            | AppError::PilotRequired { .. }
+            | AppError::Resume { .. } => 2,
             AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
             AppError::Interrupted { source, .. } => source.exit_code(),
-            _ => 1,
+            _ => crate::guard::EXIT_FAILED,
         }
     }
 }

@@ -7,9 +7,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use lbm::AppError;
 use lbm::backend::BackendChoice;
-use lbm::run::{RunOptions, run_case};
-use lbm::validate::{Benchmark, ValidateOptions, validate};
+use lbm::plan::PilotChoice;
+use lbm::run::{Ending, Limits, ResumeOptions, RunOptions, Summary, resume, run_case};
+use lbm::validate::{Benchmark, ValidateOptions, Validated, validate};
 
 #[derive(Parser)]
 #[command(
@@ -20,6 +22,66 @@ use lbm::validate::{Benchmark, ValidateOptions, validate};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// Whether the full run follows a pilot (a short run of the same plan).
+#[derive(clap::Args)]
+struct PilotArgs {
+    /// Run only the plan's first intervals, into their own directory, as the
+    /// pilot a full run can then name with --after-pilot.
+    #[arg(long, conflicts_with_all = ["after_pilot", "no_pilot"])]
+    pilot: bool,
+    /// Intervals of the pilot (default: to the first save point, at most 1%
+    /// of the run); only with --pilot.
+    #[arg(long)]
+    pilot_intervals: Option<u64>,
+    /// The directory of a completed pilot of the same plan.
+    #[arg(long, value_name = "PILOT_DIR", conflicts_with = "no_pilot")]
+    after_pilot: Option<PathBuf>,
+    /// Run in full without a pilot, whatever the case requires.
+    #[arg(long)]
+    no_pilot: bool,
+}
+
+impl PilotArgs {
+    fn choice(self) -> Result<PilotChoice, AppError> {
+        if let (Some(n), false) = (self.pilot_intervals, self.pilot) {
+            return Err(AppError::Flag {
+                flag: "--pilot-intervals",
+                value: n.to_string(),
+                accepted: "a count of intervals, only with --pilot".into(),
+            });
+        }
+        Ok(match (self.pilot, self.after_pilot, self.no_pilot) {
+            (true, _, _) => PilotChoice::Run {
+                intervals: self.pilot_intervals,
+            },
+            (_, Some(dir), _) => PilotChoice::After(dir),
+            (_, None, true) => PilotChoice::Skip,
+            _ => PilotChoice::Default,
+        })
+    }
+}
+
+/// How long a run may take.
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// End cleanly before this many seconds of wall time, with a checkpoint
+    /// that `lbm resume` continues from.
+    #[arg(long, value_name = "S")]
+    max_wall_seconds: Option<f64>,
+    /// End the run as stalled (exit 3) when no interval completes for this long.
+    #[arg(long, value_name = "S", default_value_t = 600.0)]
+    watchdog_seconds: f64,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_wall_seconds: self.max_wall_seconds,
+            watchdog_seconds: self.watchdog_seconds,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -44,6 +106,29 @@ enum Command {
         /// resolution, 512 to 1600).
         #[arg(long)]
         picture_width: Option<u32>,
+        /// CUDA device ordinal (default 0).
+        #[arg(long)]
+        device: Option<usize>,
+        #[command(flatten)]
+        limits: LimitArgs,
+        #[command(flatten)]
+        pilot: PilotArgs,
+    },
+    /// Continue a run that ended at its wall limit, was interrupted or was
+    /// killed, from the newest checkpoint in its output directory.
+    Resume {
+        /// The run's output directory.
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+        backend: BackendChoice,
+        /// CUDA device ordinal (default 0).
+        #[arg(long)]
+        device: Option<usize>,
+        /// No progress on stderr.
+        #[arg(long)]
+        quiet: bool,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Print what a case resolves to (per level: dx, dt, tau, Mach, cells),
     /// the memory, work and output it needs, and warnings; runs nothing.
@@ -78,6 +163,11 @@ enum Command {
         /// lattice velocity may differ).
         #[arg(long)]
         case: Option<PathBuf>,
+        /// CUDA device ordinal (default 0).
+        #[arg(long)]
+        device: Option<usize>,
+        #[command(flatten)]
+        pilot: PilotArgs,
     },
 }
 
@@ -116,13 +206,34 @@ fn main() -> ExitCode {
             steps,
             quiet,
             picture_width,
-        } => run_case(&RunOptions {
-            case,
+            device,
+            limits,
+            pilot,
+        } => pilot.choice().and_then(|pilot| {
+            run_case(&RunOptions {
+                case,
+                backend,
+                device,
+                out,
+                steps,
+                quiet,
+                picture_width,
+                limits: limits.limits(),
+                pilot,
+            })
+        }),
+        Command::Resume {
+            dir,
             backend,
-            out,
-            steps,
+            device,
             quiet,
-            picture_width,
+            limits,
+        } => resume(&ResumeOptions {
+            dir,
+            backend,
+            device,
+            quiet,
+            limits: limits.limits(),
         }),
         Command::Validate {
             benchmark,
@@ -132,18 +243,44 @@ fn main() -> ExitCode {
             backend,
             out,
             case,
+            device,
+            pilot,
         } => {
+            let pilot = match pilot.choice() {
+                Ok(pilot) => pilot,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(e.exit_code());
+                }
+            };
             let options = ValidateOptions {
                 benchmark,
                 resolution,
                 levels,
                 lattice_velocity,
                 backend,
+                device,
                 case,
                 out: out.clone(),
+                pilot,
             };
             return match validate(&options) {
-                Ok(report) => {
+                Ok(Validated::Pilot(pilot)) => {
+                    say!(
+                        "pilot of {} intervals in {:.1} s on {}: finite; wrote {}",
+                        pilot.pilot.intervals,
+                        pilot.wall_seconds,
+                        pilot.backend,
+                        out.display()
+                    );
+                    say!(
+                        "the validation may follow it: lbm validate {} --after-pilot {} (same flags)",
+                        pilot.case.name(),
+                        out.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(Validated::Report(report)) => {
                     for q in &report.quantities {
                         let mark = if q.within { "within" } else { "OUTSIDE" };
                         say!(
@@ -183,19 +320,46 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(summary) => {
-            say!(
-                "{} steps in {:.2} s on {} ({:.1} MLUPS); wrote {}",
-                summary.steps,
-                summary.wall_seconds,
-                summary.backend,
-                summary.mlups,
-                summary.out.display()
-            );
-            ExitCode::SUCCESS
+            report(&summary);
+            ExitCode::from(summary.ended.exit_code())
         }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// The last words of a run that ended as asked or was interrupted.
+fn report(summary: &Summary) {
+    let out = summary.out.display();
+    match summary.ended {
+        Ending::Completed => {
+            let what = match &summary.pilot {
+                Some(p) => format!("pilot of {} intervals", p.intervals),
+                None => format!("{} steps", summary.steps),
+            };
+            say!(
+                "{what} in {:.2} s on {} ({:.1} MLUPS); wrote {out}",
+                summary.wall_seconds,
+                summary.backend,
+                summary.mlups,
+            );
+            if summary.pilot.is_some() {
+                say!("the full run may follow it: lbm run CASE --after-pilot {out} --out DIR");
+            }
+        }
+        ending => {
+            let why = match ending {
+                Ending::WallLimit => "stopped at the wall limit",
+                _ => "interrupted",
+            };
+            say!(
+                "{why} after interval {} of {}; checkpoint {}; continue with: lbm resume {out}",
+                summary.completed_intervals,
+                summary.steps,
+                summary.checkpoint.as_deref().unwrap_or("none"),
+            );
         }
     }
 }

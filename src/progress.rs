@@ -14,6 +14,8 @@ pub struct Progress {
     bar: Option<ProgressBar>,
     plain: bool,
     total: u64,
+    /// Intervals already done when this process started (a resumed run).
+    first: u64,
     dt: f64,
     updates_per_interval: u64,
     start: Instant,
@@ -21,12 +23,13 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Progress over `total` base intervals of `dt` seconds, each
+    /// Progress from `first` to `total` base intervals of `dt` seconds, each
     /// `updates_per_interval` cell updates.
-    pub fn new(total: u64, dt: f64, updates_per_interval: u64, quiet: bool) -> Progress {
+    pub fn new(first: u64, total: u64, dt: f64, updates_per_interval: u64, quiet: bool) -> Progress {
         let terminal = std::io::stderr().is_terminal();
         let bar = (!quiet && terminal).then(|| {
             let bar = ProgressBar::new(total);
+            bar.set_position(first);
             bar.set_style(
                 ProgressStyle::with_template("{bar:30.cyan/blue} {percent:>3}% {msg} ETA {eta}")
                     .expect("a valid template"),
@@ -37,10 +40,11 @@ impl Progress {
             bar,
             plain: !quiet && !terminal,
             total,
+            first,
             dt,
             updates_per_interval,
             start: Instant::now(),
-            next_line: total.div_ceil(10).max(1),
+            next_line: first + total.div_ceil(10).max(1),
         }
     }
 
@@ -48,7 +52,7 @@ impl Progress {
     /// (cd, cl).
     pub fn update(&mut self, done: u64, coefficients: &[[f64; 2]]) {
         let elapsed = self.start.elapsed().as_secs_f64().max(1e-9);
-        let rate = done as f64 / elapsed;
+        let rate = done.saturating_sub(self.first) as f64 / elapsed;
         let mut message = format!(
             "t = {:.4} s, {:.0} intervals/s, {:.1} MLUPS",
             done as f64 * self.dt,

@@ -1,25 +1,48 @@
-//! `lbm run`: resolve a case, pick a backend, advance, write the outputs.
+//! `lbm run` and `lbm resume`: resolve a case, pick a backend, advance,
+//! write the outputs, checkpoint, and end in one of the ways `summary.json`
+//! names.
 //!
-//! Outputs go to a directory that must be new or empty, so a run never mixes its
-//! files with an earlier one's. `manifest.json` is written before stepping so a
-//! failed run still says what it was; `summary.json` only after success.
+//! Everything a run could refuse is checked before anything is written.
+//! Outputs go to a directory that must be new or empty, so a run never mixes
+//! its files with an earlier one's. `manifest.json` (with the plan and its
+//! hash) and `case.toml` are written before stepping, so a failed run still
+//! says what it was; `summary.json` is written at every ending, with `ended`
+//! and, when it failed, the error.
+//!
+//! The run advances in chunks of about half a second between the points
+//! where something is written (force samples, save points, checkpoints), so
+//! that a signal, the wall limit and the watchdog are seen within a chunk.
+//! Splitting changes no result: `step(a)` then `step(b)` is `step(a + b)`.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use lbm_core::case::{Case, LevelParameters, Resolved};
 use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
 use crate::backend::{BackendChoice, Device, ptx_sha256};
-use crate::output::{Writer, Written, fields, write_atomic};
+use crate::checkpoint;
+use crate::guard::{EXIT_FAILED, EXIT_INTERRUPTED, Signals, Watchdog};
+use crate::output::{Writer, WriterState, Written, fields, write_atomic};
+use crate::plan::{PilotChoice, PilotRecord, Plan, check_pilot, pilot_intervals};
 use crate::progress::Progress;
+
+/// Wall-clock seconds between checkpoints when the case names no period.
+const CHECKPOINT_EVERY_SECONDS: f64 = 600.0;
+/// The wall time a chunk of intervals aims at.
+const CHUNK_SECONDS: f64 = 0.5;
+/// Bytes per second a checkpoint is assumed to be written at before the
+/// first one has been timed (for the wall limit's reserve).
+const CHECKPOINT_BYTES_PER_S: f64 = 2e8;
 
 pub struct RunOptions {
     pub case: PathBuf,
     pub backend: BackendChoice,
+    /// CUDA device ordinal.
+    pub device: Option<usize>,
     pub out: PathBuf,
     pub steps: Option<u64>,
     /// No progress on stderr.
@@ -27,19 +50,97 @@ pub struct RunOptions {
     /// Pixels across the domain in pictures (default: the finest level's
     /// resolution, 512 to 1600).
     pub picture_width: Option<u32>,
+    pub limits: Limits,
+    pub pilot: PilotChoice,
 }
 
-#[derive(Debug, Serialize)]
+pub struct ResumeOptions {
+    /// The output directory of the run to continue.
+    pub dir: PathBuf,
+    pub backend: BackendChoice,
+    pub device: Option<usize>,
+    pub quiet: bool,
+    pub limits: Limits,
+}
+
+/// How long a run may take.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// End cleanly, checkpointed, before this many seconds.
+    pub max_wall_seconds: Option<f64>,
+    /// End as stalled when no interval completes for this long.
+    pub watchdog_seconds: f64,
+}
+
+impl Limits {
+    pub fn check(&self) -> Result<(), AppError> {
+        let positive = |flag: &'static str, s: f64| match s > 0.0 && s.is_finite() {
+            true => Ok(()),
+            false => Err(AppError::Flag {
+                flag,
+                value: s.to_string(),
+                accepted: "a finite number of seconds above 0".into(),
+            }),
+        };
+        if let Some(s) = self.max_wall_seconds {
+            positive("--max-wall-seconds", s)?;
+        }
+        positive("--watchdog-seconds", self.watchdog_seconds)
+    }
+}
+
+/// How a run ended, as `summary.json` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ending {
+    #[serde(rename = "completed")]
+    Completed,
+    #[serde(rename = "wall limit")]
+    WallLimit,
+    #[serde(rename = "interrupted")]
+    Interrupted,
+    #[serde(rename = "stalled")]
+    Stalled,
+    #[serde(rename = "diverged")]
+    Diverged,
+    #[serde(rename = "failed")]
+    Failed,
+}
+
+impl Ending {
+    /// 0 for a run that ended as asked (completed, or at its wall limit),
+    /// 130 interrupted, 3 failed.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Ending::Completed | Ending::WallLimit => 0,
+            Ending::Interrupted => EXIT_INTERRUPTED,
+            Ending::Stalled | Ending::Diverged | Ending::Failed => EXIT_FAILED,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub case: String,
+    pub ended: Ending,
+    /// What went wrong, for a run that did not end as asked.
+    pub error: Option<String>,
+    pub plan: Plan,
+    /// Set for a pilot (`lbm run --pilot`).
+    pub pilot: Option<PilotRecord>,
     pub backend: String,
+    /// Base intervals the run is to advance.
     pub steps: u64,
+    /// Base intervals completed when it ended.
+    pub completed_intervals: u64,
+    /// Over every segment of the run (a resumed run has several).
     pub wall_seconds: f64,
+    pub segments: u32,
     /// Million lattice cell updates per second, counting every level's hops.
     pub mlups: f64,
     pub cell_updates: u64,
-    /// Total mass at the end relative to the start, minus one.
-    pub mass_drift: f64,
+    /// Total mass at the end relative to the start, minus one; unknown when
+    /// the run failed.
+    pub mass_drift: Option<f64>,
     /// Cell updates per second had every level been as fine as the finest,
     /// over the whole domain: what a uniform grid would have needed, millions.
     pub mlups_finest_equivalent: f64,
@@ -47,9 +148,20 @@ pub struct Summary {
     pub coefficients: Vec<[f64; 2]>,
     /// Each body's (cd, cl) averaged over the samples of the last 10% of the run.
     pub coefficients_last_tenth: Vec<[f64; 2]>,
+    /// The newest checkpoint, relative to the output directory.
+    pub checkpoint: Option<String>,
+    /// The command that continues the run, when it can be continued.
+    pub resume: Option<String>,
     pub written: Written,
     #[serde(skip)]
     pub out: PathBuf,
+}
+
+/// How the run was asked for, beyond the case: what `lbm resume` repeats.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Request {
+    steps: Option<u64>,
+    picture_width: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -57,12 +169,36 @@ struct Manifest<'a> {
     case: &'a Case,
     resolved: &'a Resolved,
     levels: Vec<LevelParameters>,
+    plan: &'a Plan,
+    pilot: Option<&'a PilotRecord>,
+    request: &'a Request,
     code_version: &'a str,
     ptx_sha256: String,
     backend: &'a str,
     device: &'a Device,
     command_line: Vec<String>,
     started_utc: String,
+    /// One entry per `lbm resume`.
+    resumes: Vec<serde_json::Value>,
+}
+
+/// The runner's own state, kept in every checkpoint beside the stepper's.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RunState {
+    done: u64,
+    coefficients: Vec<[f64; 2]>,
+    /// (interval, each body's (cd, cl)) of every force sample.
+    history: Vec<(u64, Vec<[f64; 2]>)>,
+    mass_start: f64,
+    /// Wall seconds of the segments before this one.
+    wall_seconds: f64,
+    segments: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Checkpointed {
+    run: RunState,
+    writer: WriterState,
 }
 
 fn diverged(step: u64, time: f64, what: String, out: &Path) -> AppError {
@@ -99,6 +235,7 @@ fn utc_now() -> String {
 }
 
 pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
+    let started = Instant::now();
     if let Some(w) = options.picture_width
         && !(64..=8192).contains(&w)
     {
@@ -108,10 +245,212 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
             accepted: "64 to 8192 pixels".into(),
         });
     }
+    options.limits.check()?;
+    let text = crate::check::read_case_text(&options.case)?;
     let (case, resolved) = crate::check::read_case(&options.case, options.steps)?;
-    let (driver, device) = options.backend.open()?;
+    let plan = Plan::of("run", &resolved)?;
+    let pilot = match &options.pilot {
+        PilotChoice::Run { intervals } => {
+            let first_save = resolved.output.save_points.first().copied();
+            let n = intervals.unwrap_or_else(|| pilot_intervals(resolved.steps, first_save));
+            if !(1..=resolved.steps).contains(&n) {
+                return Err(AppError::Flag {
+                    flag: "--pilot-intervals",
+                    value: n.to_string(),
+                    accepted: format!("1 to {}, the run's base intervals", resolved.steps),
+                });
+            }
+            Some(PilotRecord { intervals: n })
+        }
+        _ => None,
+    };
+    let (driver, device) = options.backend.open(options.device)?;
+    match &options.pilot {
+        PilotChoice::After(dir) => check_pilot(dir, &plan)?,
+        PilotChoice::Default => {
+            if let Some(reason) = crate::check::pilot_required(&case, &resolved, device.backend == "cuda")? {
+                return Err(AppError::PilotRequired {
+                    reason,
+                    command: format!("lbm run {}", options.case.display()),
+                });
+            }
+        }
+        PilotChoice::Run { .. } | PilotChoice::Skip => {}
+    }
     prepare_output(&options.out)?;
-    advance(driver, &device, &case, &resolved, options)
+    let out = options.out.as_path();
+    write_atomic(&out.join("case.toml"), text.as_bytes())?;
+    let request = Request {
+        steps: options.steps,
+        picture_width: options.picture_width,
+    };
+    write_json(
+        &out.join("manifest.json"),
+        &Manifest {
+            case: &case,
+            resolved: &resolved,
+            levels: resolved.levels()?,
+            plan: &plan,
+            pilot: pilot.as_ref(),
+            request: &request,
+            code_version: env!("CARGO_PKG_VERSION"),
+            ptx_sha256: ptx_sha256(),
+            backend: driver.backend(),
+            device: &device,
+            command_line: std::env::args().collect(),
+            started_utc: utc_now(),
+            resumes: Vec::new(),
+        },
+    )?;
+    let backend = driver.backend();
+    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec(&resolved))?;
+    let writer = Writer::create(out, &case, &resolved, options.picture_width)?;
+    let mass_start = stepper.total_mass()?;
+    let state = RunState {
+        done: 0,
+        coefficients: Vec::new(),
+        history: Vec::new(),
+        mass_start,
+        wall_seconds: 0.0,
+        segments: 1,
+    };
+    if !resolved.lattice.bodies.is_empty() {
+        stepper.start_exchange_window()?;
+    }
+    let session = Session {
+        stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
+        pilot,
+        backend,
+        stepper,
+        writer,
+        case: &case,
+        resolved: &resolved,
+        plan: &plan,
+        out,
+        state,
+        started,
+        last_checkpoint: None,
+        checkpoint_seconds: None,
+    };
+    session.drive(options.limits, options.quiet)
+}
+
+pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
+    let started = Instant::now();
+    options.limits.check()?;
+    let dir = options.dir.as_path();
+    let refuse = |reason: String| AppError::Resume {
+        dir: dir.display().to_string(),
+        reason,
+    };
+    let manifest_path = dir.join("manifest.json");
+    let mut manifest: serde_json::Value = std::fs::read_to_string(&manifest_path)
+        .map_err(|e| {
+            refuse(format!(
+                "it has no readable manifest.json ({e}): it is not a run directory"
+            ))
+        })
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| refuse(format!("its manifest.json is damaged ({e})"))))?;
+    if !manifest["pilot"].is_null() {
+        return Err(refuse("it is a pilot; pilots are run again, not resumed".into()));
+    }
+    if let Ok(text) = std::fs::read_to_string(dir.join("summary.json"))
+        && let Ok(summary) = serde_json::from_str::<serde_json::Value>(&text)
+        && summary["ended"] == "completed"
+    {
+        return Err(refuse("the run completed; there is nothing to resume".into()));
+    }
+    let request: Request = serde_json::from_value(manifest["request"].clone())
+        .map_err(|e| refuse(format!("its manifest.json records no request ({e})")))?;
+    let (case, resolved) = crate::check::read_case(&dir.join("case.toml"), request.steps)?;
+    let plan = Plan::of("run", &resolved)?;
+    let (found, passed_over) = checkpoint::latest::<Checkpointed>(dir);
+    for reason in &passed_over {
+        eprintln!("warning: {reason}; trying the one before");
+    }
+    let Some(found) = found else {
+        let why = match passed_over.is_empty() {
+            true => "it holds no checkpoint (checkpoints/ is empty or missing)".to_owned(),
+            false => format!("no checkpoint reads back whole: {}", passed_over.join("; ")),
+        };
+        return Err(refuse(why));
+    };
+    if let Some(what) = plan.differences(&found.plan) {
+        return Err(refuse(format!(
+            "{} is of another plan than this lbm computes for its case.toml: {what}",
+            found.path.display()
+        )));
+    }
+    let (driver, device) = options.backend.open(options.device)?;
+    remove_partial_files(dir);
+    let mut state = found.run.run;
+    state.segments += 1;
+    if let Some(resumes) = manifest["resumes"].as_array_mut() {
+        resumes.push(serde_json::json!({
+            "from_interval": state.done,
+            "checkpoint": found.path.strip_prefix(dir).unwrap_or(&found.path),
+            "backend": driver.backend(),
+            "device": &device,
+            "command_line": std::env::args().collect::<Vec<_>>(),
+            "started_utc": utc_now(),
+        }));
+    }
+    write_json(&manifest_path, &manifest)?;
+    let backend = driver.backend();
+    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec(&resolved))?;
+    stepper.restore(&found.snapshot)?;
+    let writer = Writer::resume(dir, &case, &resolved, request.picture_width, found.run.writer)?;
+    eprintln!(
+        "resuming {} from interval {} of {} ({})",
+        dir.display(),
+        state.done,
+        resolved.steps,
+        found.path.display()
+    );
+    let session = Session {
+        stop: resolved.steps,
+        pilot: None,
+        backend,
+        stepper,
+        writer,
+        case: &case,
+        resolved: &resolved,
+        plan: &plan,
+        out: dir,
+        state,
+        started,
+        last_checkpoint: Some(relative(dir, &found.path)),
+        checkpoint_seconds: None,
+    };
+    session.drive(options.limits, options.quiet)
+}
+
+/// Removes the temporary files of writes a killed run left unfinished:
+/// none of them is whole, and each is written again.
+fn remove_partial_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            remove_partial_files(&path);
+        } else if path.extension().is_some_and(|e| e == "tmp") {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+fn relative(out: &Path, path: &Path) -> String {
+    path.strip_prefix(out).unwrap_or(path).display().to_string()
+}
+
+fn exec(resolved: &Resolved) -> ExecConfig {
+    ExecConfig {
+        tiles: resolved.tiles.clone(),
+        observe_window_exchange: !resolved.lattice.bodies.is_empty(),
+        ..ExecConfig::default()
+    }
 }
 
 /// Creates the output directory, refusing one that already holds files.
@@ -144,130 +483,298 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
     write_atomic(path, (text + "\n").as_bytes())
 }
 
-fn advance<D: Driver>(
-    driver: D,
-    device: &Device,
-    case: &Case,
-    resolved: &Resolved,
-    options: &RunOptions,
-) -> Result<Summary, AppError> {
-    let out = options.out.as_path();
-    let backend = driver.backend();
-    write_json(
-        &out.join("manifest.json"),
-        &Manifest {
-            case,
-            resolved,
-            levels: resolved.levels()?,
-            code_version: env!("CARGO_PKG_VERSION"),
-            ptx_sha256: ptx_sha256(),
-            backend,
-            device,
-            command_line: std::env::args().collect(),
-            started_utc: utc_now(),
-        },
-    )?;
-    let bodies = &resolved.lattice.bodies;
-    let exec = ExecConfig {
-        tiles: resolved.tiles.clone(),
-        observe_window_exchange: !bodies.is_empty(),
-        ..ExecConfig::default()
-    };
-    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec)?;
-    let mut writer = Writer::create(out, case, resolved, options.picture_width)?;
-    let hierarchy = stepper.hierarchy();
-    let updates_per_interval: u64 = hierarchy
-        .patches()
-        .map(|p| p.active.cells() as u64 * (1u64 << p.level))
-        .sum();
-    let mass_start = stepper.total_mass()?;
-    let mut progress = Progress::new(resolved.steps, resolved.units.dt, updates_per_interval, options.quiet);
-    let start = Instant::now();
-    let plan = writer.plan().clone();
-    let sample = plan.forces_every;
-    let samples_needed = !bodies.is_empty() || !plan.probes.is_empty();
-    if !bodies.is_empty() {
-        stepper.start_exchange_window()?;
+/// One process's part of a run: from a fresh start or a checkpoint to its
+/// stop (the run's end, or a pilot's), a wall limit or a signal.
+struct Session<'a, D: Driver> {
+    backend: &'static str,
+    stepper: Stepper<D>,
+    writer: Writer,
+    case: &'a Case,
+    resolved: &'a Resolved,
+    plan: &'a Plan,
+    out: &'a Path,
+    state: RunState,
+    /// Base intervals this session advances to.
+    stop: u64,
+    pilot: Option<PilotRecord>,
+    started: Instant,
+    /// The newest checkpoint, relative to `out`.
+    last_checkpoint: Option<String>,
+    /// How long the last checkpoint took to write.
+    checkpoint_seconds: Option<f64>,
+}
+
+impl<D: Driver> Session<'_, D> {
+    fn updates_per_interval(&self) -> u64 {
+        self.stepper
+            .hierarchy()
+            .patches()
+            .map(|p| p.active.cells() as u64 * (1u64 << p.level))
+            .sum()
     }
-    let mut saves = plan.save_points.iter().copied().peekable();
-    let mut coefficients = Vec::new();
-    let mut history: Vec<(u64, Vec<[f64; 2]>)> = Vec::new();
-    let mut done = 0;
-    while done < resolved.steps {
-        let next_sample = if samples_needed {
-            (done / sample + 1) * sample
-        } else {
-            u64::MAX
-        };
-        let next = next_sample.min(*saves.peek().unwrap_or(&u64::MAX)).min(resolved.steps);
-        stepper.step(next - done)?;
-        done = next;
-        let time = done as f64 * resolved.units.dt;
-        if samples_needed && (done % sample == 0 || done == resolved.steps) {
-            if !bodies.is_empty() {
-                let records = (0..bodies.len())
-                    .map(|b| stepper.read_exchange_window(b))
-                    .collect::<lbm_core::Result<Vec<_>>>()?;
-                coefficients = writer.forces(time, &records)?;
-                history.push((done, coefficients.clone()));
-                if let Some(b) = coefficients.iter().position(|c| !c.iter().all(|v| v.is_finite())) {
-                    return Err(diverged(done, time, format!("the force on body {b}"), out));
+
+    /// Advances to the end, writes the last checkpoint and the summary for
+    /// whatever ending came, and returns the summary of a run that ended as
+    /// asked or was interrupted, or the error of one that failed.
+    fn drive(mut self, limits: Limits, quiet: bool) -> Result<Summary, AppError> {
+        let signals = Signals::install();
+        let watchdog = Watchdog::start(
+            self.out.to_owned(),
+            Duration::from_secs_f64(limits.watchdog_seconds),
+            self.summary(Ending::Stalled, None, None),
+        );
+        let mut progress = Progress::new(
+            self.state.done,
+            self.stop,
+            self.resolved.units.dt,
+            self.updates_per_interval(),
+            quiet,
+        );
+        let advanced = self.advance(&limits, &signals, &watchdog, &mut progress);
+        progress.finish();
+        let ended = advanced.and_then(|ending| self.end_cleanly(ending));
+        drop(watchdog);
+        match ended {
+            Ok(summary) => Ok(summary),
+            Err(e) => {
+                let ending = match e {
+                    AppError::Diverged { .. } => Ending::Diverged,
+                    _ => Ending::Failed,
+                };
+                let summary = self.summary(ending, Some(e.to_string()), None);
+                if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
+                    eprintln!("error: {second}");
                 }
-                stepper.start_exchange_window()?;
-            }
-            if !plan.probes.is_empty() {
-                writer.probes(time, &fields::gather(&stepper, &resolved.units, bodies)?)?;
+                Err(e)
             }
         }
-        if saves.peek() == Some(&done) {
-            saves.next();
-            let patches = fields::gather(&stepper, &resolved.units, bodies)?;
-            // What was computed is written first, so the blow-up can be looked at.
-            writer.save(done, &patches)?;
-            if let Some(p) = patches
-                .iter()
-                .find(|p| !(p.ux.iter().chain(&p.uy).chain(&p.pressure)).all(|v| v.is_finite()))
-            {
-                return Err(diverged(
-                    done,
-                    time,
-                    format!("the flow on level {} patch {}", p.level, p.patch),
-                    out,
-                ));
-            }
-        }
-        progress.update(done, &coefficients);
     }
-    progress.finish();
-    let wall_seconds = start.elapsed().as_secs_f64();
-    let mass_end = stepper.total_mass()?;
-    stepper.close()?;
-    let cell_updates = updates_per_interval * resolved.steps;
-    let finest = hierarchy.n_levels() - 1;
-    let base = hierarchy.base().active.cells() as u64;
-    let finest_equivalent = (base << (2 * finest)) * (1u64 << finest) * resolved.steps;
-    let tail: Vec<&Vec<[f64; 2]>> = history
-        .iter()
-        .filter(|(step, _)| 10 * step >= 9 * resolved.steps)
-        .map(|(_, c)| c)
-        .collect();
-    let coefficients_last_tenth = (0..bodies.len())
-        .map(|b| [0, 1].map(|k| tail.iter().map(|c| c[b][k]).sum::<f64>() / tail.len().max(1) as f64))
-        .collect();
-    let summary = Summary {
-        case: case.name.clone(),
-        backend: backend.to_owned(),
-        steps: resolved.steps,
-        wall_seconds,
-        mlups: cell_updates as f64 / wall_seconds.max(1e-9) / 1e6,
-        cell_updates,
-        mass_drift: mass_end / mass_start - 1.0,
-        mlups_finest_equivalent: finest_equivalent as f64 / wall_seconds.max(1e-9) / 1e6,
-        coefficients,
-        coefficients_last_tenth,
-        written: writer.finish()?,
-        out: out.to_owned(),
-    };
-    write_json(&out.join("summary.json"), &summary)?;
-    Ok(summary)
+
+    /// The pilot's last fields, the checkpoint and the summary of a run that
+    /// ended as asked or was interrupted.
+    fn end_cleanly(&mut self, ending: Ending) -> Result<Summary, AppError> {
+        let done = self.state.done;
+        if self.pilot.is_some() {
+            // A pilot vouches for finite fields at its end, saved or not.
+            let bodies = &self.resolved.lattice.bodies;
+            let patches = fields::gather(&self.stepper, &self.resolved.units, bodies)?;
+            if !self.resolved.output.save_points.contains(&done) {
+                self.writer.save(done, &patches)?;
+            }
+            self.check_finite(&patches)?;
+        } else {
+            self.checkpoint()?;
+        }
+        let mass = self.stepper.total_mass()?;
+        let written = self.writer.finish()?;
+        let mut summary = self.summary(ending, None, Some(mass));
+        summary.written = written;
+        if ending != Ending::Completed {
+            summary.error = Some(match ending {
+                Ending::WallLimit => "the run reached --max-wall-seconds".to_owned(),
+                _ => "the run was interrupted by a signal".to_owned(),
+            });
+        }
+        write_json(&self.out.join("summary.json"), &summary)?;
+        self.stepper.close()?;
+        Ok(summary)
+    }
+
+    fn check_finite(&self, patches: &[fields::PatchFields]) -> Result<(), AppError> {
+        let done = self.state.done;
+        match patches
+            .iter()
+            .find(|p| !(p.ux.iter().chain(&p.uy).chain(&p.pressure)).all(|v| v.is_finite()))
+        {
+            Some(p) => Err(diverged(
+                done,
+                done as f64 * self.resolved.units.dt,
+                format!("the flow on level {} patch {}", p.level, p.patch),
+                self.out,
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The summary as of now.
+    fn summary(&self, ended: Ending, error: Option<String>, mass_end: Option<f64>) -> Summary {
+        let done = self.state.done;
+        let steps = self.resolved.steps;
+        let wall_seconds = self.state.wall_seconds + self.started.elapsed().as_secs_f64();
+        let hierarchy = self.stepper.hierarchy();
+        let cell_updates = self.updates_per_interval() * done;
+        let finest = hierarchy.n_levels() - 1;
+        let base = hierarchy.base().active.cells() as u64;
+        let finest_equivalent = (base << (2 * finest)) * (1u64 << finest) * done;
+        let tail: Vec<&Vec<[f64; 2]>> = self
+            .state
+            .history
+            .iter()
+            .filter(|(step, _)| 10 * step >= 9 * steps)
+            .map(|(_, c)| c)
+            .collect();
+        let bodies = self.resolved.lattice.bodies.len();
+        let coefficients_last_tenth = (0..bodies)
+            .map(|b| [0, 1].map(|k| tail.iter().map(|c| c[b][k]).sum::<f64>() / tail.len().max(1) as f64))
+            .collect();
+        let resumable = self.pilot.is_none() && self.last_checkpoint.is_some() && ended != Ending::Completed;
+        Summary {
+            case: self.case.name.clone(),
+            ended,
+            error,
+            plan: self.plan.clone(),
+            pilot: self.pilot.clone(),
+            backend: self.backend.to_owned(),
+            steps,
+            completed_intervals: done,
+            wall_seconds,
+            segments: self.state.segments,
+            mlups: cell_updates as f64 / wall_seconds.max(1e-9) / 1e6,
+            cell_updates,
+            mass_drift: mass_end
+                .map(|m| m / self.state.mass_start - 1.0)
+                .filter(|d| d.is_finite()),
+            mlups_finest_equivalent: finest_equivalent as f64 / wall_seconds.max(1e-9) / 1e6,
+            coefficients: self.state.coefficients.clone(),
+            coefficients_last_tenth,
+            checkpoint: self.last_checkpoint.clone(),
+            resume: resumable.then(|| format!("lbm resume {}", self.out.display())),
+            written: self.writer.written(),
+            out: self.out.to_owned(),
+        }
+    }
+
+    /// Writes a checkpoint of the state now.
+    fn checkpoint(&mut self) -> Result<(), AppError> {
+        let start = Instant::now();
+        let snapshot = self.stepper.snapshot()?;
+        let mut run = self.state.clone();
+        run.wall_seconds += self.started.elapsed().as_secs_f64();
+        let state = Checkpointed {
+            run,
+            writer: self.writer.state(),
+        };
+        let path = checkpoint::write(self.out, self.plan, &snapshot, &state)?;
+        self.last_checkpoint = Some(relative(self.out, &path));
+        self.checkpoint_seconds = Some(start.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Seconds to hold back before the wall limit for the last checkpoint.
+    fn checkpoint_reserve(&self) -> f64 {
+        self.checkpoint_seconds.unwrap_or_else(|| {
+            let bytes: u64 = self.stepper.memory_ledger().total();
+            bytes as f64 / CHECKPOINT_BYTES_PER_S
+        }) * 1.5
+            + 0.05
+    }
+
+    fn advance(
+        &mut self,
+        limits: &Limits,
+        signals: &Signals,
+        watchdog: &Watchdog,
+        progress: &mut Progress,
+    ) -> Result<Ending, AppError> {
+        let resolved = self.resolved;
+        let plan = resolved.output.clone();
+        let bodies = &resolved.lattice.bodies;
+        let sample = plan.forces_every;
+        let samples_needed = !bodies.is_empty() || !plan.probes.is_empty();
+        let every_intervals = self
+            .case
+            .run
+            .checkpoint_every_intervals
+            .filter(|_| self.pilot.is_none());
+        let every_seconds = match self.pilot {
+            Some(_) => f64::INFINITY,
+            None => self
+                .case
+                .run
+                .checkpoint_every_seconds
+                .unwrap_or(CHECKPOINT_EVERY_SECONDS),
+        };
+        let mut last_checkpoint = Instant::now();
+        let mut seconds_per_interval: Option<f64> = None;
+        let mut save_seconds = 0.0f64;
+        while self.state.done < self.stop {
+            let done = self.state.done;
+            let next_sample = match samples_needed {
+                true => (done / sample + 1) * sample,
+                false => u64::MAX,
+            };
+            let next_save = plan.save_points.iter().copied().find(|s| *s > done).unwrap_or(u64::MAX);
+            let next_checkpoint = every_intervals.map_or(u64::MAX, |k| (done / k + 1) * k);
+            let event = next_sample.min(next_save).min(next_checkpoint).min(self.stop);
+            let mut n = match seconds_per_interval {
+                Some(s) => (event - done).min(((CHUNK_SECONDS / s) as u64).max(1)),
+                // The first chunk times one interval.
+                None => 1,
+            };
+            if let Some(limit) = limits.max_wall_seconds {
+                // The last checkpoint, and the plots and summary: about what a
+                // save point costs; twice that when this chunk ends at one.
+                let saving = done + n == next_save;
+                let reserve = self.checkpoint_reserve() + save_seconds * if saving { 2.0 } else { 1.0 };
+                let left = limit - self.started.elapsed().as_secs_f64() - reserve;
+                let fits = match seconds_per_interval {
+                    Some(s) => (left / s).floor().max(0.0) as u64,
+                    None => u64::from(left > 0.0),
+                };
+                if fits == 0 {
+                    return Ok(Ending::WallLimit);
+                }
+                n = n.min(fits);
+            }
+            let chunk_start = Instant::now();
+            self.stepper.step(n)?;
+            seconds_per_interval = Some(chunk_start.elapsed().as_secs_f64() / n as f64);
+            self.state.done += n;
+            let done = self.state.done;
+            let time = done as f64 * resolved.units.dt;
+            if samples_needed && (done % sample == 0 || done == resolved.steps) {
+                if !bodies.is_empty() {
+                    let records = (0..bodies.len())
+                        .map(|b| self.stepper.read_exchange_window(b))
+                        .collect::<lbm_core::Result<Vec<_>>>()?;
+                    let coefficients = self.writer.forces(time, &records)?;
+                    self.state.history.push((done, coefficients.clone()));
+                    self.state.coefficients = coefficients;
+                    if let Some(b) = self
+                        .state
+                        .coefficients
+                        .iter()
+                        .position(|c| !c.iter().all(|v| v.is_finite()))
+                    {
+                        return Err(diverged(done, time, format!("the force on body {b}"), self.out));
+                    }
+                    self.stepper.start_exchange_window()?;
+                }
+                if !plan.probes.is_empty() {
+                    self.writer
+                        .probes(time, &fields::gather(&self.stepper, &resolved.units, bodies)?)?;
+                }
+            }
+            if done == next_save {
+                let save_start = Instant::now();
+                let patches = fields::gather(&self.stepper, &resolved.units, bodies)?;
+                // What was computed is written first, so the blow-up can be looked at.
+                self.writer.save(done, &patches)?;
+                self.check_finite(&patches)?;
+                save_seconds = save_start.elapsed().as_secs_f64();
+            }
+            let due = every_intervals.is_some_and(|k| done % k == 0)
+                || last_checkpoint.elapsed().as_secs_f64() >= every_seconds;
+            if due && done < self.stop {
+                self.checkpoint()?;
+                last_checkpoint = Instant::now();
+            }
+            progress.update(done, &self.state.coefficients);
+            watchdog.beat(self.summary(Ending::Stalled, None, None));
+            if signals.raised() {
+                return Ok(Ending::Interrupted);
+            }
+        }
+        Ok(Ending::Completed)
+    }
 }

@@ -25,7 +25,8 @@ use lbm_core::{Driver, ExecConfig, Stepper};
 use crate::AppError;
 use crate::backend::BackendChoice;
 use crate::output::write_atomic;
-use crate::run::{prepare_output, write_json};
+use crate::plan::{PilotChoice, PilotRecord, Plan, check_pilot, pilot_intervals};
+use crate::run::{Ending, prepare_output, write_json};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 pub enum Benchmark {
@@ -47,6 +48,22 @@ impl Benchmark {
             Benchmark::Dfg2d2 => 80,
         }
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Benchmark::Dfg2d1 => "dfg-2d1",
+            Benchmark::Dfg2d2 => "dfg-2d2",
+        }
+    }
+
+    /// The simulated time after which the run stops whether or not its
+    /// criterion was met, s.
+    fn time_limit(self) -> f64 {
+        match self {
+            Benchmark::Dfg2d1 => 60.0,
+            Benchmark::Dfg2d2 => 30.0,
+        }
+    }
 }
 
 pub struct ValidateOptions {
@@ -64,7 +81,10 @@ pub struct ValidateOptions {
     /// means a smaller Mach number and more steps for the same physical time.
     pub lattice_velocity: Option<f64>,
     pub backend: BackendChoice,
+    /// CUDA device ordinal.
+    pub device: Option<usize>,
     pub out: PathBuf,
+    pub pilot: PilotChoice,
 }
 
 #[derive(Debug, Serialize)]
@@ -106,11 +126,112 @@ fn quantity(name: &'static str, value: f64, reference: f64, low: f64, high: f64)
     }
 }
 
-pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
+/// What `lbm validate` did: measured the benchmark, or ran its pilot.
+pub enum Validated {
+    Report(Report),
+    Pilot(PilotSummary),
+}
+
+/// The `summary.json` of a validation's pilot, what `--after-pilot` reads.
+#[derive(Debug, Serialize)]
+pub struct PilotSummary {
+    pub case: Benchmark,
+    pub ended: Ending,
+    pub plan: Plan,
+    pub pilot: PilotRecord,
+    pub backend: String,
+    pub wall_seconds: f64,
+}
+
+pub fn validate(options: &ValidateOptions) -> Result<Validated, AppError> {
     let setup = resolve(options)?;
-    let (driver, _) = options.backend.open()?;
+    let plan = Plan::of(options.benchmark.name(), &setup.resolved)?;
+    let max_steps = (options.benchmark.time_limit() / setup.resolved.units.dt).ceil() as u64;
+    let pilot = match options.pilot {
+        PilotChoice::Run { intervals } => {
+            let n = intervals.unwrap_or_else(|| pilot_intervals(max_steps, None));
+            if !(1..=max_steps).contains(&n) {
+                return Err(AppError::Flag {
+                    flag: "--pilot-intervals",
+                    value: n.to_string(),
+                    accepted: format!("1 to {max_steps}, the benchmark's longest run"),
+                });
+            }
+            Some(n)
+        }
+        _ => None,
+    };
+    let (driver, device) = options.backend.open(options.device)?;
+    match &options.pilot {
+        PilotChoice::After(dir) => check_pilot(dir, &plan)?,
+        PilotChoice::Default => {
+            let levels = setup.resolved.levels()?;
+            let cuda = device.backend == "cuda";
+            if let Some(reason) = crate::check::pilot_required_for(setup.require_pilot, &levels, max_steps, cuda)? {
+                return Err(AppError::PilotRequired {
+                    reason,
+                    command: format!("lbm validate {} [the same flags]", options.benchmark.name()),
+                });
+            }
+        }
+        PilotChoice::Run { .. } | PilotChoice::Skip => {}
+    }
     prepare_output(&options.out)?;
-    measure(driver, options, &setup)
+    match pilot {
+        Some(intervals) => pilot_run(driver, options, &setup, plan, intervals).map(Validated::Pilot),
+        None => measure(driver, options, &setup).map(Validated::Report),
+    }
+}
+
+/// The benchmark's first `intervals` intervals; complete when its fields are
+/// finite at the end.
+fn pilot_run<D: Driver>(
+    driver: D,
+    options: &ValidateOptions,
+    setup: &Setup,
+    plan: Plan,
+    intervals: u64,
+) -> Result<PilotSummary, AppError> {
+    let start = Instant::now();
+    let backend = driver.backend().to_owned();
+    let stepper = Stepper::new(driver, setup.resolved.lattice.clone(), exec())?;
+    stepper.step(intervals)?;
+    for patch in stepper.hierarchy().patches() {
+        let fields = stepper.fields(patch.level, patch.index)?;
+        if !fields
+            .ux
+            .iter()
+            .chain(&fields.uy)
+            .chain(&fields.delta_rho)
+            .all(|v| v.is_finite())
+        {
+            return Err(AppError::Diverged {
+                step: intervals,
+                time: intervals as f64 * setup.resolved.units.dt,
+                what: format!("the flow on level {} patch {}", patch.level, patch.index),
+                out: options.out.display().to_string(),
+            });
+        }
+    }
+    stepper.close()?;
+    let summary = PilotSummary {
+        case: options.benchmark,
+        ended: Ending::Completed,
+        plan,
+        pilot: PilotRecord { intervals },
+        backend,
+        wall_seconds: start.elapsed().as_secs_f64(),
+    };
+    write_json(&options.out.join("summary.json"), &summary)?;
+    Ok(summary)
+}
+
+fn exec() -> ExecConfig {
+    ExecConfig {
+        observe_raw_exchange: true,
+        observe_window_exchange: true,
+        ..ExecConfig::default()
+    }
 }
 
 /// The case as the options make it, before any work.
@@ -118,6 +239,8 @@ struct Setup {
     resolved: Resolved,
     resolution: u32,
     levels: u32,
+    /// The case's `run.require_pilot`.
+    require_pilot: Option<bool>,
 }
 
 fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
@@ -177,6 +300,7 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
         resolved: case.resolve()?,
         resolution,
         levels,
+        require_pilot: case.run.require_pilot,
     })
 }
 
@@ -227,12 +351,7 @@ impl<D: Driver> Probe<'_, D> {
 fn measure<D: Driver>(driver: D, options: &ValidateOptions, setup: &Setup) -> Result<Report, AppError> {
     let resolved = &setup.resolved;
     let backend = driver.backend().to_owned();
-    let exec = ExecConfig {
-        observe_raw_exchange: true,
-        observe_window_exchange: true,
-        ..ExecConfig::default()
-    };
-    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec)?;
+    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec())?;
     let units = resolved.units;
     let inlet_peak = resolved.lattice.inlet.as_ref().map_or(0.0, |i| i.velocity) * units.dx / units.dt;
     let probe = Probe {
@@ -478,7 +597,9 @@ mod tests {
             lattice_velocity: None,
             case: None,
             backend: BackendChoice::Cpu,
+            device: None,
             out: out.clone(),
+            pilot: PilotChoice::Skip,
         };
         let setup = resolve(&options).unwrap();
         prepare_output(&out).unwrap();

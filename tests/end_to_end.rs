@@ -9,11 +9,20 @@ use common::{scratch, stderr, validate_on_cpu};
 /// pressure difference within 2% of the benchmark (measured: cd +0.07%,
 /// delta_p -0.35% at 40 cells per diameter). cl and delta_p fall outside the
 /// benchmark's narrow intervals at this resolution, so `validate` exits 4
-/// and names them.
+/// and names them. It is estimated at over a minute, so it needs its pilot
+/// first.
 #[test]
 fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
     let out = scratch("validate");
-    let output = validate_on_cpu(&["dfg-2d1"], &out);
+    let pilot = scratch("validate-pilot");
+    let refused = validate_on_cpu(&["dfg-2d1"], &out);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("needs a pilot first"), "{}", stderr(&refused));
+    assert!(!out.exists(), "a refused validation writes nothing");
+    let piloted = validate_on_cpu(&["dfg-2d1", "--pilot"], &pilot);
+    assert!(piloted.status.success(), "{}", stderr(&piloted));
+    let pilot_dir = pilot.display().to_string();
+    let output = validate_on_cpu(&["dfg-2d1", "--after-pilot", &pilot_dir], &out);
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("cl, delta_p outside the benchmark's interval"),
@@ -52,4 +61,5 @@ fn validate_dfg_2d1_at_the_default_resolution_is_close_to_the_benchmark() {
     let cd = report["quantities"][0]["value"].as_f64().unwrap();
     assert_eq!(last[1], cd, "the reported cd is the last window's");
     std::fs::remove_dir_all(out).unwrap();
+    std::fs::remove_dir_all(pilot).unwrap();
 }

@@ -275,7 +275,8 @@ fn bad_output_keys_are_refused_before_any_work() {
 }
 
 /// A flow that blows up stops the run with an error naming the interval and
-/// what went non-finite; what was written stays, and no summary claims success.
+/// what went non-finite; what was written stays, and the summary says it
+/// diverged, with the error.
 #[test]
 fn a_diverging_run_fails_and_keeps_what_it_wrote() {
     let text = std::fs::read_to_string(workspace().join("cases/square-obstacle.toml")).unwrap();
@@ -284,7 +285,7 @@ fn a_diverging_run_fails_and_keeps_what_it_wrote() {
     let unstable = text.replace("resolution = 16 ", "resolution = 10 ");
     assert_ne!(unstable, text);
     let (out, output) = run(&unstable, "diverging", "1500");
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     let message = stderr(&output);
     assert!(
         message.contains("the run diverged at interval") && message.contains("not finite"),
@@ -295,6 +296,10 @@ fn a_diverging_run_fails_and_keeps_what_it_wrote() {
         "the error says where the files are: {message}"
     );
     assert!(out.join("forces.csv").is_file() && out.join("manifest.json").is_file());
-    assert!(!out.join("summary.json").exists(), "a failed run writes no summary");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["ended"], "diverged");
+    assert!(summary["error"].as_str().unwrap().contains("diverged"), "{summary}");
+    assert!(summary["mass_drift"].is_null());
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }

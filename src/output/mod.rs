@@ -20,7 +20,7 @@ use lbm_core::case::{Case, Resolved};
 use lbm_core::ledger::ExchangeRecord;
 use lbm_core::output::{FieldName, Format, OutputPlan};
 use lbm_core::units::UnitSystem;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::AppError;
 use fields::{PatchFields, finest_at};
@@ -43,6 +43,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AppError> {
         })
 }
 
+/// `path` relative to the output directory `out`, as `summary.json` lists it.
+fn relative(out: &Path, path: &Path) -> PathBuf {
+    path.strip_prefix(out).unwrap_or(path).to_owned()
+}
+
 fn create_dir(path: &Path) -> Result<(), AppError> {
     std::fs::create_dir_all(path).map_err(|source| AppError::Write {
         path: path.display().to_string(),
@@ -54,6 +59,8 @@ fn create_dir(path: &Path) -> Result<(), AppError> {
 struct Csv {
     path: PathBuf,
     file: std::fs::File,
+    /// Bytes written so far: where a resumed run cuts the file back to.
+    len: u64,
 }
 
 impl Csv {
@@ -62,27 +69,53 @@ impl Csv {
             path: path.display().to_string(),
             source,
         })?;
-        let mut csv = Csv { path, file };
+        let mut csv = Csv { path, file, len: 0 };
         csv.line(header)?;
         Ok(csv)
     }
 
+    /// The file cut back to its first `len` bytes (the rows a checkpoint
+    /// had seen) and opened to append.
+    fn reopen(path: PathBuf, len: u64) -> Result<Csv, AppError> {
+        let failed = |source| AppError::Write {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new().write(true).open(&path).map_err(failed)?;
+        let on_disk = file.metadata().map_err(failed)?.len();
+        if on_disk < len {
+            return Err(AppError::Resume {
+                dir: path.display().to_string(),
+                reason: format!("it holds {on_disk} bytes, fewer than the {len} the checkpoint saw"),
+            });
+        }
+        file.set_len(len).map_err(failed)?;
+        let mut file = file;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0)).map_err(failed)?;
+        Ok(Csv { path, file, len })
+    }
+
     fn line(&mut self, text: &str) -> Result<(), AppError> {
-        writeln!(self.file, "{text}")
+        // One write per line: a run killed between two leaves whole rows.
+        let line = format!("{text}\n");
+        self.file
+            .write_all(line.as_bytes())
             .and_then(|()| self.file.flush())
             .map_err(|source| AppError::Write {
                 path: self.path.display().to_string(),
                 source,
-            })
+            })?;
+        self.len += line.len() as u64;
+        Ok(())
     }
 }
 
 /// One NPY array in `fields/index.json`.
-#[derive(Serialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct IndexEntry {
     file: String,
-    field: &'static str,
-    unit: &'static str,
+    field: String,
+    unit: String,
     level: usize,
     patch: usize,
     step: u64,
@@ -95,13 +128,29 @@ struct IndexEntry {
 }
 
 /// What a run has written, for `summary.json`.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Written {
     pub save_points: usize,
     /// Each saved field's smallest and largest value over the fluid cells
     /// no finer patch covers, over every save point (velocity: its magnitude).
     pub field_ranges: std::collections::BTreeMap<String, [f64; 2]>,
+    /// Relative to the output directory.
     pub files: Vec<PathBuf>,
+}
+
+/// What a writer has accumulated over a run, besides the files themselves:
+/// what a checkpoint keeps so that a resumed run writes the same bytes.
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub struct WriterState {
+    series: Vec<(f64, String)>,
+    index: Vec<IndexEntry>,
+    /// (time, each body's cd and cl) of every force sample, for the plot.
+    coefficient_history: Vec<(f64, Vec<[f64; 2]>)>,
+    /// Each line probe's last profile: (s, p, u_x) per point.
+    last_profiles: Vec<Vec<[f64; 3]>>,
+    written: Written,
+    /// Bytes of `forces.csv`, then each probe's and each line's CSV.
+    csv_lengths: Vec<u64>,
 }
 
 /// Writes a run's outputs; see the module documentation.
@@ -119,13 +168,28 @@ pub struct Writer {
     forces: Option<Csv>,
     probes: Vec<Csv>,
     lines: Vec<Csv>,
-    series: Vec<(f64, String)>,
-    index: Vec<IndexEntry>,
-    /// (time, each body's cd and cl) of every force sample, for the plot.
-    coefficient_history: Vec<(f64, Vec<[f64; 2]>)>,
-    /// Each line probe's last profile: (s, p, u_x) per point.
-    last_profiles: Vec<Vec<[f64; 3]>>,
-    written: Written,
+    state: WriterState,
+}
+
+/// Opens a run's CSV files: created with their header, or, resuming, cut
+/// back to the length the checkpoint saw.
+struct CsvOpener {
+    resumed: Option<std::vec::IntoIter<u64>>,
+}
+
+impl CsvOpener {
+    fn open(&mut self, path: PathBuf, header: &str) -> Result<Csv, AppError> {
+        match self.resumed.as_mut() {
+            None => Csv::create(path, header),
+            Some(lengths) => match lengths.next() {
+                Some(len) => Csv::reopen(path, len),
+                None => Err(AppError::Resume {
+                    dir: path.display().to_string(),
+                    reason: "the checkpoint knows fewer CSV files than the case writes".into(),
+                }),
+            },
+        }
+    }
 }
 
 impl Writer {
@@ -137,8 +201,34 @@ impl Writer {
         resolved: &Resolved,
         picture_width: Option<u32>,
     ) -> Result<Writer, AppError> {
+        Writer::open(out, case, resolved, picture_width, None)
+    }
+
+    /// The writer of a run resumed from a checkpoint that held `state`: its
+    /// CSV files lose the rows written after the checkpoint, and everything
+    /// rewritten whole (index, time series, plots) starts from `state`.
+    pub fn resume(
+        out: &Path,
+        case: &Case,
+        resolved: &Resolved,
+        picture_width: Option<u32>,
+        state: WriterState,
+    ) -> Result<Writer, AppError> {
+        Writer::open(out, case, resolved, picture_width, Some(state))
+    }
+
+    fn open(
+        out: &Path,
+        case: &Case,
+        resolved: &Resolved,
+        picture_width: Option<u32>,
+        resumed: Option<WriterState>,
+    ) -> Result<Writer, AppError> {
         let plan = resolved.output.clone();
-        let mut written = Written::default();
+        let mut opener = CsvOpener {
+            resumed: resumed.as_ref().map(|s| s.csv_lengths.clone().into_iter()),
+        };
+        let mut files = Vec::new();
         create_dir(&out.join("fields"))?;
         let forces = match resolved.lattice.bodies.len() {
             0 => None,
@@ -151,8 +241,8 @@ impl Writer {
                         ",body{b}_fx_n_per_m,body{b}_fy_n_per_m,body{b}_torque_n,body{b}_cd{reference},body{b}_cl{reference}"
                     ));
                 }
-                written.files.push(out.join("forces.csv"));
-                Some(Csv::create(out.join("forces.csv"), &header)?)
+                files.push(PathBuf::from("forces.csv"));
+                Some(opener.open(out.join("forces.csv"), &header)?)
             }
         };
         if plan.formats.contains(&Format::Png) {
@@ -163,16 +253,23 @@ impl Writer {
         }
         let mut probes = Vec::new();
         for p in &plan.probes {
-            let path = out.join("probes").join(format!("{}.csv", p.name));
-            written.files.push(path.clone());
-            probes.push(Csv::create(path, "time_s,p_pa,ux_m_s,uy_m_s")?);
+            let path = Path::new("probes").join(format!("{}.csv", p.name));
+            probes.push(opener.open(out.join(&path), "time_s,p_pa,ux_m_s,uy_m_s")?);
+            files.push(path);
         }
         let mut lines = Vec::new();
         for l in &plan.lines {
-            let path = out.join("probes").join(format!("{}.csv", l.name));
-            written.files.push(path.clone());
-            lines.push(Csv::create(path, "time_s,s_m,x_m,y_m,p_pa,ux_m_s,uy_m_s")?);
+            let path = Path::new("probes").join(format!("{}.csv", l.name));
+            lines.push(opener.open(out.join(&path), "time_s,s_m,x_m,y_m,p_pa,ux_m_s,uy_m_s")?);
+            files.push(path);
         }
+        let state = resumed.unwrap_or_else(|| WriterState {
+            written: Written {
+                files,
+                ..Written::default()
+            },
+            ..WriterState::default()
+        });
         Ok(Writer {
             out: out.to_owned(),
             dynamic_force: 0.5
@@ -187,12 +284,21 @@ impl Writer {
             forces,
             probes,
             lines,
-            series: Vec::new(),
-            index: Vec::new(),
-            coefficient_history: Vec::new(),
-            last_profiles: Vec::new(),
-            written,
+            state,
         })
+    }
+
+    /// What a checkpoint keeps of this writer now.
+    pub fn state(&self) -> WriterState {
+        let mut state = self.state.clone();
+        state.csv_lengths = self
+            .forces
+            .iter()
+            .chain(&self.probes)
+            .chain(&self.lines)
+            .map(|c| c.len)
+            .collect();
+        state
     }
 
     pub fn plan(&self) -> &OutputPlan {
@@ -217,7 +323,7 @@ impl Writer {
             coefficients.push([cd, cl]);
         }
         csv.line(&row)?;
-        self.coefficient_history.push((time, coefficients.clone()));
+        self.state.coefficient_history.push((time, coefficients.clone()));
         Ok(coefficients)
     }
 
@@ -252,10 +358,10 @@ impl Writer {
                     };
                     let path = dir.join(&file);
                     write_atomic(&path, &npy::encode(&shape, &p.values(field)))?;
-                    self.index.push(IndexEntry {
+                    self.state.index.push(IndexEntry {
                         file: format!("{stamp}/{file}"),
-                        field: field.name(),
-                        unit: field.unit(),
+                        field: field.name().to_owned(),
+                        unit: field.unit().to_owned(),
                         level: p.level,
                         patch: p.patch,
                         step,
@@ -264,10 +370,10 @@ impl Writer {
                         origin_m: p.origin,
                         spacing_m: p.spacing,
                     });
-                    self.written.files.push(path);
+                    self.state.written.files.push(relative(&self.out, &path));
                 }
             }
-            let index = serde_json::to_string_pretty(&self.index).expect("plain data serialises");
+            let index = serde_json::to_string_pretty(&self.state.index).expect("plain data serialises");
             let path = self.out.join("fields").join("index.json");
             write_atomic(&path, index.as_bytes())?;
         }
@@ -275,15 +381,15 @@ impl Writer {
             for p in patches {
                 let path = dir.join(format!("{}.vti", name(p)));
                 write_atomic(&path, &vtk::image(p, &self.plan.fields))?;
-                self.written.files.push(path);
+                self.state.written.files.push(relative(&self.out, &path));
             }
             let amr = vtk::overlapping_amr(patches, |p| format!("{stamp}/{}.vti", name(p)));
             let path = self.out.join("fields").join(format!("{stamp}.vthb"));
             write_atomic(&path, amr.as_bytes())?;
-            self.written.files.push(path);
-            self.series.push((time, format!("fields/{stamp}.vthb")));
+            self.state.written.files.push(relative(&self.out, &path));
+            self.state.series.push((time, format!("fields/{stamp}.vthb")));
             let pvd = self.out.join("fields.pvd");
-            write_atomic(&pvd, vtk::collection(&self.series).as_bytes())?;
+            write_atomic(&pvd, vtk::collection(&self.state.series).as_bytes())?;
         }
         if self.plan.formats.contains(&Format::Png) {
             // The finest level's resolution, enlarged to at least
@@ -308,10 +414,10 @@ impl Writer {
                 let image = picture::render(patches, &scalar, self.domain, density);
                 let path = self.out.join("pictures").join(format!("{name}_{stamp}.png"));
                 write_atomic(&path, &image.png())?;
-                self.written.files.push(path);
+                self.state.written.files.push(relative(&self.out, &path));
             }
         }
-        self.last_profiles.clear();
+        self.state.last_profiles.clear();
         for (line, csv) in self.plan.lines.iter().zip(&mut self.lines) {
             let start = line.points[0].point;
             let mut profile = Vec::new();
@@ -324,7 +430,7 @@ impl Writer {
                 csv.line(&format!("{time:.9e},{s:.9e},{x:.9e},{y:.9e},{p:.9e},{ux:.9e},{uy:.9e}"))?;
                 profile.push([s, p, ux]);
             }
-            self.last_profiles.push(profile);
+            self.state.last_profiles.push(profile);
         }
         for &field in &self.plan.fields {
             let shown = if field == FieldName::Velocity {
@@ -333,6 +439,7 @@ impl Writer {
                 field
             };
             let range = self
+                .state
                 .written
                 .field_ranges
                 .entry(format!("{} [{}]", field.name(), field.unit()))
@@ -347,29 +454,35 @@ impl Writer {
                 }
             }
         }
-        self.written.save_points += 1;
+        self.state.written.save_points += 1;
         Ok(())
     }
 
     /// What was written, the index, the time series and (with pictures) the
-    /// plots of the coefficients and the line probes' last profiles included.
-    pub fn finish(mut self) -> Result<Written, AppError> {
+    /// plots of the coefficients and the line probes' last profiles included;
+    /// called once, at the end of a run's segment.
+    pub fn finish(&mut self) -> Result<Written, AppError> {
         if self.plan.formats.contains(&Format::Png) {
             let mut plots = Vec::new();
-            if !self.coefficient_history.is_empty() {
+            if !self.state.coefficient_history.is_empty() {
                 let mut series = Vec::new();
-                let bodies = self.coefficient_history[0].1.len();
+                let bodies = self.state.coefficient_history[0].1.len();
                 for b in 0..bodies {
                     for (k, name) in ["cd", "cl"].iter().enumerate() {
                         series.push(plot::Series {
                             title: format!("body {b} {name}"),
-                            points: self.coefficient_history.iter().map(|(t, c)| [*t, c[b][k]]).collect(),
+                            points: self
+                                .state
+                                .coefficient_history
+                                .iter()
+                                .map(|(t, c)| [*t, c[b][k]])
+                                .collect(),
                         });
                     }
                 }
                 plots.push(("forces".to_owned(), plot::render(&series, "time [s]")));
             }
-            for (line, profile) in self.plan.lines.iter().zip(&self.last_profiles) {
+            for (line, profile) in self.plan.lines.iter().zip(&self.state.last_profiles) {
                 let series = [
                     plot::Series {
                         title: format!("{} u_x [m/s]", line.name),
@@ -388,15 +501,20 @@ impl Writer {
             for (name, image) in plots {
                 let path = self.out.join("plots").join(format!("{name}.png"));
                 write_atomic(&path, &image.png())?;
-                self.written.files.push(path);
+                self.state.written.files.push(relative(&self.out, &path));
             }
         }
-        if self.plan.formats.contains(&Format::Npy) && !self.index.is_empty() {
-            self.written.files.push(self.out.join("fields").join("index.json"));
+        if self.plan.formats.contains(&Format::Npy) && !self.state.index.is_empty() {
+            self.state.written.files.push(Path::new("fields").join("index.json"));
         }
-        if !self.series.is_empty() {
-            self.written.files.push(self.out.join("fields.pvd"));
+        if !self.state.series.is_empty() {
+            self.state.written.files.push("fields.pvd".into());
         }
-        Ok(self.written)
+        Ok(self.state.written.clone())
+    }
+
+    /// What was written so far.
+    pub fn written(&self) -> Written {
+        self.state.written.clone()
     }
 }

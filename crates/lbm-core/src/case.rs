@@ -129,6 +129,39 @@ pub struct Run {
     /// Storage tile per level, `[tx, ty]`; missing levels use the whole allocation.
     #[serde(default)]
     pub tiles: Vec<[u32; 2]>,
+    /// Whether a full run must follow a completed pilot of the same plan;
+    /// missing: when the run is estimated to take over a minute.
+    #[serde(default)]
+    pub require_pilot: Option<bool>,
+    /// Wall-clock seconds between checkpoints (default 600).
+    #[serde(default)]
+    pub checkpoint_every_seconds: Option<f64>,
+    /// Base intervals between checkpoints, besides the wall-clock period.
+    #[serde(default)]
+    pub checkpoint_every_intervals: Option<u64>,
+}
+
+impl Run {
+    /// Refuses a checkpoint period that is not a positive number.
+    fn check(&self) -> Result<()> {
+        if let Some(s) = self.checkpoint_every_seconds
+            && !(s > 0.0 && s.is_finite())
+        {
+            return Err(Error::parameter(
+                "run.checkpoint_every_seconds",
+                s,
+                "a finite number of seconds above 0",
+            ));
+        }
+        if self.checkpoint_every_intervals == Some(0) {
+            return Err(Error::parameter(
+                "run.checkpoint_every_intervals",
+                0,
+                "at least 1 base interval",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Refuses a body of no size, a degenerate polygon, or one not wholly inside
@@ -241,6 +274,7 @@ impl Case {
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
+        self.run.check()?;
         let units = UnitSystem::new(
             self.domain.reference_length,
             self.domain.resolution,

@@ -167,6 +167,25 @@ pub fn device_available() -> bool {
         .unwrap_or(false)
 }
 
+/// The name of every CUDA device present, by ordinal; empty without a driver
+/// library or a device. Never panics.
+pub fn device_names() -> Vec<String> {
+    if !driver_library_present() {
+        return Vec::new();
+    }
+    std::panic::catch_unwind(|| {
+        use cudarc::driver::result;
+        result::init().ok()?;
+        let count = CudaContext::device_count().ok()?;
+        (0..count)
+            .map(|i| result::device::get(i).and_then(result::device::get_name).ok())
+            .collect::<Option<Vec<String>>>()
+    })
+    .ok()
+    .flatten()
+    .unwrap_or_default()
+}
+
 impl CudaDriver {
     /// Opens device `ordinal`: its primary context, one stream and the kernel
     /// module. Without a driver library this is an error that says so, and no

@@ -1,0 +1,116 @@
+//! What watches a run from outside its loop: SIGINT and SIGTERM, and the
+//! watchdog that ends a run whose intervals stop completing.
+//!
+//! A first SIGINT or SIGTERM only raises a flag: the run finishes the chunk
+//! in flight, checkpoints and ends "interrupted". A second one exits at once
+//! with 130, leaving the last checkpoint. The watchdog is a thread that, when
+//! no interval has completed for its period, writes the summary it was last
+//! given with `"ended": "stalled"` and exits with 3: a hung device cannot be
+//! checkpointed, so the run resumes from its last checkpoint.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::run::{Ending, Summary, write_json};
+
+/// The exit code of an interrupted run, as shells report a SIGINT.
+pub const EXIT_INTERRUPTED: u8 = 130;
+/// The exit code of a run that failed after it started.
+pub const EXIT_FAILED: u8 = 3;
+
+/// Whether SIGINT or SIGTERM arrived since [`Signals::install`].
+#[derive(Clone)]
+pub struct Signals {
+    raised: Arc<AtomicBool>,
+}
+
+impl Signals {
+    /// Installs the handlers; a second signal exits the process with 130.
+    pub fn install() -> Signals {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let raised = Arc::new(AtomicBool::new(false));
+        for signal in [SIGINT, SIGTERM] {
+            // Registered first, so it sees the flag as the previous signal
+            // left it: the second signal exits.
+            let _ = signal_hook::flag::register_conditional_shutdown(signal, EXIT_INTERRUPTED as i32, raised.clone());
+            let _ = signal_hook::flag::register(signal, raised.clone());
+        }
+        Signals { raised }
+    }
+
+    pub fn raised(&self) -> bool {
+        self.raised.load(Ordering::SeqCst)
+    }
+}
+
+struct Watch {
+    last_progress: Instant,
+    summary: Summary,
+    done: bool,
+}
+
+/// The watchdog thread of one run; see the module documentation.
+pub struct Watchdog {
+    watch: Arc<Mutex<Watch>>,
+}
+
+impl Watchdog {
+    /// Starts watching: `summary` is what is written if the run stalls
+    /// before the first [`Watchdog::beat`].
+    pub fn start(out: PathBuf, period: Duration, summary: Summary) -> Watchdog {
+        let watch = Arc::new(Mutex::new(Watch {
+            last_progress: Instant::now(),
+            summary,
+            done: false,
+        }));
+        let shared = watch.clone();
+        let poll = (period / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(poll);
+                let watch = shared.lock().unwrap_or_else(|p| p.into_inner());
+                if watch.done {
+                    return;
+                }
+                if watch.last_progress.elapsed() >= period {
+                    let mut summary = watch.summary.clone();
+                    summary.ended = Ending::Stalled;
+                    let last = summary.completed_intervals;
+                    let error = format!(
+                        "the run stalled: no interval completed for {:.0} s after interval {last} \
+                         (--watchdog-seconds); the device may be hung. The last checkpoint is {}",
+                        period.as_secs_f64(),
+                        summary
+                            .checkpoint
+                            .as_deref()
+                            .unwrap_or("none: the run cannot be resumed")
+                    );
+                    summary.error = Some(error.clone());
+                    let written = write_json(&out.join("summary.json"), &summary);
+                    eprintln!("error: {error}");
+                    if let Err(e) = written {
+                        eprintln!("error: {e}");
+                    }
+                    std::process::exit(EXIT_FAILED as i32);
+                }
+            }
+        });
+        Watchdog { watch }
+    }
+
+    /// Intervals completed: the stall clock restarts, and `summary` is what
+    /// a stall from now on would report.
+    pub fn beat(&self, summary: Summary) {
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        watch.last_progress = Instant::now();
+        watch.summary = summary;
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner()).done = true;
+    }
+}

@@ -1,0 +1,471 @@
+//! Long runs done safely, through the binary: checkpoints and `lbm resume`
+//! after a kill, a signal or the wall limit (bit-identical to a run straight
+//! through), the watchdog, damaged checkpoints, pilots, and the flags that
+//! bound a run.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{lbm, scratch, stderr, workspace};
+
+/// Base intervals of the runs compared here.
+const STEPS: &str = "120";
+
+/// DFG 2D-1 (two levels, an inlet with its ramp, a cylinder, a probe and a
+/// line) saving every 30 intervals and checkpointing every 20.
+fn case_text() -> String {
+    let text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    let changed = text
+        .replace("steps = 6000", "steps = 6000\ncheckpoint_every_intervals = 20")
+        .replace("every = 1.0 ", "every = 0.05 ");
+    assert_eq!(
+        changed.matches("every = 0.05 ").count(),
+        1,
+        "the save period was replaced"
+    );
+    assert!(changed.contains("checkpoint_every_intervals"));
+    changed
+}
+
+fn write_case(dir: &Path, text: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("case.toml");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn binary() -> PathBuf {
+    std::env::var_os("LBM_BIN").map_or_else(|| env!("CARGO_BIN_EXE_lbm").into(), PathBuf::from)
+}
+
+/// `lbm run CASE --steps STEPS --backend cpu --quiet --out OUT EXTRA...`, spawned.
+fn spawn_run(case: &str, out: &Path, extra: &[&str]) -> std::process::Child {
+    Command::new(binary())
+        .args(["run", case, "--steps", STEPS, "--backend", "cpu", "--quiet", "--out"])
+        .arg(out)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs")
+}
+
+fn resume(out: &Path, extra: &[&str]) -> Output {
+    let dir = out.display().to_string();
+    let mut args = vec!["resume", &dir, "--backend", "cpu", "--quiet"];
+    args.extend_from_slice(extra);
+    lbm(&args)
+}
+
+fn summary(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// The run straight through, once for every test here.
+fn straight() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = scratch("straight");
+        let case = write_case(&root, &case_text());
+        let out = root.join("out");
+        let output = spawn_run(&case, &out, &[]).wait_with_output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert_eq!(summary(&out)["ended"], "completed");
+        out
+    })
+}
+
+/// Files of a run directory that must match byte for byte between runs:
+/// all but the manifest, the summary (times, segments) and the checkpoints.
+fn compared_files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, into: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let relative = path.strip_prefix(root).unwrap().to_owned();
+            if path.is_dir() {
+                if relative != Path::new("checkpoints") {
+                    walk(root, &path, into);
+                }
+            } else if !["manifest.json", "summary.json"].contains(&relative.to_str().unwrap()) {
+                into.push(relative);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort();
+    files
+}
+
+fn assert_identical(straight: &Path, other: &Path) {
+    let (a, b) = (compared_files(straight), compared_files(other));
+    assert_eq!(a, b, "the same files");
+    assert!(a.iter().any(|f| f.ends_with("forces.csv")) && a.len() > 20, "{a:?}");
+    for file in &a {
+        let same = std::fs::read(straight.join(file)).unwrap() == std::fs::read(other.join(file)).unwrap();
+        assert!(same, "{} differs from the run straight through", file.display());
+    }
+}
+
+/// Waits until `out` holds a checkpoint of at least `step` intervals.
+fn wait_for_checkpoint(out: &Path, step: u64, child: &mut std::process::Child) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let newest = std::fs::read_dir(out.join("checkpoints"))
+            .map(|entries| {
+                entries
+                    .filter_map(|e| {
+                        let name = e.ok()?.file_name().to_string_lossy().into_owned();
+                        name.strip_prefix("step_")?.strip_suffix(".lbmck")?.parse::<u64>().ok()
+                    })
+                    .max()
+            })
+            .ok()
+            .flatten();
+        if newest.is_some_and(|n| n >= step) {
+            return;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before its checkpoint"
+        );
+        assert!(Instant::now() < deadline, "no checkpoint of {step} intervals");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Every file a killed run left is whole: JSON parses, CSV rows are complete,
+/// NPY arrays hold the bytes their header promises, XML ends.
+fn assert_complete(dir: &Path) {
+    for file in compared_files(dir).iter().chain([&PathBuf::from("manifest.json")]) {
+        let path = dir.join(file);
+        let name = file.display().to_string();
+        if name.ends_with(".tmp") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        if name.ends_with(".json") {
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        } else if name.ends_with(".csv") {
+            let text = String::from_utf8(bytes).unwrap();
+            assert!(text.ends_with('\n'), "{name} ends inside a row");
+            let columns = text.lines().next().unwrap().split(',').count();
+            assert!(text.lines().all(|l| l.split(',').count() == columns), "{name}");
+        } else if name.ends_with(".npy") {
+            let header = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+            let text = String::from_utf8_lossy(&bytes[10..10 + header]);
+            let shape: Vec<usize> = text
+                .split("'shape': (")
+                .nth(1)
+                .unwrap()
+                .split(')')
+                .next()
+                .unwrap()
+                .split(',')
+                .filter_map(|v| v.trim().parse().ok())
+                .collect();
+            assert_eq!(bytes.len() - 10 - header, 4 * shape.iter().product::<usize>(), "{name}");
+        } else if name.ends_with(".vti") || name.ends_with(".vthb") || name.ends_with(".pvd") {
+            assert!(
+                String::from_utf8_lossy(&bytes).trim_end().ends_with("</VTKFile>"),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_killed_run_keeps_whole_files_and_resumes_bit_for_bit() {
+    let root = scratch("killed");
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    let mut child = spawn_run(&case, &out, &[]);
+    // Between the save points at 30 and 60.
+    wait_for_checkpoint(&out, 40, &mut child);
+    child.kill().unwrap();
+    assert!(!child.wait().unwrap().success());
+    assert_complete(&out);
+    assert!(!out.join("summary.json").exists(), "SIGKILL leaves no summary");
+    let resumed = resume(&out, &[]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    let s = summary(&out);
+    assert_eq!(s["ended"], "completed");
+    assert_eq!(s["segments"], 2);
+    assert_eq!(s["completed_intervals"], 120);
+    assert_identical(straight(), &out);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["resumes"].as_array().unwrap().len(), 1);
+    let checkpoints = std::fs::read_dir(out.join("checkpoints")).unwrap().count();
+    assert_eq!(checkpoints, 2, "the last two checkpoints are kept");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
+    let root = scratch("wall");
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    let limit = 2.0;
+    let start = Instant::now();
+    let output = spawn_run(&case, &out, &["--max-wall-seconds", "2"])
+        .wait_with_output()
+        .unwrap();
+    assert!(start.elapsed().as_secs_f64() < limit + 1.0, "it ends near its limit");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let said = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(said.contains("lbm resume"), "{said}");
+    let s = summary(&out);
+    assert_eq!(s["ended"], "wall limit");
+    let done = s["completed_intervals"].as_u64().unwrap();
+    assert!(done > 0 && done < 120, "{s}");
+    // The last checkpoint and summary fit in the reserve it held back, as
+    // well as their last timings foretell.
+    assert!(s["wall_seconds"].as_f64().unwrap() < 1.25 * limit, "{s}");
+    let checkpoint = s["checkpoint"].as_str().unwrap();
+    assert!(checkpoint.contains(&format!("step_{done:012}")), "{checkpoint}");
+    // Resumed with a limit again until it completes.
+    let mut rounds = 0;
+    while summary(&out)["ended"] != "completed" {
+        let resumed = resume(&out, &["--max-wall-seconds", "3"]);
+        assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+        rounds += 1;
+        assert!(rounds < 40, "no progress");
+    }
+    assert_identical(straight(), &out);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn sigint_checkpoints_and_says_interrupted() {
+    let root = scratch("sigint");
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    let mut child = spawn_run(&case, &out, &[]);
+    wait_for_checkpoint(&out, 20, &mut child);
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let s = summary(&out);
+    assert_eq!(s["ended"], "interrupted");
+    let done = s["completed_intervals"].as_u64().unwrap();
+    assert!(out.join(s["checkpoint"].as_str().unwrap()).is_file());
+    assert!(s["checkpoint"].as_str().unwrap().contains(&format!("{done:012}")));
+    let resumed = resume(&out, &[]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert_identical(straight(), &out);
+    // A completed run has nothing to resume.
+    let again = resume(&out, &[]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(stderr(&again).contains("nothing to resume"), "{}", stderr(&again));
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn a_stalled_device_ends_the_run_as_stalled() {
+    let root = scratch("stall");
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    let output = Command::new(binary())
+        .args(["run", &case, "--steps", STEPS, "--backend", "cpu", "--quiet", "--out"])
+        .arg(&out)
+        .args(["--watchdog-seconds", "1"])
+        .env("LBM_INJECT_FAULT", "stall-after-replays=45")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(stderr(&output).contains("stalled"), "{}", stderr(&output));
+    let s = summary(&out);
+    assert_eq!(s["ended"], "stalled");
+    // Reads of the exchange replay plans too: fewer intervals than replays.
+    let done = s["completed_intervals"].as_u64().unwrap();
+    assert!((20..45).contains(&done), "{s}");
+    assert_eq!(
+        s["checkpoint"],
+        format!("checkpoints/step_{:012}.lbmck", done / 20 * 20)
+    );
+    assert!(
+        s["error"].as_str().unwrap().contains("no interval completed for 1 s"),
+        "{s}"
+    );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn a_damaged_checkpoint_falls_back_to_the_one_before() {
+    let root = scratch("damaged");
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    let output = spawn_run(&case, &out, &["--max-wall-seconds", "3"])
+        .wait_with_output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    if summary(&out)["ended"] == "completed" {
+        // This machine ran 120 intervals within the limit: nothing to damage.
+        std::fs::remove_dir_all(root).unwrap();
+        return;
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let newest = &files[1];
+    let bytes = std::fs::read(newest).unwrap();
+    std::fs::write(newest, &bytes[..bytes.len() / 2]).unwrap();
+    let resumed = resume(&out, &[]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    let warning = stderr(&resumed);
+    assert!(
+        warning.contains("truncated") && warning.contains("trying the one before"),
+        "{warning}"
+    );
+    assert_identical(straight(), &out);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn resume_refuses_a_directory_without_a_whole_checkpoint() {
+    let root = scratch("no-checkpoint");
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    let mut child = spawn_run(&case, &out, &[]);
+    wait_for_checkpoint(&out, 20, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for entry in std::fs::read_dir(out.join("checkpoints")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let resumed = resume(&out, &[]);
+    assert_eq!(resumed.status.code(), Some(2), "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("checksum does not match"),
+        "{}",
+        stderr(&resumed)
+    );
+    let not_a_run = resume(&root, &[]);
+    assert_eq!(not_a_run.status.code(), Some(2));
+    assert!(
+        stderr(&not_a_run).contains("not a run directory"),
+        "{}",
+        stderr(&not_a_run)
+    );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn a_full_run_follows_only_a_completed_pilot_of_its_own_plan() {
+    let root = scratch("pilot");
+    let text = case_text().replace("steps = 6000\n", "steps = 6000\nrequire_pilot = true\n");
+    let case = write_case(&root, &text);
+    let full = root.join("full");
+    let refused = spawn_run(&case, &full, &[]).wait_with_output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("run.require_pilot = true"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!full.exists());
+
+    let pilot = root.join("pilot");
+    let output = spawn_run(&case, &pilot, &["--pilot"]).wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let s = summary(&pilot);
+    assert_eq!(s["ended"], "completed");
+    // The first save point is at 30 intervals, beyond 1% of 120: two intervals.
+    assert_eq!(s["pilot"]["intervals"], 2);
+    assert!(
+        pilot.join("fields/t000000002").is_dir(),
+        "the pilot saves its last fields"
+    );
+    assert!(!pilot.join("checkpoints").exists());
+    let pilot_dir = pilot.display().to_string();
+
+    // Another plan: a key changed.
+    let other = write_case(
+        &root.join("other"),
+        &text.replace("viscosity = 1e-3", "viscosity = 1.1e-3"),
+    );
+    assert_ne!(std::fs::read_to_string(&other).unwrap(), text);
+    let foreign = spawn_run(&other, &full, &["--after-pilot", &pilot_dir])
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(foreign.status.code(), Some(2));
+    assert!(stderr(&foreign).contains("the case differs"), "{}", stderr(&foreign));
+    assert!(!full.exists());
+    // A pilot that did not complete vouches for nothing.
+    let mut broken = s.clone();
+    broken["ended"] = "diverged".into();
+    let failed_pilot = root.join("failed-pilot");
+    std::fs::create_dir_all(&failed_pilot).unwrap();
+    std::fs::write(failed_pilot.join("summary.json"), broken.to_string()).unwrap();
+    let failed_dir = failed_pilot.display().to_string();
+    let after_failed = spawn_run(&case, &full, &["--after-pilot", &failed_dir])
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(after_failed.status.code(), Some(2));
+    assert!(
+        stderr(&after_failed).contains("\"diverged\""),
+        "{}",
+        stderr(&after_failed)
+    );
+
+    let after = spawn_run(&case, &full, &["--after-pilot", &pilot_dir])
+        .wait_with_output()
+        .unwrap();
+    assert!(after.status.success(), "{}", stderr(&after));
+    assert_eq!(summary(&full)["plan"], s["plan"]);
+    let skipped = spawn_run(&case, &root.join("skipped"), &["--no-pilot", "--pilot-intervals", "3"])
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(skipped.status.code(), Some(2), "--pilot-intervals needs --pilot");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn run_bounds_out_of_range_are_refused_before_any_work() {
+    let root = scratch("bounds");
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    for (flags, expect) in [
+        (vec!["--max-wall-seconds", "0"], "--max-wall-seconds"),
+        (vec!["--max-wall-seconds=-5"], "--max-wall-seconds"),
+        (vec!["--max-wall-seconds", "NaN"], "--max-wall-seconds"),
+        (vec!["--max-wall-seconds", "inf"], "--max-wall-seconds"),
+        (vec!["--watchdog-seconds", "0"], "--watchdog-seconds"),
+        (vec!["--device", "7"], "--device"),
+        (vec!["--pilot", "--pilot-intervals", "0"], "--pilot-intervals"),
+        (vec!["--pilot", "--pilot-intervals", "121"], "1 to 120"),
+    ] {
+        let output = spawn_run(&case, &out, &flags).wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{flags:?}: {}", stderr(&output));
+        assert!(!out.exists(), "{flags:?} wrote something");
+    }
+    let bad_key = write_case(
+        &root.join("bad-key"),
+        &case_text().replace("checkpoint_every_intervals = 20", "checkpoint_every_intervals = 0"),
+    );
+    let output = spawn_run(&bad_key, &out, &[]).wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("run.checkpoint_every_intervals"),
+        "{}",
+        stderr(&output)
+    );
+    std::fs::remove_dir_all(root).unwrap();
+}
