@@ -75,7 +75,7 @@ fn unhex(hex: &str) -> [u8; 32] {
 }
 
 /// Writes the checkpoint of `snapshot` and `run`, then removes all but the
-/// newest [`KEPT`]; returns its path.
+/// newest two; returns its path.
 pub fn write<S: Serialize>(out: &Path, plan: &Plan, snapshot: &Snapshot, run: &S) -> Result<PathBuf, AppError> {
     let meta = Meta {
         plan: plan.clone(),
