@@ -279,33 +279,54 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     }
     prepare_output(&options.out)?;
     let out = options.out.as_path();
-    write_atomic(&out.join("case.toml"), text.as_bytes())?;
+    // Allocated before anything is written: a device that cannot hold the
+    // run leaves only the empty directory, which a rerun may use.
+    let backend = driver.backend();
+    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec(&resolved))?;
     let request = Request {
         steps: options.steps,
         picture_width: options.picture_width,
     };
-    write_json(
-        &out.join("manifest.json"),
-        &Manifest {
-            case: &case,
-            resolved: &resolved,
-            levels: resolved.levels()?,
-            plan: &plan,
-            pilot: pilot.as_ref(),
-            request: &request,
-            code_version: env!("CARGO_PKG_VERSION"),
-            ptx_sha256: ptx_sha256(),
-            backend: driver.backend(),
-            device: &device,
-            command_line: std::env::args().collect(),
-            started_utc: utc_now(),
-            resumes: Vec::new(),
-        },
-    )?;
-    let backend = driver.backend();
-    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec(&resolved))?;
-    let writer = Writer::create(out, &case, &resolved, options.picture_width)?;
-    let mass_start = stepper.total_mass()?;
+    let started_up = (|| {
+        write_atomic(&out.join("case.toml"), text.as_bytes())?;
+        write_json(
+            &out.join("manifest.json"),
+            &Manifest {
+                case: &case,
+                resolved: &resolved,
+                levels: resolved.levels()?,
+                plan: &plan,
+                pilot: pilot.as_ref(),
+                request: &request,
+                code_version: env!("CARGO_PKG_VERSION"),
+                ptx_sha256: ptx_sha256(),
+                backend,
+                device: &device,
+                command_line: std::env::args().collect(),
+                started_utc: utc_now(),
+                resumes: Vec::new(),
+            },
+        )?;
+        let writer = Writer::create(out, &case, &resolved, options.picture_width)?;
+        let mass_start = stepper.total_mass()?;
+        if !resolved.lattice.bodies.is_empty() {
+            stepper.start_exchange_window()?;
+        }
+        Ok((writer, mass_start))
+    })();
+    let (writer, mass_start) = started_up.map_err(|e: AppError| {
+        let summary = serde_json::json!({
+            "case": case.name,
+            "ended": Ending::Failed,
+            "error": e.to_string(),
+            "plan": plan,
+            "completed_intervals": 0,
+        });
+        if let Err(second) = write_json(&out.join("summary.json"), &summary) {
+            eprintln!("error: {second}");
+        }
+        e
+    })?;
     let state = RunState {
         done: 0,
         coefficients: Vec::new(),
@@ -314,9 +335,6 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         wall_seconds: 0.0,
         segments: 1,
     };
-    if !resolved.lattice.bodies.is_empty() {
-        stepper.start_exchange_window()?;
-    }
     let session = Session {
         stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
         pilot,

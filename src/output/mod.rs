@@ -29,18 +29,23 @@ use fields::{PatchFields, finest_at};
 const PICTURE_WIDTH: usize = 1600;
 const PICTURE_MIN_WIDTH: usize = 512;
 
-/// `bytes` at `path`, through a temporary file renamed into place.
+/// `bytes` at `path`, through a temporary file in the same directory renamed
+/// into place: a reader, a crash or a full disk never leaves half a file
+/// under `path`, and what was there before stays until the new one is whole.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AppError> {
     let tmp = path.with_extension(format!(
         "{}.tmp",
         path.extension().and_then(|e| e.to_str()).unwrap_or_default()
     ));
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|source| AppError::Write {
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    written.map_err(|source| {
+        // The partial file helps nobody and may hold the space that ran out.
+        let _ = std::fs::remove_file(&tmp);
+        AppError::Write {
             path: path.display().to_string(),
             source,
-        })
+        }
+    })
 }
 
 /// `path` relative to the output directory `out`, as `summary.json` lists it.
@@ -516,5 +521,28 @@ impl Writer {
     /// What was written so far.
     pub fn written(&self) -> Written {
         self.state.written.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full disk (the temporary file leads to /dev/full): the error names
+    /// the file, the old contents stay, and no partial file is left.
+    #[test]
+    fn a_full_disk_leaves_the_previous_file_whole() {
+        let dir = std::env::temp_dir().join(format!("lbm-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("summary.json");
+        write_atomic(&path, b"{\"ended\": \"completed\"}\n").unwrap();
+        std::os::unix::fs::symlink("/dev/full", dir.join("summary.json.tmp")).unwrap();
+        let error = write_atomic(&path, &[b'x'; 4096]).unwrap_err();
+        assert!(error.to_string().contains("summary.json"), "{error}");
+        assert!(error.to_string().contains("No space left"), "{error}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"ended\": \"completed\"}\n");
+        assert!(!dir.join("summary.json.tmp").exists() && dir.join("summary.json.tmp").symlink_metadata().is_err());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
