@@ -218,10 +218,12 @@ impl Launch {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Action {
     Launch(Launch),
-    /// Zero `bytes` bytes from the start of `buffer`.
+    /// Set `bytes` bytes from the start of `buffer` to `value` (0 zeroes an
+    /// accumulator).
     Memset {
         buffer: BufferId,
         bytes: usize,
+        value: u8,
     },
 }
 

@@ -582,7 +582,11 @@ fn streams_events_staging_and_plans_match_the_cpu() {
     let actions = [
         Action::Launch(step(src, dst)),
         Action::Launch(step(dst, src)),
-        Action::Memset { buffer: dst, bytes: 64 },
+        Action::Memset {
+            buffer: dst,
+            bytes: 64,
+            value: 0,
+        },
     ];
     let bytes = Q * plane * 4;
     let mut staged = Vec::new();
@@ -614,7 +618,14 @@ fn streams_events_staging_and_plans_match_the_cpu() {
     assert_eq!((cpu, gpu), (vec![0; 64], vec![0; 64]), "the plan's memset ran last");
     let plan = twin
         .gpu
-        .prepare("stale", &[Action::Memset { buffer: dst, bytes: 4 }])
+        .prepare(
+            "stale",
+            &[Action::Memset {
+                buffer: dst,
+                bytes: 4,
+                value: 0,
+            }],
+        )
         .unwrap();
     twin.gpu.free(dst).unwrap();
     let message = twin.gpu.replay(plan).unwrap_err().to_string();

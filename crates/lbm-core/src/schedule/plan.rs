@@ -93,6 +93,7 @@ impl HopPlan {
                         action: Action::Memset {
                             buffer: acc.interval,
                             bytes: acc.bytes,
+                            value: 0,
                         },
                     });
                 }
