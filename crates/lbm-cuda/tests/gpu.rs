@@ -34,7 +34,10 @@ use lbm_core::kernels::lbm::StreamCollide;
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
 use lbm_core::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use lbm_core::lattice::{self, Collision, Moments, Q};
-use lbm_core::{Boundary, BufferId, CpuDriver, Driver, ExecConfig, Kernel, LatticeConfig, Launch, Stepper};
+use lbm_core::{
+    Boundary, BufferId, CpuDriver, DIVERGED_MACH, Driver, ExecConfig, HealthProblem, Kernel, LatticeConfig, Launch,
+    Stepper,
+};
 
 /// splitmix64: small, seeded, good enough for test data.
 struct Rng(u64);
@@ -701,7 +704,8 @@ fn stepper_runs_match_the_cpu_with_patches_on_the_channel_walls() {
 }
 
 /// Runs `lattice` on both backends for seven intervals in batches and compares
-/// populations, fields, both exchange ledgers and the total mass after each.
+/// populations, fields, both exchange ledgers, the total mass and the health
+/// check after each.
 fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
     for tiles in [TILINGS[0], TILINGS[2]] {
         let exec = ExecConfig {
@@ -766,6 +770,22 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
             );
             let (c, g) = (cpu.total_mass().unwrap(), gpu.total_mass().unwrap());
             assert!((c - g).abs() <= 1e-6 * c.abs(), "total mass, {at}: cpu {c} gpu {g}");
+            let diverged = DIVERGED_MACH / 3f64.sqrt();
+            assert_eq!(cpu.check_health(diverged).unwrap(), None, "{at}");
+            assert_eq!(gpu.check_health(diverged).unwrap(), None, "{at}");
+            // A limit every moving cell exceeds: both find the same first cell.
+            let (c, g) = (cpu.check_health(1e-6).unwrap(), gpu.check_health(1e-6).unwrap());
+            let (c, g) = (c.expect("the flow moves"), g.expect("the flow moves"));
+            assert_eq!(
+                (g.level, g.patch, g.cell, g.position),
+                (c.level, c.patch, c.cell, c.position),
+                "{at}"
+            );
+            let (HealthProblem::TooFast { speed: cs }, HealthProblem::TooFast { speed: gs }) = (c.problem, g.problem)
+            else {
+                panic!("{at}: cpu {c}, gpu {g}");
+            };
+            assert!((cs - gs).abs() <= 1e-5 * cs, "health speed, {at}: cpu {cs} gpu {gs}");
         }
         cpu.close().unwrap();
         gpu.close().unwrap();
