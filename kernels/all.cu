@@ -9,3 +9,4 @@
 #include "reflux.cu"
 #include "exchange.cu"
 #include "boundary.cu"
+#include "health.cu"

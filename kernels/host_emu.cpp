@@ -56,6 +56,11 @@ static inline double atomicAdd(double* address, double value) {
     *address = old + value;
     return old;
 }
+static inline unsigned int atomicMin(unsigned int* address, unsigned int value) {
+    const unsigned int old = *address;
+    *address = old < value ? old : value;
+    return old;
+}
 
 #define __device__
 #define __forceinline__ inline
@@ -91,6 +96,7 @@ static const EmuKernel EMU_KERNELS[] = {
     {"correct_interface_mass", [](void** p) { emu_call(correct_interface_mass, p); }, true},
     {"accumulate_exchange", [](void** p) { emu_call(accumulate_exchange, p); }, false},
     {"update_boundary_state", [](void** p) { emu_call(update_boundary_state, p); }, false},
+    {"check_health", [](void** p) { emu_call(check_health, p); }, false},
 };
 
 // `__shared__` statics and the block barrier allow one block in flight.

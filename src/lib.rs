@@ -56,11 +56,12 @@ pub enum AppError {
     #[error("the CUDA backend was requested but is unavailable: {reason}")]
     NoCuda { reason: String },
 
-    /// The flow blew up: a force, a probe or a field turned non-finite.
+    /// The flow blew up: a force or a field turned non-finite, or a cell
+    /// faster than the lattice speed of sound.
     #[error(
-        "the run diverged at interval {step} (t = {time:.4} s): {what} is not finite; \
+        "the run diverged at interval {step} (t = {time:.4} s): {what}; \
          lower flow.lattice_velocity or raise domain.resolution (lbm check shows tau and Mach); \
-         what was written until then is in {out}"
+         what was written until then, the fields at the divergence included, is in {out}"
     )]
     Diverged {
         step: u64,

@@ -34,6 +34,11 @@ use crate::progress::Progress;
 const CHECKPOINT_EVERY_SECONDS: f64 = 600.0;
 /// The wall time a chunk of intervals aims at.
 const CHUNK_SECONDS: f64 = 0.5;
+/// Base intervals between divergence checks on the device (and at every
+/// save point and at the end): counted in intervals, not seconds, so where a
+/// diverging run stops does not depend on the machine. A check reads the
+/// populations once, under 1% of the work of 64 intervals.
+const HEALTH_EVERY_INTERVALS: u64 = 64;
 /// Bytes per second a checkpoint is assumed to be written at before the
 /// first one has been timed (for the wall limit's reserve).
 const CHECKPOINT_BYTES_PER_S: f64 = 2e8;
@@ -314,7 +319,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         }
         Ok((writer, mass_start))
     })();
-    let (writer, mass_start) = started_up.map_err(|e: AppError| {
+    let (writer, mass_start) = started_up.inspect_err(|e: &AppError| {
         let summary = serde_json::json!({
             "case": case.name,
             "ended": Ending::Failed,
@@ -325,7 +330,6 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         if let Err(second) = write_json(&out.join("summary.json"), &summary) {
             eprintln!("error: {second}");
         }
-        e
     })?;
     let state = RunState {
         done: 0,
@@ -576,10 +580,12 @@ impl<D: Driver> Session<'_, D> {
             // A pilot vouches for finite fields at its end, saved or not.
             let bodies = &self.resolved.lattice.bodies;
             let patches = fields::gather(&self.stepper, &self.resolved.units, bodies)?;
-            if !self.resolved.output.save_points.contains(&done) {
+            let saved = self.resolved.output.save_points.contains(&done);
+            if !saved {
                 self.writer.save(done, &patches)?;
             }
             self.check_finite(&patches)?;
+            self.check_health(true)?;
         } else {
             self.checkpoint()?;
         }
@@ -598,6 +604,40 @@ impl<D: Driver> Session<'_, D> {
         Ok(summary)
     }
 
+    /// The device's divergence check: a non-finite population or a cell
+    /// faster than [`lbm_core::DIVERGED_MACH`] stops the run, after the
+    /// fields of this interval are written (unless `saved` already).
+    fn check_health(&mut self, saved: bool) -> Result<(), AppError> {
+        let limit = lbm_core::DIVERGED_MACH / 3f64.sqrt();
+        let Some(found) = self.stepper.check_health(limit)? else {
+            return Ok(());
+        };
+        let done = self.state.done;
+        if !saved {
+            let bodies = &self.resolved.lattice.bodies;
+            let patches = fields::gather(&self.stepper, &self.resolved.units, bodies)?;
+            self.writer.save(done, &patches)?;
+        }
+        let [x, y] = found.position.map(|v| v * self.resolved.units.dx);
+        let problem = match found.problem {
+            lbm_core::HealthProblem::NonFinite => "a population is not finite".to_owned(),
+            lbm_core::HealthProblem::TooFast { speed } => format!(
+                "the lattice speed is {speed:.3}, Mach {:.2}, over the limit of Mach {}",
+                speed * 3f64.sqrt(),
+                lbm_core::DIVERGED_MACH
+            ),
+        };
+        Err(diverged(
+            done,
+            done as f64 * self.resolved.units.dt,
+            format!(
+                "on level {} patch {}, in the cell at x = {x:.6} m, y = {y:.6} m, {problem}",
+                found.level, found.patch
+            ),
+            self.out,
+        ))
+    }
+
     fn check_finite(&self, patches: &[fields::PatchFields]) -> Result<(), AppError> {
         let done = self.state.done;
         match patches
@@ -607,7 +647,7 @@ impl<D: Driver> Session<'_, D> {
             Some(p) => Err(diverged(
                 done,
                 done as f64 * self.resolved.units.dt,
-                format!("the flow on level {} patch {}", p.level, p.patch),
+                format!("the flow on level {} patch {} is not finite", p.level, p.patch),
                 self.out,
             )),
             None => Ok(()),
@@ -723,7 +763,12 @@ impl<D: Driver> Session<'_, D> {
             };
             let next_save = plan.save_points.iter().copied().find(|s| *s > done).unwrap_or(u64::MAX);
             let next_checkpoint = every_intervals.map_or(u64::MAX, |k| (done / k + 1) * k);
-            let event = next_sample.min(next_save).min(next_checkpoint).min(self.stop);
+            let next_health = (done / HEALTH_EVERY_INTERVALS + 1) * HEALTH_EVERY_INTERVALS;
+            let event = next_sample
+                .min(next_save)
+                .min(next_checkpoint)
+                .min(next_health)
+                .min(self.stop);
             let mut n = match seconds_per_interval {
                 Some(s) => (event - done).min(((CHUNK_SECONDS / s) as u64).max(1)),
                 // The first chunk times one interval.
@@ -764,7 +809,13 @@ impl<D: Driver> Session<'_, D> {
                         .iter()
                         .position(|c| !c.iter().all(|v| v.is_finite()))
                     {
-                        return Err(diverged(done, time, format!("the force on body {b}"), self.out));
+                        self.check_health(false)?;
+                        return Err(diverged(
+                            done,
+                            time,
+                            format!("the force on body {b} is not finite"),
+                            self.out,
+                        ));
                     }
                     self.stepper.start_exchange_window()?;
                 }
@@ -773,13 +824,25 @@ impl<D: Driver> Session<'_, D> {
                         .probes(time, &fields::gather(&self.stepper, &resolved.units, bodies)?)?;
                 }
             }
-            if done == next_save {
-                let save_start = Instant::now();
-                let patches = fields::gather(&self.stepper, &resolved.units, bodies)?;
-                // What was computed is written first, so the blow-up can be looked at.
-                self.writer.save(done, &patches)?;
-                self.check_finite(&patches)?;
-                save_seconds = save_start.elapsed().as_secs_f64();
+            let saving = done == next_save;
+            let saved = match saving {
+                true => {
+                    let save_start = Instant::now();
+                    let patches = fields::gather(&self.stepper, &resolved.units, bodies)?;
+                    // What was computed is written first, so the blow-up can be looked at.
+                    self.writer.save(done, &patches)?;
+                    save_seconds = save_start.elapsed().as_secs_f64();
+                    Some(patches)
+                }
+                false => None,
+            };
+            if saving || done == self.stop || done % HEALTH_EVERY_INTERVALS == 0 {
+                // The device check names the cell; the fields' own check
+                // below is what remains if a moment alone went wrong.
+                self.check_health(saving)?;
+            }
+            if let Some(patches) = &saved {
+                self.check_finite(patches)?;
             }
             let due = every_intervals.is_some_and(|k| done % k == 0)
                 || last_checkpoint.elapsed().as_secs_f64() >= every_seconds;

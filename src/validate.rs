@@ -196,22 +196,13 @@ fn pilot_run<D: Driver>(
     let backend = driver.backend().to_owned();
     let stepper = Stepper::new(driver, setup.resolved.lattice.clone(), exec())?;
     stepper.step(intervals)?;
-    for patch in stepper.hierarchy().patches() {
-        let fields = stepper.fields(patch.level, patch.index)?;
-        if !fields
-            .ux
-            .iter()
-            .chain(&fields.uy)
-            .chain(&fields.delta_rho)
-            .all(|v| v.is_finite())
-        {
-            return Err(AppError::Diverged {
-                step: intervals,
-                time: intervals as f64 * setup.resolved.units.dt,
-                what: format!("the flow on level {} patch {}", patch.level, patch.index),
-                out: options.out.display().to_string(),
-            });
-        }
+    if let Some(found) = stepper.check_health(lbm_core::DIVERGED_MACH / 3f64.sqrt())? {
+        return Err(AppError::Diverged {
+            step: intervals,
+            time: intervals as f64 * setup.resolved.units.dt,
+            what: found.to_string(),
+            out: options.out.display().to_string(),
+        });
     }
     stepper.close()?;
     let summary = PilotSummary {

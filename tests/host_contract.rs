@@ -16,11 +16,17 @@ use lbm_core::device::Action;
 use lbm_core::domain::geometry::{Body, Shape};
 use lbm_core::domain::hierarchy::{HierarchySpec, Rect};
 use lbm_core::lattice::{Collision, Moments};
-use lbm_core::{CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Status, Stepper};
+use lbm_core::{
+    CpuDriver, DIVERGED_MACH, Driver, Error, ExecConfig, HealthProblem, Kernel, LatticeConfig, Status, Stepper,
+    Unhealthy,
+};
 use mock_driver::{Event, EventKind, LoggedArg, MockDriver, MockHandle, render};
 
 /// Index of the only body of every fixture.
 const BODY: usize = 0;
+
+/// The divergence limit of `check_health`: the lattice speed of sound.
+const DIVERGED: f64 = DIVERGED_MACH * 0.577_350_269_189_625_8;
 
 /// A refined box with one circular body on its finest level.
 #[derive(Clone, Copy, Debug)]
@@ -363,12 +369,13 @@ fn window_is_the_same_however_the_steps_are_batched() {
 fn check_refuses_everything(stepper: &Stepper<MockDriver>, handle: &MockHandle, context: &str) {
     let body_level = stepper.hierarchy().n_levels() - 1;
     let before = handle.log().len();
-    let refusals: [(&str, Result<(), Error>); 9] = [
+    let refusals: [(&str, Result<(), Error>); 10] = [
         ("read_raw_exchange", stepper.read_raw_exchange(BODY).map(drop)),
         ("read_exchange_window", stepper.read_exchange_window(BODY).map(drop)),
         ("download", stepper.download(body_level, 0).map(drop)),
         ("fields", stepper.fields(0, 0).map(drop)),
         ("total_mass", stepper.total_mass().map(drop)),
+        ("check_health", stepper.check_health(DIVERGED).map(drop)),
         ("start_exchange_window", stepper.start_exchange_window()),
         ("initialize", stepper.initialize(|_, _, _| Moments::default())),
         ("step(1)", stepper.step(1)),
@@ -465,14 +472,120 @@ fn close_frees_every_buffer_and_then_refuses() {
     let driver = MockDriver::new();
     let handle = driver.handle();
     let stepper = FOUR_LEVEL.stepper_on(driver, true);
+    handle.set_download_fill(0xFF);
+    stepper.check_health(DIVERGED).expect("a check prepares its plans");
     let allocated = handle.count(EventKind::Alloc);
+    let prepared = handle.count(EventKind::Prepare);
+    assert_eq!(prepared, 4, "two intervals and two health checks");
     handle.clear_log();
     stepper.close().expect("close");
     assert_eq!(handle.count(EventKind::Free), allocated);
+    assert_eq!(handle.count(EventKind::ReleasePlan), prepared);
     assert_eq!(handle.live_buffers(), Vec::new());
     let message = stepper.step(1).unwrap_err().to_string();
     assert!(message.contains("closed"), "{message}");
     assert_eq!(stepper.status(), Status::Closed);
+}
+
+/// The label of the buffer of the first download in `events`.
+fn downloaded(events: &[Event]) -> String {
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::Download { buffer, .. } => buffer.label.clone(),
+            _ => None,
+        })
+        .expect("a download")
+}
+
+/// `check_health` after 0, 1, 2 and 3 steps: its plans are prepared on the
+/// first check only; each check resets every result to 0xFF bytes, checks
+/// every patch on the buffer `download` reads, waits once and downloads the
+/// results once. A finding (all-zero results: cell 0 of the base is not
+/// finite) leaves the stepper `Ready`.
+#[test]
+fn a_health_check_reads_the_current_buffers_and_waits_once() {
+    let fixture = FOUR_LEVEL;
+    let (stepper, handle) = fixture.build(false);
+    handle.set_download_fill(0xFF);
+    for n in 0..4u64 {
+        let context = format!("after {n} steps");
+        assert_eq!(stepper.check_health(DIVERGED).unwrap(), None, "{context}");
+        let log = handle.take_log();
+        let prepares = if n == 0 { 2 } else { 0 };
+        assert_eq!(
+            log.iter().filter(|e| e.kind() == EventKind::Prepare).count(),
+            prepares,
+            "{context}"
+        );
+        let log = &log[prepares..];
+        let kinds: Vec<EventKind> = log.iter().map(Event::kind).collect();
+        let n_patches = fixture.n_levels();
+        let mut want = vec![EventKind::Replay, EventKind::Memset];
+        want.extend(std::iter::repeat_n(EventKind::Launch, n_patches));
+        want.extend([EventKind::Synchronize, EventKind::Download]);
+        assert_eq!(kinds, want, "{context}");
+        assert!(
+            matches!(&log[1], Event::Memset { buffer, byte_offset: 0, bytes, value: 0xFF }
+                if buffer.label.as_deref() == Some("health.results") && *bytes == 8 * n_patches),
+            "{context}: {}",
+            log[1]
+        );
+        assert_eq!(downloaded(log), "health.results", "{context}");
+        for (level, launch) in log[2..2 + n_patches].iter().enumerate() {
+            let Event::Launch { kernel, args, .. } = launch else {
+                unreachable!("checked above")
+            };
+            assert_eq!(*kernel, Kernel::CheckHealth, "{context}");
+            assert!(
+                matches!(&args[2].value, LoggedArg::Buffer { byte_offset, .. } if *byte_offset == 8 * level as u64),
+                "{context}: level {level}'s result slot: {launch}"
+            );
+            stepper.download(level, 0).unwrap();
+            let current = downloaded(&handle.take_log());
+            assert_eq!(first_buffer(launch), Some(current), "{context}: level {level}");
+        }
+        step(&stepper, 1);
+        handle.clear_log();
+    }
+    handle.set_download_fill(0);
+    let found = stepper.check_health(DIVERGED).unwrap();
+    let base = stepper.hierarchy().levels[0][0].clone();
+    let want = Unhealthy {
+        level: 0,
+        patch: 0,
+        cell: [0, 0],
+        position: [base.origin[0] as f64 + 0.5, base.origin[1] as f64 + 0.5],
+        problem: HealthProblem::NonFinite,
+    };
+    assert_eq!(found, Some(want));
+    assert_eq!(stepper.status(), Status::Ready);
+}
+
+#[test]
+fn a_failing_health_check_fails_the_stepper() {
+    let (stepper, handle) = FOUR_LEVEL.build(false);
+    step(&stepper, 1);
+    handle.fail_synchronize(1);
+    let message = stepper.check_health(DIVERGED).unwrap_err().to_string();
+    assert!(message.contains("failed as injected"), "{message}");
+    assert_eq!(
+        handle.count(EventKind::Download),
+        0,
+        "nothing is read after the failed wait"
+    );
+    check_refuses_everything(&stepper, &handle, "failed health check");
+}
+
+/// The log of a health check after one step of `fixture`: its plans
+/// prepared, then the odd interval's check.
+fn health_after_step1(fixture: Fixture) -> String {
+    let (stepper, handle) = fixture.build(true);
+    step(&stepper, 1);
+    handle.clear_log();
+    handle.set_download_fill(0xFF);
+    assert_eq!(stepper.check_health(DIVERGED).unwrap(), None);
+    handle.render()
 }
 
 #[test]
@@ -658,4 +771,5 @@ fn launch_plan_snapshots() {
     insta::assert_snapshot!("two_level_step1", annotated_step1(TWO_LEVEL));
     insta::assert_snapshot!("four_level_step1", annotated_step1(FOUR_LEVEL));
     insta::assert_snapshot!("two_level_construction", construction(TWO_LEVEL));
+    insta::assert_snapshot!("two_level_health_after_step1", health_after_step1(TWO_LEVEL));
 }

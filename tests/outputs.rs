@@ -288,7 +288,7 @@ fn a_diverging_run_fails_and_keeps_what_it_wrote() {
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     let message = stderr(&output);
     assert!(
-        message.contains("the run diverged at interval") && message.contains("not finite"),
+        message.contains("the run diverged at interval") && message.contains("level 0 patch 0, in the cell at x = "),
         "{message}"
     );
     assert!(
@@ -301,5 +301,33 @@ fn a_diverging_run_fails_and_keeps_what_it_wrote() {
     assert_eq!(summary["ended"], "diverged");
     assert!(summary["error"].as_str().unwrap().contains("diverged"), "{summary}");
     assert!(summary["mass_drift"].is_null());
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
+
+/// The issue's own case: a cavity at Re 9000 on 64 cells passes every check
+/// and then turns NaN. The device check stops it, names the cell, and the
+/// fields of that interval are written for inspection.
+#[test]
+fn a_cavity_far_beyond_its_resolution_is_stopped_as_diverged() {
+    let text = std::fs::read_to_string(workspace().join("cases/cavity-re100.toml")).unwrap();
+    let fast = text.replace("viscosity = 0.01 ", "viscosity = 1.1111e-4 ");
+    assert_ne!(fast, text);
+    let (out, output) = run(&fast, "re9000", "3000");
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["ended"], "diverged");
+    let error = summary["error"].as_str().unwrap();
+    assert!(
+        error.contains("in the cell at x = ") && error.contains("level 0 patch 0"),
+        "{error}"
+    );
+    let step = summary["completed_intervals"].as_u64().unwrap();
+    assert!(step > 0 && step < 3000, "{summary}");
+    assert!(error.contains(&format!("interval {step} ")), "{error}");
+    assert!(
+        out.join(format!("fields/t{step:09}")).is_dir(),
+        "the fields at the divergence are written"
+    );
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }

@@ -179,6 +179,17 @@ impl InletSpec {
 /// The lowest lattice Mach number (speed / c_s) refused.
 pub const MAX_MACH: f64 = 0.3;
 
+/// The local Mach number at which a running flow counts as diverged: callers
+/// of [`crate::Stepper::check_health`] pass `DIVERGED_MACH * c_s` (1/√3 in
+/// lattice units). The weakly compressible scheme is meaningless at and above
+/// the lattice speed of sound: its equilibrium is the low-Mach expansion of
+/// the Maxwellian, with errors growing like Ma², and a transonic flow is
+/// nothing a scheme for the incompressible limit represents, so a cell that
+/// fast is a blow-up under way. It is far above [`MAX_MACH`], which bounds
+/// what a configuration may prescribe: local speeds in sound runs exceed that
+/// near bodies and must not stop them.
+pub const DIVERGED_MACH: f64 = 1.0;
+
 impl LatticeConfig {
     /// An unrefined `nx` x `ny` grid at rest with the default collision, no
     /// force, resting walls, no inlet and no bodies: the start of most tests.

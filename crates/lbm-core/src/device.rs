@@ -95,10 +95,12 @@ pub enum Kernel {
     AccumulateExchange,
     /// Advance the interval counter and the inlet amplitude factor.
     UpdateBoundaryState,
+    /// The first non-finite and the first too-fast fluid cell of a patch.
+    CheckHealth,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 7] = [
+    pub const ALL: [Kernel; 8] = [
         Kernel::StreamCollide,
         Kernel::FillGhost,
         Kernel::RestrictToParent,
@@ -106,6 +108,7 @@ impl Kernel {
         Kernel::CorrectInterfaceMass,
         Kernel::AccumulateExchange,
         Kernel::UpdateBoundaryState,
+        Kernel::CheckHealth,
     ];
 
     /// The name of the `__global__` function in `kernels/`.
@@ -118,13 +121,14 @@ impl Kernel {
             Kernel::CorrectInterfaceMass => "correct_interface_mass",
             Kernel::AccumulateExchange => "accumulate_exchange",
             Kernel::UpdateBoundaryState => "update_boundary_state",
+            Kernel::CheckHealth => "check_health",
         }
     }
 
     /// The parameter names of the `__global__` function, in order: what a
     /// launch log prints beside each argument.
     pub fn params(self) -> &'static [&'static str] {
-        use crate::kernels::{KernelArgs, boundary, exchange, lbm, refine, reflux};
+        use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, refine, reflux};
         match self {
             Kernel::StreamCollide => lbm::StreamCollide::PARAMS,
             Kernel::FillGhost => refine::FillGhost::PARAMS,
@@ -133,6 +137,7 @@ impl Kernel {
             Kernel::CorrectInterfaceMass => reflux::CorrectInterfaceMass::PARAMS,
             Kernel::AccumulateExchange => exchange::AccumulateExchange::PARAMS,
             Kernel::UpdateBoundaryState => boundary::UpdateBoundaryState::PARAMS,
+            Kernel::CheckHealth => health::CheckHealth::PARAMS,
         }
     }
 }
@@ -218,10 +223,12 @@ impl Launch {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Action {
     Launch(Launch),
-    /// Zero `bytes` bytes from the start of `buffer`.
+    /// Set `bytes` bytes from the start of `buffer` to `value` (0 for
+    /// accumulators, 0xFF for the "no cell" results of `check_health`).
     Memset {
         buffer: BufferId,
         bytes: usize,
+        value: u8,
     },
 }
 

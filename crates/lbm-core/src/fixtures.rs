@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::AccumulateExchange;
+use crate::kernels::health::CheckHealth;
 use crate::kernels::lbm::StreamCollide;
 use crate::kernels::refine::{FillGhost, RestrictToParent};
 use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
@@ -66,7 +67,8 @@ pub fn benchmark_physics() -> LevelPhysics {
 
 /// One sample launch per kernel, in [`Kernel::ALL`] order, over buffers named
 /// by `buffer(k)` (k counts a sample's buffers from 0). Each sample exercises
-/// the kernel's less common paths: tiles, a wall side, an inlet, a window.
+/// the kernel's less common paths: tiles, a wall side, an inlet, a window, a
+/// speed limit that random flows exceed here and there.
 pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
     let b = &buffer;
     let coarse = Layout {
@@ -162,6 +164,15 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
                 points: vec![[0.0, 0.0], [10.0, 1.0], [20.0, 0.5]],
             },
         )
+        .launch(),
+        CheckHealth {
+            f: b(0),
+            flags: b(1),
+            result: b(2),
+            layout: coarse,
+            active: Rect::new(2, 2, 22, 18),
+            speed_limit: 0.1,
+        }
         .launch(),
     ]
 }

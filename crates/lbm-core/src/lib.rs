@@ -75,8 +75,8 @@ pub mod schedule;
 pub mod stepper;
 pub mod units;
 
-pub use config::{Boundary, ExecConfig, LatticeConfig};
+pub use config::{Boundary, DIVERGED_MACH, ExecConfig, LatticeConfig};
 pub use cpu::CpuDriver;
 pub use device::{Arg, BufferId, BufferRef, Driver, Kernel, Launch};
 pub use error::{Error, Result};
-pub use stepper::{Snapshot, Status, Stepper};
+pub use stepper::{HealthProblem, Snapshot, Status, Stepper, Unhealthy};

@@ -248,7 +248,7 @@ impl Driver for EmuDriver {
         for action in actions.iter() {
             match action {
                 Action::Launch(launch) => self.run(launch)?,
-                Action::Memset { buffer, bytes } => self.memset_async(*buffer, 0, *bytes, 0)?,
+                Action::Memset { buffer, bytes, value } => self.memset_async(*buffer, 0, *bytes, *value)?,
             }
         }
         Ok(())

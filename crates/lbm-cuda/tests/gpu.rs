@@ -29,11 +29,15 @@ use lbm_core::domain::order::{fine_covered, inlet_samples, ring_cells};
 use lbm_core::kernels::KernelArgs;
 use lbm_core::kernels::boundary::UpdateBoundaryState;
 use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS};
+use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::StreamCollide;
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
 use lbm_core::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use lbm_core::lattice::{self, Collision, Moments, Q};
-use lbm_core::{Boundary, BufferId, CpuDriver, Driver, ExecConfig, Kernel, LatticeConfig, Launch, Stepper};
+use lbm_core::{
+    Boundary, BufferId, CpuDriver, DIVERGED_MACH, Driver, ExecConfig, HealthProblem, Kernel, LatticeConfig, Launch,
+    Stepper,
+};
 
 /// splitmix64: small, seeded, good enough for test data.
 struct Rng(u64);
@@ -582,7 +586,11 @@ fn streams_events_staging_and_plans_match_the_cpu() {
     let actions = [
         Action::Launch(step(src, dst)),
         Action::Launch(step(dst, src)),
-        Action::Memset { buffer: dst, bytes: 64 },
+        Action::Memset {
+            buffer: dst,
+            bytes: 64,
+            value: 0,
+        },
     ];
     let bytes = Q * plane * 4;
     let mut staged = Vec::new();
@@ -614,7 +622,14 @@ fn streams_events_staging_and_plans_match_the_cpu() {
     assert_eq!((cpu, gpu), (vec![0; 64], vec![0; 64]), "the plan's memset ran last");
     let plan = twin
         .gpu
-        .prepare("stale", &[Action::Memset { buffer: dst, bytes: 4 }])
+        .prepare(
+            "stale",
+            &[Action::Memset {
+                buffer: dst,
+                bytes: 4,
+                value: 0,
+            }],
+        )
         .unwrap();
     twin.gpu.free(dst).unwrap();
     let message = twin.gpu.replay(plan).unwrap_err().to_string();
@@ -689,7 +704,8 @@ fn stepper_runs_match_the_cpu_with_patches_on_the_channel_walls() {
 }
 
 /// Runs `lattice` on both backends for seven intervals in batches and compares
-/// populations, fields, both exchange ledgers and the total mass after each.
+/// populations, fields, both exchange ledgers, the total mass and the health
+/// check after each.
 fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
     for tiles in [TILINGS[0], TILINGS[2]] {
         let exec = ExecConfig {
@@ -754,10 +770,107 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
             );
             let (c, g) = (cpu.total_mass().unwrap(), gpu.total_mass().unwrap());
             assert!((c - g).abs() <= 1e-6 * c.abs(), "total mass, {at}: cpu {c} gpu {g}");
+            let diverged = DIVERGED_MACH / 3f64.sqrt();
+            assert_eq!(cpu.check_health(diverged).unwrap(), None, "{at}");
+            assert_eq!(gpu.check_health(diverged).unwrap(), None, "{at}");
+            // A limit every moving cell exceeds: both find the same first cell.
+            let (c, g) = (cpu.check_health(1e-6).unwrap(), gpu.check_health(1e-6).unwrap());
+            let (c, g) = (c.expect("the flow moves"), g.expect("the flow moves"));
+            assert_eq!(
+                (g.level, g.patch, g.cell, g.position),
+                (c.level, c.patch, c.cell, c.position),
+                "{at}"
+            );
+            let (HealthProblem::TooFast { speed: cs }, HealthProblem::TooFast { speed: gs }) = (c.problem, g.problem)
+            else {
+                panic!("{at}: cpu {c}, gpu {g}");
+            };
+            assert!((cs - gs).abs() <= 1e-5 * cs, "health speed, {at}: cpu {cs} gpu {gs}");
         }
         cpu.close().unwrap();
         gpu.close().unwrap();
     }
+}
+
+/// `check_health` on random flows in every storage tiling, with the active
+/// region whole or inset by a ghost band, solid cells, and non-finite
+/// populations (NaN, both infinities) and too-fast cells scattered over
+/// fluid, solid and ghost cells alike. The result sits at a byte offset of a
+/// larger buffer, poisoned with garbage and then reset to 0xFF bytes by a
+/// memset as the stepper does; the words around it must stay as they were.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn check_health_matches_the_cpu() {
+    let mut twin = Twin::new();
+    let mut rng = Rng(23);
+    let (nx, ny) = (23, 18);
+    let mut found = [0usize; 2];
+    for tile in [[nx, ny], [4, 4], [8, 3]] {
+        let layout = Layout { nx, ny, tile };
+        let plane = layout.plane_cells();
+        for active in [Rect::new(0, 0, nx, ny), Rect::new(4, 4, nx - 4, ny - 4)] {
+            // Clean, a few bad cells, many (contention on both words).
+            for (bad, fast) in [(0, 0), (1, 0), (0, 1), (3, 4), (40, 60)] {
+                let mut f = random_populations(&mut rng, plane);
+                for _ in 0..bad {
+                    let value = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][rng.below(3) as usize];
+                    f[rng.below(Q as u32) as usize * plane + rng.below(plane as u32) as usize] = value;
+                }
+                for _ in 0..fast {
+                    let cell = rng.below(plane as u32) as usize;
+                    let speed = 0.4 + rng.range(0.0, 0.3);
+                    let angle = rng.range(0.0, std::f64::consts::TAU);
+                    let feq = lattice::equilibrium(Moments {
+                        delta_rho: rng.range(-0.05, 0.05),
+                        ux: speed * angle.cos(),
+                        uy: speed * angle.sin(),
+                    });
+                    for (i, v) in feq.iter().enumerate() {
+                        f[i * plane + cell] = *v;
+                    }
+                }
+                let f = twin.buffer("f", &f);
+                let flags = twin.buffer("flags", &body_flags(&mut rng, &layout));
+                let poison: Vec<u32> = (0..6).map(|_| rng.next() as u32).collect();
+                let result = twin.buffer("result", &poison);
+                for d in [&mut twin.cpu as &mut dyn Driver, &mut *twin.gpu] {
+                    d.memset_async(result, 8, 8, 0xFF).unwrap();
+                }
+                let launch = CheckHealth {
+                    f: f.into(),
+                    flags: flags.into(),
+                    result: lbm_core::BufferRef {
+                        id: result,
+                        byte_offset: 8,
+                    },
+                    layout,
+                    active,
+                    speed_limit: 0.3,
+                }
+                .launch();
+                twin.launch(&launch);
+                let (cpu, gpu) = twin.download::<u32>(result, 6);
+                let what = format!("check_health tile {tile:?} active {active} bad {bad} fast {fast}");
+                assert_eq!(gpu, cpu, "{what}");
+                assert_eq!(
+                    [&cpu[..2], &cpu[4..]],
+                    [&poison[..2], &poison[4..]],
+                    "{what}: outside the result"
+                );
+                for (k, word) in cpu[2..4].iter().enumerate() {
+                    found[k] += (*word != NO_CELL) as usize;
+                }
+                if bad + fast == 0 {
+                    assert_eq!(cpu[2..4], [NO_CELL; 2], "{what}: a clean flow");
+                }
+            }
+        }
+    }
+    eprintln!(
+        "check_health: {} non-finite and {} too-fast findings",
+        found[0], found[1]
+    );
+    assert!(found.iter().all(|n| *n >= 6), "the cases find too little: {found:?}");
 }
 
 /// Random contents for buffer `param` of a sample launch (`bytes` long): the
@@ -801,6 +914,8 @@ fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, plane_cells: u32) -
                 .collect();
         }
         "flux" => (0..floats).map(|_| rng.range(-1e-3, 1e-3).to_bits()).collect(),
+        // What the caller's memset leaves: no cell found yet.
+        "result" => vec![NO_CELL; floats],
         // Population planes, nine per allocation.
         _ => random_populations(rng, floats / Q)
             .iter()
@@ -835,6 +950,14 @@ fn every_family_sample_matches_the_cpu() {
         for u in uses.iter().filter(|u| u.access != lbm_core::kernels::Access::Read) {
             let what = format!("{} sample, {}", launch.kernel, u.param);
             match u.align {
+                // Cell indices, which an f32 comparison would take for tiny
+                // denormals all within tolerance of each other.
+                _ if launch.kernel == Kernel::CheckHealth => {
+                    let (cpu, gpu) = twin.download::<u32>(u.buffer.id, u.bytes / 4);
+                    eprintln!("{what}: cpu {cpu:?} gpu {gpu:?}");
+                    assert_eq!(gpu, cpu, "{what}");
+                    assert!(cpu[1] != NO_CELL, "{what}: the sample's limit finds a fast cell");
+                }
                 8 => {
                     let (cpu, gpu) = twin.download::<f64>(u.buffer.id, u.bytes / 8);
                     assert_close(&what, &cpu, &gpu, 1e-9);

@@ -344,7 +344,7 @@ impl Recorder {
                     let result = self.fault().and_then(|()| self.execute(launch));
                     self.outcome(EventKind::Launch, result)?;
                 }
-                Action::Memset { buffer, bytes } => self.memset(*buffer, 0, *bytes, 0)?,
+                Action::Memset { buffer, bytes, value } => self.memset(*buffer, 0, *bytes, *value)?,
             }
         }
         Ok(())

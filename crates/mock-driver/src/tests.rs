@@ -212,7 +212,11 @@ fn streams_events_staging_and_plans_are_logged_and_executed_in_order() {
             "pingpong",
             &[
                 Action::Launch(stream_collide(a, b, f)),
-                Action::Memset { buffer: a, bytes: 4 },
+                Action::Memset {
+                    buffer: a,
+                    bytes: 4,
+                    value: 0xAB,
+                },
             ],
         )
         .unwrap();
@@ -252,15 +256,26 @@ fn streams_events_staging_and_plans_are_logged_and_executed_in_order() {
             ReleasePlan
         ]
     );
+    let mut memset = [0u8; 4];
+    driver.download(a, 0, &mut memset).unwrap();
+    assert_eq!(memset, [0xAB; 4], "a replayed memset sets its value");
     let text = handle.render();
     assert!(text.contains("prepare plan#0 \"pingpong\" 2 actions"), "{text}");
+    assert!(text.contains("memset buf#0 \"p.f.a\" [0, 4) = 0xab"), "{text}");
     assert!(
         text.contains("download_async on stream#1 buf#1 \"p.f.b\" [0, 16) -> staging#0 [0, 16)"),
         "{text}"
     );
     // A replay after a buffer it names is freed is refused.
     let plan = driver
-        .prepare("again", &[Action::Memset { buffer: f, bytes: 4 }])
+        .prepare(
+            "again",
+            &[Action::Memset {
+                buffer: f,
+                bytes: 4,
+                value: 0,
+            }],
+        )
         .unwrap();
     driver.free(f).unwrap();
     let message = driver.replay(plan).unwrap_err().to_string();

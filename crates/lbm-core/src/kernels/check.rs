@@ -31,7 +31,7 @@ pub fn check_launch(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>
 fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
     match action {
         Action::Launch(launch) => check_launch(launch, size_of),
-        Action::Memset { buffer, bytes } => {
+        Action::Memset { buffer, bytes, .. } => {
             let size = size_of(*buffer).ok_or(Error::UnknownBuffer {
                 backend,
                 buffer: *buffer,

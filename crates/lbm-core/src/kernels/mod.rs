@@ -14,6 +14,7 @@
 
 pub mod boundary;
 pub mod exchange;
+pub mod health;
 pub mod lbm;
 pub mod refine;
 pub mod reflux;
@@ -130,6 +131,7 @@ pub fn dispatch<V: FamilyVisitor>(launch: &Launch, visitor: V) -> V::Output {
         Kernel::CorrectInterfaceMass => visitor.visit::<reflux::CorrectInterfaceMass>(launch),
         Kernel::AccumulateExchange => visitor.visit::<exchange::AccumulateExchange>(launch),
         Kernel::UpdateBoundaryState => visitor.visit::<boundary::UpdateBoundaryState>(launch),
+        Kernel::CheckHealth => visitor.visit::<health::CheckHealth>(launch),
     }
 }
 

@@ -20,6 +20,9 @@
 //! plan is built for both parities; every finer level takes an even number of
 //! hops and starts each interval on the same buffer. The plan is data: it is
 //! built once and executed as often as needed, and it never waits.
+//!
+//! Beside it, `health_steps`: the divergence check of every patch on the
+//! buffers that are current between intervals.
 
 use serde::Serialize;
 
@@ -30,6 +33,7 @@ use crate::domain::sides::PatchSides;
 use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::AccumulateExchange;
+use crate::kernels::health::{CheckHealth, HEALTH_WORDS};
 use crate::kernels::lbm::StreamCollide;
 use crate::kernels::refine::{FillGhost, RestrictToParent};
 use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
@@ -93,6 +97,7 @@ impl HopPlan {
                         action: Action::Memset {
                             buffer: acc.interval,
                             bytes: acc.bytes,
+                            value: 0,
                         },
                     });
                 }
@@ -123,6 +128,46 @@ impl HopPlan {
 /// completed intervals.
 pub(crate) fn current_buffer(resources: &Resources, level: usize, patch: usize, step_count: u64) -> BufferId {
     resources.patches[level][patch].f[parity_at_interval_start(level, step_count)]
+}
+
+/// The health check of every patch on the buffers current after
+/// `step_count` completed intervals: one memset sets every result to "no
+/// cell" (0xFF bytes), then one `check_health` per patch, in
+/// [`Hierarchy::patches`] order, writes its own [`HEALTH_WORDS`] at its
+/// byte offset of `resources.health`.
+pub(crate) fn health_steps(
+    hierarchy: &Hierarchy,
+    resources: &Resources,
+    step_count: u64,
+    speed_limit: f32,
+) -> Vec<PlanStep> {
+    let mut steps = vec![PlanStep {
+        name: "health.reset".into(),
+        action: Action::Memset {
+            buffer: resources.health,
+            bytes: hierarchy.patches().count() * HEALTH_WORDS * 4,
+            value: 0xFF,
+        },
+    }];
+    for (slot, patch) in hierarchy.patches().enumerate() {
+        let launch = CheckHealth {
+            f: current_buffer(resources, patch.level, patch.index, step_count).into(),
+            flags: resources.patches[patch.level][patch.index].flags.into(),
+            result: BufferRef {
+                id: resources.health,
+                byte_offset: (slot * HEALTH_WORDS * 4) as u64,
+            },
+            layout: patch.layout,
+            active: patch.active,
+            speed_limit,
+        }
+        .launch();
+        steps.push(PlanStep {
+            name: format!("{}.check_health", patch.name()),
+            action: Action::Launch(launch),
+        });
+    }
+    steps
 }
 
 struct Builder<'a> {

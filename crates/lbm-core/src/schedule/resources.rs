@@ -1,6 +1,7 @@
-//! The device resources of a run: every buffer the hop plan names, allocated
-//! and filled (flags, wall distances, link tables, inlet tables) before the
-//! plan is built from them, with the memory ledger of what was allocated.
+//! The device resources of a run: every buffer the hop plan and the health
+//! check name, allocated and filled (flags, wall distances, link tables, inlet
+//! tables) before the plans are built from them, with the memory ledger of
+//! what was allocated.
 //!
 //! It decides nothing about the order of work; that is [`super::plan`].
 
@@ -14,6 +15,7 @@ use crate::domain::order::{fine_covered, ring_cells};
 use crate::domain::sides::PatchSides;
 use crate::error::Result;
 use crate::kernels::exchange::EXCHANGE_WORDS;
+use crate::kernels::health::HEALTH_WORDS;
 use crate::lattice::Q;
 use crate::ledger::MemoryLedger;
 
@@ -67,6 +69,10 @@ pub struct Resources {
     pub accumulators: Vec<Accumulators>,
     /// Body indices in each level's accumulator slot order.
     pub body_slots: Vec<Vec<usize>>,
+    /// The results of `check_health`, [`HEALTH_WORDS`] u32 per patch in the
+    /// order of [`Hierarchy::patches`]: one buffer, so one memset resets them
+    /// and one download reads them.
+    pub health: BufferId,
     pub memory: MemoryLedger,
     /// The buffers the plan writes, in allocation order: what a snapshot holds.
     pub state: Vec<StateBuffer>,
@@ -99,6 +105,8 @@ impl Resources {
             exchange: Vec::new(),
             accumulators: Vec::new(),
             body_slots: vec![Vec::new(); hierarchy.n_levels()],
+            // Allocated last by `fill`; no buffer has this id until then.
+            health: BufferId(u32::MAX),
             memory: MemoryLedger::default(),
             state: Vec::new(),
             allocated: Vec::new(),
@@ -190,6 +198,9 @@ impl Resources {
                 bytes,
             });
         }
+        // Last, so that the buffers the hop plan names keep their ids.
+        let health_bytes = hierarchy.patches().count() * HEALTH_WORDS * 4;
+        self.health = self.alloc(driver, "health.results".into(), health_bytes)?;
         Ok(())
     }
 

@@ -19,16 +19,18 @@
 //! own streams and buffers on the same device), which keeps a member's
 //! failure its own.
 
+mod health;
 mod observe;
 
 use std::sync::{Mutex, MutexGuard};
 
 use serde::Serialize;
 
+pub use health::{HealthProblem, Unhealthy};
 pub use observe::Fields;
 
 use crate::config::{ExecConfig, LatticeConfig, LevelPhysics};
-use crate::device::{Driver, PlanId};
+use crate::device::{Action, Driver, PlanId};
 use crate::domain::hierarchy::Hierarchy;
 use crate::error::{Error, Result};
 use crate::lattice::Moments;
@@ -65,6 +67,8 @@ struct State {
     plan: HopPlan,
     /// The plan's two intervals as the driver prepared them, by level-0 parity.
     prepared: [PlanId; 2],
+    /// The health check's plans, once a check has prepared them.
+    health: Option<health::HealthPlans>,
     status: Status,
     step_count: u64,
     exchange_valid: bool,
@@ -103,7 +107,11 @@ impl<D: Driver> Stepper<D> {
             },
             &resources,
         );
-        let prepared = match prepare(&mut driver, &plan) {
+        let prepared = match prepare_pair(
+            &mut driver,
+            ["interval.even", "interval.odd"],
+            &[plan.actions(0), plan.actions(1)],
+        ) {
             Ok(prepared) => prepared,
             Err(e) => {
                 // The refusal is what to report; freeing adds nothing to act on.
@@ -122,6 +130,7 @@ impl<D: Driver> Stepper<D> {
                     resources,
                     plan,
                     prepared,
+                    health: None,
                     status: Status::Ready,
                     step_count: 0,
                     exchange_valid: false,
@@ -359,6 +368,24 @@ impl<D: Driver> Stepper<D> {
         Ok(())
     }
 
+    /// The first cell of the flow, in level, patch and cell order, that has a
+    /// non-finite population or is faster than `speed_limit` (lattice units
+    /// of its level; [`crate::DIVERGED_MACH`] times c_s to detect a
+    /// divergence), or `None`. Runs `check_health` on every patch's current
+    /// buffer and waits once. A finding leaves the stepper `Ready`; what to
+    /// do about it is the caller's choice.
+    pub fn check_health(&self, speed_limit: f64) -> Result<Option<Unhealthy>> {
+        let limit = health::kernel_speed_limit(speed_limit)?;
+        let mut inner = self.lock();
+        inner.state.require_ready("check health")?;
+        let Inner { driver, state } = &mut *inner;
+        let result = health::check_health(driver, state, limit);
+        if result.is_err() {
+            state.fail();
+        }
+        result
+    }
+
     /// Frees every buffer and prepared plan; the stepper then refuses
     /// everything but `status`.
     pub fn close(&self) -> Result<()> {
@@ -368,7 +395,12 @@ impl<D: Driver> Stepper<D> {
         }
         let Inner { driver, state } = &mut *inner;
         state.status = Status::Closed;
-        let plans = state.prepared.iter().try_for_each(|p| driver.release_plan(*p));
+        let health = state.health.take();
+        let plans = state
+            .prepared
+            .iter()
+            .chain(health.iter().flat_map(|h| &h.prepared))
+            .try_for_each(|p| driver.release_plan(*p));
         let buffers = state.resources.release(driver);
         plans.and(buffers)
     }
@@ -381,12 +413,14 @@ impl<D: Driver> Drop for Stepper<D> {
     }
 }
 
-/// Prepares both intervals of `plan` on `driver`.
-fn prepare<D: Driver>(driver: &mut D, plan: &HopPlan) -> Result<[PlanId; 2]> {
-    let even = driver.prepare("interval.even", &plan.actions(0))?;
-    match driver.prepare("interval.odd", &plan.actions(1)) {
+/// Prepares a plan for each level-0 parity on `driver`; a refusal of the
+/// second releases the first.
+fn prepare_pair<D: Driver>(driver: &mut D, labels: [&str; 2], actions: &[Vec<Action>; 2]) -> Result<[PlanId; 2]> {
+    let even = driver.prepare(labels[0], &actions[0])?;
+    match driver.prepare(labels[1], &actions[1]) {
         Ok(odd) => Ok([even, odd]),
         Err(e) => {
+            // The refusal is what to report; releasing adds nothing to act on.
             let _ = driver.release_plan(even);
             Err(e)
         }
