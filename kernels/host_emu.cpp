@@ -97,6 +97,7 @@ static const EmuKernel EMU_KERNELS[] = {
     {"accumulate_exchange", [](void** p) { emu_call(accumulate_exchange, p); }, false},
     {"update_boundary_state", [](void** p) { emu_call(update_boundary_state, p); }, false},
     {"check_health", [](void** p) { emu_call(check_health, p); }, false},
+    {"save_moments", [](void** p) { emu_call(save_moments, p); }, false},
 };
 
 // `__shared__` statics and the block barrier allow one block in flight.

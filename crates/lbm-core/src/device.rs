@@ -97,10 +97,12 @@ pub enum Kernel {
     UpdateBoundaryState,
     /// The first non-finite and the first too-fast fluid cell of a patch.
     CheckHealth,
+    /// A patch's density and velocity into staging, for the outputs.
+    SaveMoments,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 8] = [
+    pub const ALL: [Kernel; 9] = [
         Kernel::StreamCollide,
         Kernel::FillGhost,
         Kernel::RestrictToParent,
@@ -109,6 +111,7 @@ impl Kernel {
         Kernel::AccumulateExchange,
         Kernel::UpdateBoundaryState,
         Kernel::CheckHealth,
+        Kernel::SaveMoments,
     ];
 
     /// The name of the `__global__` function in `kernels/`.
@@ -122,13 +125,14 @@ impl Kernel {
             Kernel::AccumulateExchange => "accumulate_exchange",
             Kernel::UpdateBoundaryState => "update_boundary_state",
             Kernel::CheckHealth => "check_health",
+            Kernel::SaveMoments => "save_moments",
         }
     }
 
     /// The parameter names of the `__global__` function, in order: what a
     /// launch log prints beside each argument.
     pub fn params(self) -> &'static [&'static str] {
-        use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, refine, reflux};
+        use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, moments, refine, reflux};
         match self {
             Kernel::StreamCollide => lbm::StreamCollide::PARAMS,
             Kernel::FillGhost => refine::FillGhost::PARAMS,
@@ -138,6 +142,7 @@ impl Kernel {
             Kernel::AccumulateExchange => exchange::AccumulateExchange::PARAMS,
             Kernel::UpdateBoundaryState => boundary::UpdateBoundaryState::PARAMS,
             Kernel::CheckHealth => health::CheckHealth::PARAMS,
+            Kernel::SaveMoments => moments::SaveMoments::PARAMS,
         }
     }
 }

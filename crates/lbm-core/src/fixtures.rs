@@ -17,6 +17,7 @@ use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::AccumulateExchange;
 use crate::kernels::health::CheckHealth;
 use crate::kernels::lbm::StreamCollide;
+use crate::kernels::moments::SaveMoments;
 use crate::kernels::refine::{FillGhost, RestrictToParent};
 use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use crate::lattice::{Collision, Q, Relaxation};
@@ -172,6 +173,14 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
             layout: coarse,
             active: Rect::new(2, 2, 22, 18),
             speed_limit: 0.1,
+        }
+        .launch(),
+        SaveMoments {
+            f: b(0),
+            out: b(1),
+            layout: coarse,
+            active: Rect::new(2, 2, 22, 18),
+            force: [1e-5, -2e-5],
         }
         .launch(),
     ]

@@ -16,6 +16,7 @@ pub mod boundary;
 pub mod exchange;
 pub mod health;
 pub mod lbm;
+pub mod moments;
 pub mod refine;
 pub mod reflux;
 
@@ -132,6 +133,7 @@ pub fn dispatch<V: FamilyVisitor>(launch: &Launch, visitor: V) -> V::Output {
         Kernel::AccumulateExchange => visitor.visit::<exchange::AccumulateExchange>(launch),
         Kernel::UpdateBoundaryState => visitor.visit::<boundary::UpdateBoundaryState>(launch),
         Kernel::CheckHealth => visitor.visit::<health::CheckHealth>(launch),
+        Kernel::SaveMoments => visitor.visit::<moments::SaveMoments>(launch),
     }
 }
 

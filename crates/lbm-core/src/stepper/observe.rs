@@ -9,9 +9,10 @@ use ndarray::Array2;
 
 use crate::device::{BufferId, Driver};
 use crate::domain::geometry;
-use crate::domain::hierarchy::Patch;
+use crate::domain::hierarchy::{Patch, Rect};
 use crate::error::{Error, Result};
 use crate::kernels::exchange::EXCHANGE_WORDS;
+use crate::kernels::moments::{MOMENT_PLANES, active_moments};
 use crate::lattice::{self, Moments, Q};
 use crate::ledger::ExchangeRecord;
 use crate::schedule::plan::current_buffer;
@@ -24,6 +25,22 @@ pub struct Fields {
     pub delta_rho: Array2<f32>,
     pub ux: Array2<f32>,
     pub uy: Array2<f32>,
+}
+
+impl Fields {
+    /// The fields of `active` from the three planes `save_moments` writes.
+    pub fn from_planes(active: &Rect, planes: &[f32]) -> Fields {
+        let shape = (active.height() as usize, active.width() as usize);
+        let cells = active.cells();
+        let plane = |k: usize| {
+            Array2::from_shape_vec(shape, planes[k * cells..(k + 1) * cells].to_vec()).expect("a plane per field")
+        };
+        Fields {
+            delta_rho: plane(0),
+            ux: plane(1),
+            uy: plane(2),
+        }
+    }
 }
 
 pub(super) fn upload_state<D: Driver>(
@@ -104,28 +121,10 @@ pub(super) fn download_current<D: Driver>(
 pub(super) fn fields<D: Driver>(driver: &mut D, state: &mut State, level: usize, patch: usize) -> Result<Fields> {
     let f = download_current(driver, state, level, patch)?;
     let p = patch_of(state, level, patch)?;
-    let plane = p.layout.plane_cells();
     let a = p.active;
-    let shape = (a.height() as usize, a.width() as usize);
-    let force = state.physics[level].force;
-    let mut fields = Fields {
-        delta_rho: Array2::zeros(shape),
-        ux: Array2::zeros(shape),
-        uy: Array2::zeros(shape),
-    };
-    for y in a.y0..a.y1 {
-        for x in a.x0..a.x1 {
-            let index = p.layout.index(x, y);
-            let cell: [f32; Q] = std::array::from_fn(|i| f[i * plane + index]);
-            // Stored populations are post-collision: their momentum is ρu + F/2.
-            let m = lattice::moments(&cell, [-force[0], -force[1]]);
-            let at = ((y - a.y0) as usize, (x - a.x0) as usize);
-            fields.delta_rho[at] = m.delta_rho;
-            fields.ux[at] = m.ux;
-            fields.uy[at] = m.uy;
-        }
-    }
-    Ok(fields)
+    let mut planes = vec![0.0f32; MOMENT_PLANES * a.cells()];
+    active_moments(&p.layout, &a, state.physics[level].force, &f, &mut planes);
+    Ok(Fields::from_planes(&a, &planes))
 }
 
 pub(super) fn read_exchange<D: Driver>(
