@@ -105,6 +105,11 @@ fn bad_input_is_named_before_any_work() {
             "enclosing an area",
         ),
         (
+            "three-component-lid",
+            text.replace("moving_wall = [1.0, 0.0]", "moving_wall = [1.0, 0.0, 5.0]"),
+            "`boundaries.y_max.moving_wall` = 3 values: exactly 2 values",
+        ),
+        (
             "old-key",
             text.replace("x_min = \"wall\"", "x_min = \"symmetry\""),
             "free_slip",

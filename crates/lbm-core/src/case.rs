@@ -183,20 +183,96 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2]) -> Result<()> {
 fn non_finite(value: &toml::Value, key: String) -> Option<(String, f64)> {
     match value {
         toml::Value::Float(f) if !f.is_finite() => Some((key, *f)),
-        toml::Value::Table(table) => table.iter().find_map(|(k, v)| {
-            let key = if key.is_empty() {
-                k.clone()
-            } else {
-                format!("{key}.{k}")
-            };
-            non_finite(v, key)
-        }),
+        toml::Value::Table(table) => table.iter().find_map(|(k, v)| non_finite(v, join(&key, k))),
         toml::Value::Array(items) => items
             .iter()
             .enumerate()
             .find_map(|(i, v)| non_finite(v, format!("{key}[{i}]"))),
         _ => None,
     }
+}
+
+/// `key` under `prefix`, dotted.
+fn join(prefix: &str, key: &str) -> String {
+    match prefix {
+        "" => key.to_owned(),
+        _ => format!("{prefix}.{key}"),
+    }
+}
+
+/// The dotted key of the first array under `written` that `read` holds with
+/// another length, with both lengths.
+fn cut_array(written: &toml::Value, read: &toml::Value, key: String) -> Option<(String, usize, usize)> {
+    match (written, read) {
+        (toml::Value::Table(w), toml::Value::Table(r)) => w
+            .iter()
+            .find_map(|(k, v)| r.get(k).and_then(|read| cut_array(v, read, join(&key, k)))),
+        (toml::Value::Array(w), toml::Value::Array(r)) if w.len() != r.len() => Some((key, w.len(), r.len())),
+        (toml::Value::Array(w), toml::Value::Array(r)) => w
+            .iter()
+            .zip(r)
+            .enumerate()
+            .find_map(|(i, (w, r))| cut_array(w, r, format!("{key}[{i}]"))),
+        _ => None,
+    }
+}
+
+/// The error of the TOML reader with its line, column and the dotted key it
+/// points at.
+fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
+    let span = e.span();
+    let (line, column) = span
+        .as_ref()
+        .map(|span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            (
+                Some(line),
+                Some(span.start - before.rfind('\n').map_or(0, |n| n + 1) + 1),
+            )
+        })
+        .unwrap_or((None, None));
+    let key = span.and_then(|span| {
+        let document = toml::de::DeTable::parse(text).ok()?;
+        document
+            .get_ref()
+            .iter()
+            .find_map(|(k, v)| key_at(k, v, String::new(), span.start))
+    });
+    Error::CaseSyntax {
+        line,
+        column,
+        key,
+        message: e.message().to_owned(),
+    }
+}
+
+/// The dotted key of the innermost key or value under `key = value` whose
+/// span holds byte `at`. A table's span is its header only, so every table
+/// is searched.
+fn key_at(
+    key: &toml::Spanned<toml::de::DeString>,
+    value: &toml::Spanned<toml::de::DeValue>,
+    prefix: String,
+    at: usize,
+) -> Option<String> {
+    let name = join(&prefix, key.get_ref());
+    if key.span().contains(&at) {
+        return Some(name);
+    }
+    value_at(value, name, at)
+}
+
+fn value_at(value: &toml::Spanned<toml::de::DeValue>, name: String, at: usize) -> Option<String> {
+    let inner = match value.get_ref() {
+        toml::de::DeValue::Table(table) => table.iter().find_map(|(k, v)| key_at(k, v, name.clone(), at)),
+        toml::de::DeValue::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| value_at(item, format!("{name}[{i}]"), at)),
+        _ => None,
+    };
+    inner.or_else(|| value.span().contains(&at).then_some(name))
 }
 
 /// A case resolved to lattice units.
@@ -213,31 +289,34 @@ pub struct Resolved {
 }
 
 impl Case {
+    /// Reads a case file: valid TOML, every key known, no NaN or infinity,
+    /// and every fixed-length array (a pair, a patch, a table row) of exactly
+    /// its length. The error names the dotted key.
     pub fn from_toml(text: &str) -> Result<Case> {
+        let syntax = |e: toml::de::Error| syntax_error(text, &e);
+        let document = toml::Value::Table(text.parse::<toml::Table>().map_err(syntax)?);
         // NaN and infinity parse as floats; no key accepts them.
-        if let Ok(document) = text.parse::<toml::Table>()
-            && let Some((key, value)) = non_finite(&toml::Value::Table(document), String::new())
-        {
+        if let Some((key, value)) = non_finite(&document, String::new()) {
             return Err(Error::parameter(&key, value, "a finite number"));
         }
-        toml::from_str(text).map_err(|e: toml::de::Error| {
-            let (line, column) = e
-                .span()
-                .map(|span| {
-                    let before = &text[..span.start.min(text.len())];
-                    let line = before.matches('\n').count() + 1;
-                    (
-                        Some(line),
-                        Some(span.start - before.rfind('\n').map_or(0, |n| n + 1) + 1),
-                    )
-                })
-                .unwrap_or((None, None));
-            Error::CaseSyntax {
-                line,
-                column,
-                message: e.message().to_owned(),
-            }
-        })
+        let case: Case = toml::from_str(text).map_err(syntax)?;
+        // The TOML reader fills a fixed-length array from its first values
+        // and drops the rest, so a longer array is found by reading the case
+        // back: an array that comes back shorter than it was written was cut.
+        let read = toml::Value::try_from(&case).map_err(|e| Error::CaseSyntax {
+            line: None,
+            column: None,
+            key: None,
+            message: format!("the case does not serialise back to TOML: {e}"),
+        })?;
+        if let Some((key, written, length)) = cut_array(&document, &read, String::new()) {
+            return Err(Error::parameter(
+                &key,
+                format!("{written} values"),
+                &format!("exactly {length} values"),
+            ));
+        }
+        Ok(case)
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
@@ -404,6 +483,16 @@ fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, bo
 mod tests {
     use super::*;
 
+    /// The case files of `cases/`.
+    const CASE_FILES: [(&str, &str); 6] = [
+        ("cavity-re100", include_str!("../../../cases/cavity-re100.toml")),
+        ("dfg-2d1", include_str!("../../../cases/dfg-2d1.toml")),
+        ("dfg-2d2", include_str!("../../../cases/dfg-2d2.toml")),
+        ("naca0012", include_str!("../../../cases/naca0012.toml")),
+        ("square-obstacle", include_str!("../../../cases/square-obstacle.toml")),
+        ("tandem-cylinders", include_str!("../../../cases/tandem-cylinders.toml")),
+    ];
+
     const CAVITY: &str = r#"
         name = "cavity"
         [domain]
@@ -449,6 +538,60 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fluid.viscosity"), "{e}");
+    }
+
+    /// The error of reading `edit` of the cavity, as text.
+    fn read_error(edit: &str) -> String {
+        Case::from_toml(edit).map(|_| ()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn fixed_length_arrays_of_another_length_are_refused_with_the_key() {
+        let lid = "moving_wall = [1.0, 0.0]";
+        let e = read_error(&CAVITY.replace(lid, "moving_wall = [1.0, 0.0, 5.0]"));
+        assert!(
+            e.contains("`boundaries.y_max.moving_wall` = 3 values: exactly 2 values"),
+            "{e}"
+        );
+        let e = read_error(&CAVITY.replace(lid, "moving_wall = [1.0]"));
+        assert!(
+            e.contains("`boundaries.y_max.moving_wall`: invalid length 1, expected an array of length 2"),
+            "{e}"
+        );
+        let e = read_error(&CAVITY.replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.25, 0.25, 0.75, 0.75, 0.9]]"));
+        assert!(e.contains("`refinement[0].patches[0]` = 5 values: exactly 4"), "{e}");
+        let e = read_error(&CAVITY.replace("size = [1.0, 1.0]", "size = [1.0, 1.0, 1.0]"));
+        assert!(e.contains("`domain.size` = 3 values"), "{e}");
+        let polygon =
+            format!("{CAVITY}\n[[bodies]]\nshape = \"polygon\"\npoints = [[0.4, 0.4], [0.6, 0.4, 1.0], [0.5, 0.6]]\n");
+        // Inside a tagged table (a body's shape) serde itself counts the
+        // values; the reader points at the table.
+        let e = read_error(&polygon);
+        assert!(e.contains("`bodies[0]`: invalid length 3, expected 2 elements"), "{e}");
+        // Lists of any length keep it.
+        assert!(Case::from_toml(&polygon.replace("0.4, 1.0]", "0.4]")).is_ok());
+    }
+
+    #[test]
+    fn schema_errors_name_the_key_the_reader_points_at() {
+        let e = read_error(&CAVITY.replace("viscosity = 0.01", "viscosity = 0.01\ncolour = 3"));
+        assert!(
+            e.contains("line 9, column 1: `fluid.colour`: unknown field `colour`"),
+            "{e}"
+        );
+        let e = read_error(&CAVITY.replace("steps = 10", "steps = -10"));
+        assert!(e.contains("`run.steps`: invalid value: integer `-10`"), "{e}");
+        let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = \"glass\""));
+        assert!(e.contains("`boundaries.x_min`: unknown variant `glass`"), "{e}");
+    }
+
+    #[test]
+    fn every_case_file_reads_back_unchanged() {
+        for (name, text) in CASE_FILES {
+            let case = Case::from_toml(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let again = Case::from_toml(&toml::to_string(&case).unwrap()).unwrap();
+            assert_eq!(format!("{again:?}"), format!("{case:?}"), "{name}");
+        }
     }
 
     #[test]
