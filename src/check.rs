@@ -37,6 +37,13 @@ pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), Ap
     // The run length sets the save points too, so it is overridden before
     // the case resolves.
     if let Some(steps) = steps {
+        if steps == 0 {
+            return Err(AppError::Flag {
+                flag: "--steps",
+                value: steps.to_string(),
+                accepted: "at least 1 base interval".into(),
+            });
+        }
         case.run.steps = steps;
     }
     let resolved = case.resolve()?;

@@ -110,6 +110,16 @@ fn bad_input_is_named_before_any_work() {
             "`boundaries.y_max.moving_wall` = 3 values: exactly 2 values",
         ),
         (
+            "no-steps",
+            text.replace("steps = 8000 ", "steps = 0 "),
+            "`run.steps` = 0: at least 1 base interval",
+        ),
+        (
+            "save-every-nothing",
+            text.replace("every = 2.5 ", "every = 0.0 "),
+            "`output.every` = 0",
+        ),
+        (
             "old-key",
             text.replace("x_min = \"wall\"", "x_min = \"symmetry\""),
             "free_slip",
@@ -139,6 +149,28 @@ fn bad_input_is_named_before_any_work() {
         );
     }
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_run_of_no_steps_is_refused_naming_the_flag() {
+    let out = scratch("no-steps");
+    let output = lbm(&[
+        "run",
+        &case_path(),
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+        "--steps",
+        "0",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("invalid --steps 0: at least 1 base interval"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.exists());
 }
 
 #[test]

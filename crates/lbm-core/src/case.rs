@@ -334,6 +334,12 @@ impl Case {
                 "a finite number above 0, m^2/s",
             ));
         }
+        if self.run.steps == 0 {
+            return Err(Error::parameter("run.steps", 0, "at least 1 base interval"));
+        }
+        if let BoundarySpec::Inlet(side) = &self.boundaries.x_min {
+            side.amplitude.check("boundaries.x_min.inlet.amplitude", "s")?;
+        }
         let [width, height] = self.domain.size;
         let nx = units.length_to_lattice(width).round();
         let ny = units.length_to_lattice(height).round();
@@ -346,6 +352,13 @@ impl Case {
         }
         let mut levels = Vec::new();
         for (k, level) in self.refinement.iter().enumerate() {
+            if level.patches.is_empty() {
+                return Err(Error::parameter(
+                    &format!("refinement[{k}].patches"),
+                    "[]",
+                    "at least one [x0, y0, x1, y1] patch; drop the empty [[refinement]] table instead",
+                ));
+            }
             for (i, p) in level.patches.iter().enumerate() {
                 let inside = p[0] >= 0.0 && p[1] >= 0.0 && p[2] <= width && p[3] <= height;
                 if !(inside && p[0] < p[2] && p[1] < p[3]) {
@@ -538,6 +551,85 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fluid.viscosity"), "{e}");
+    }
+
+    /// A channel with an inlet whose amplitude is `AMPLITUDE`.
+    const CHANNEL: &str = r#"
+        name = "channel"
+        [domain]
+        size = [2.0, 0.5]
+        reference_length = 0.1
+        resolution = 8
+        [fluid]
+        viscosity = 1e-3
+        [flow]
+        reference_velocity = 1.0
+        lattice_velocity = 0.05
+        [boundaries]
+        x_min = { inlet = { profile = "parabolic", velocity = 1.0, amplitude = AMPLITUDE } }
+        x_max = "outflow"
+        y_min = "wall"
+        y_max = "wall"
+        [run]
+        steps = 10
+    "#;
+
+    /// Checks that `text` resolves to an error containing every part of `expect`.
+    fn refused(text: &str, expect: &[&str]) {
+        let e = Case::from_toml(text)
+            .and_then(|c| c.resolve())
+            .map(|_| ())
+            .expect_err(text)
+            .to_string();
+        for part in expect {
+            assert!(e.contains(part), "`{e}` lacks `{part}`");
+        }
+    }
+
+    #[test]
+    fn times_of_no_length_and_empty_tables_are_refused_with_the_key() {
+        let amplitude = |a: &str| CHANNEL.replace("AMPLITUDE", a);
+        Case::from_toml(&amplitude("{ sine = { period = 0.5 } }"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let ramp = "`boundaries.x_min.inlet.amplitude.ramp.duration`";
+        refused(
+            &amplitude("{ ramp = { duration = 0.0 } }"),
+            &[ramp, "a time above 0, s"],
+        );
+        refused(&amplitude("{ ramp = { duration = -1.0 } }"), &[ramp, "= -1"]);
+        refused(
+            &amplitude("{ sine = { period = 0.0 } }"),
+            &["`boundaries.x_min.inlet.amplitude.sine.period` = 0"],
+        );
+        refused(
+            &amplitude("{ table = { points = [] } }"),
+            &["`boundaries.x_min.inlet.amplitude.table.points` = []", "at least one"],
+        );
+        refused(
+            &amplitude("{ table = { points = [[0.0, 0.0], [1.0, 1.0], [0.5, 1.0]] } }"),
+            &["`boundaries.x_min.inlet.amplitude.table.points[2]`", "ascending"],
+        );
+        let cavity = |from: &str, to: &str| {
+            assert!(CAVITY.contains(from), "{from}");
+            CAVITY.replace(from, to)
+        };
+        refused(&cavity("steps = 10", "steps = 0"), &["`run.steps` = 0", "at least 1"]);
+        refused(
+            &cavity("patches = [[0.25, 0.25, 0.75, 0.75]]", "patches = []"),
+            &["`refinement[0].patches` = []"],
+        );
+        for (key, value, expect) in [
+            ("every", "0.0", "`output.every` = 0"),
+            ("every", "-2.5", "`output.every` = -2.5"),
+            ("every_intervals", "0", "`output.every_intervals` = 0"),
+            ("forces_every", "0.0", "`output.forces_every` = 0"),
+            ("fields", "[]", "`output.fields` = []"),
+            ("formats", "[]", "`output.formats` = []"),
+        ] {
+            refused(&format!("{CAVITY}\n[output]\n{key} = {value}\n"), &[expect]);
+        }
     }
 
     /// The error of reading `edit` of the cavity, as text.

@@ -86,6 +86,38 @@ impl Amplitude {
         }
     }
 
+    /// Refuses a ramp or a period of no length (a sine of period 0 divides by
+    /// zero on the device), an empty table and a table whose times go back,
+    /// naming `key` (the amplitude's dotted key) and `unit` (its times').
+    pub fn check(&self, key: &str, unit: &str) -> Result<()> {
+        let positive = |name: &str, value: f64| match value > 0.0 && value.is_finite() {
+            true => Ok(()),
+            false => Err(Error::parameter(
+                &format!("{key}.{name}"),
+                value,
+                &format!("a time above 0, {unit}"),
+            )),
+        };
+        match self {
+            Amplitude::Constant => Ok(()),
+            Amplitude::Ramp { duration } => positive("ramp.duration", *duration),
+            Amplitude::Sine { period } => positive("sine.period", *period),
+            Amplitude::Table { points } if points.is_empty() => Err(Error::parameter(
+                &format!("{key}.table.points"),
+                "[]",
+                "at least one [t, factor] row",
+            )),
+            Amplitude::Table { points } => match points.windows(2).position(|w| w[1][0] < w[0][0]) {
+                Some(i) => Err(Error::parameter(
+                    &format!("{key}.table.points[{}]", i + 1),
+                    format!("t = {} after t = {}", points[i + 1][0], points[i][0]),
+                    "times in ascending order (two equal times make a jump)",
+                )),
+                None => Ok(()),
+            },
+        }
+    }
+
     /// The largest factor the amplitude reaches, for the Mach number check.
     pub fn peak(&self) -> f64 {
         match self {
@@ -319,8 +351,9 @@ impl LatticeConfig {
     }
 
     /// Refuses, naming the side, an inlet off x-min, an outflow off x-max, an
-    /// inlet description without an inlet side (or the reverse), an interface
-    /// on the base grid and a periodic side without its opposite.
+    /// inlet description without an inlet side (or the reverse) or with an
+    /// amplitude [`Amplitude::check`] refuses, an interface on the base grid
+    /// and a periodic side without its opposite.
     pub fn check_boundaries(&self) -> Result<()> {
         let (boundaries, has_inlet) = (&self.boundaries, self.inlet.is_some());
         for (side, boundary) in boundaries.iter().enumerate() {
@@ -344,6 +377,9 @@ impl LatticeConfig {
                 "an inlet description exactly when x_min is an inlet",
             ));
         }
+        if let Some(inlet) = &self.inlet {
+            inlet.amplitude.check("inlet.amplitude", "base intervals")?;
+        }
         for (axis, pair) in [("x", [0, 1]), ("y", [2, 3])] {
             let [a, b] = pair.map(|s| boundaries[s]);
             if a == Boundary::Interface || b == Boundary::Interface {
@@ -362,5 +398,49 @@ impl LatticeConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 32 x 16 channel with an inlet of `amplitude`.
+    fn channel(amplitude: Amplitude) -> LatticeConfig {
+        LatticeConfig {
+            inlet: Some(InletSpec {
+                profile: Profile::Uniform,
+                velocity: 0.05,
+                amplitude,
+            }),
+            ..LatticeConfig::uniform(
+                32,
+                16,
+                0.8,
+                [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
+            )
+        }
+    }
+
+    #[test]
+    fn an_inlet_amplitude_of_no_length_is_refused_in_base_intervals() {
+        assert!(channel(Amplitude::Sine { period: 40.0 }).check_boundaries().is_ok());
+        for (amplitude, expect) in [
+            (
+                Amplitude::Ramp { duration: 0.0 },
+                "`inlet.amplitude.ramp.duration` = 0: a time above 0, base intervals",
+            ),
+            (
+                Amplitude::Sine { period: -3.0 },
+                "`inlet.amplitude.sine.period` = -3: a time above 0, base intervals",
+            ),
+            (
+                Amplitude::Table { points: vec![] },
+                "`inlet.amplitude.table.points` = []",
+            ),
+        ] {
+            let e = channel(amplitude).check_boundaries().unwrap_err().to_string();
+            assert!(e.contains(expect), "{e}");
+        }
     }
 }
