@@ -145,8 +145,12 @@ pub fn check(path: &Path) -> Result<String, AppError> {
     Ok(out)
 }
 
-/// What is legal but doubtful: τ near ½, a Mach number above 0.1, a body
-/// close to its patch's edge.
+/// τ⁺ above which `lbm check` warns: a band below the refusal at
+/// [`lbm_core::config::MAX_TAU`].
+const HIGH_TAU: f64 = 1.5;
+
+/// What is legal but doubtful: τ near ½ or above [`HIGH_TAU`], a Mach number
+/// above 0.1, a body close to its patch's edge.
 fn warnings(resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> Vec<String> {
     let mut out = Vec::new();
     for l in levels {
@@ -154,6 +158,15 @@ fn warnings(resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> 
             out.push(format!(
                 "level {} tau+ = {:.4} is near 1/2: accuracy and stability suffer; raise the resolution or the lattice velocity",
                 l.level, l.tau_plus
+            ));
+        }
+        if l.tau_plus > HIGH_TAU {
+            out.push(format!(
+                "level {} tau+ = {:.4} is above {HIGH_TAU}: accuracy degrades as tau grows (refused above {}); \
+                 lower flow.lattice_velocity or domain.resolution, or drop a refinement level",
+                l.level,
+                l.tau_plus,
+                lbm_core::config::MAX_TAU
             ));
         }
     }

@@ -120,6 +120,19 @@ fn bad_input_is_named_before_any_work() {
             "`output.every` = 0",
         ),
         (
+            "fast-lid",
+            text.replace("moving_wall = [1.0, 0.0]", "moving_wall = [2.0, 0.0]"),
+            "`boundaries.y_max.moving_wall` = lattice speed 0.2000, Mach 0.346",
+        ),
+        (
+            "forced-box",
+            text.replace(
+                "lattice_velocity = 0.1 ",
+                "lattice_velocity = 0.1\nacceleration = [0.0, -30.0] ",
+            ),
+            "`flow.acceleration` = lattice speed",
+        ),
+        (
             "old-key",
             text.replace("x_min = \"wall\"", "x_min = \"symmetry\""),
             "free_slip",
@@ -253,6 +266,25 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     .unwrap();
     let report = lbm(&["check", &fast.display().to_string()]);
     assert!(String::from_utf8_lossy(&report.stdout).contains("warning: lattice Mach number 0.208"));
+    // Level 1's tau+ is 1.65 here: in the warning band below the refusal at 2.
+    let viscous = dir.join("viscous.toml");
+    std::fs::write(&viscous, text.replace("viscosity = 0.01 ", "viscosity = 0.03 ")).unwrap();
+    let report = lbm(&["check", &viscous.display().to_string()]);
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success() && printed.contains("warning: level 1 tau+ = 1.6520 is above 1.5"),
+        "{printed}{}",
+        stderr(&report)
+    );
+    let thick = dir.join("thick.toml");
+    std::fs::write(&thick, text.replace("viscosity = 0.01 ", "viscosity = 0.04 ")).unwrap();
+    let refused = lbm(&["check", &thick.display().to_string()]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("`level 1 relaxation time` = 2.03600: at most 2"),
+        "{}",
+        stderr(&refused)
+    );
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, text.replace("viscosity = 0.01", "viscosity = 0")).unwrap();
     let refused = lbm(&["check", &bad.display().to_string()]);

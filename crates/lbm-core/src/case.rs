@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Amplitude, Boundary, InletSpec, LatticeConfig, Profile};
+use crate::config::{Amplitude, Boundary, InletSpec, LatticeConfig, Profile, Speed};
 use crate::domain::geometry::{Body, Shape};
-use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect};
+use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect, SIDE_NAMES};
 use crate::error::{Error, Result};
 use crate::lattice::Collision;
 use crate::output::{CaseFrame, OutputPlan, OutputSpec};
@@ -432,10 +432,9 @@ impl Case {
             inlet,
             bodies,
         };
-        let speed = units
-            .velocity_to_lattice(self.flow.reference_velocity)
-            .max(lattice.prescribed_speed());
-        lattice.check_stability(speed)?;
+        let speeds = self.speeds(&units, &lattice);
+        lattice.check_stability(&speeds)?;
+        let speed = speeds.iter().map(|s| s.speed).fold(0.0, f64::max);
         // Everything a stepper would refuse is refused here, before a run
         // writes anything.
         lattice.validate(&tiles)?;
@@ -454,6 +453,55 @@ impl Case {
             output,
             lattice_speed: speed,
         })
+    }
+}
+
+impl Case {
+    /// Every speed the case prescribes or drives, lattice units, named by its
+    /// key: the reference velocity (`flow.lattice_velocity` itself), the inlet
+    /// at its amplitude's peak, each moving wall, and what the acceleration
+    /// can drive within the run ([`LatticeConfig::forced_speed`]).
+    fn speeds(&self, units: &UnitSystem, lattice: &LatticeConfig) -> Vec<Speed> {
+        let scaled = "lower flow.lattice_velocity (every lattice speed scales with it), or raise \
+                      flow.reference_velocity to the case's fastest speed";
+        let mut speeds = vec![Speed {
+            key: "flow.lattice_velocity".into(),
+            speed: self.flow.lattice_velocity,
+            remedy: "lower it (it is flow.reference_velocity in lattice units)".into(),
+        }];
+        if let Some(inlet) = &lattice.inlet {
+            let peak = inlet.amplitude.peak();
+            speeds.push(Speed {
+                key: "boundaries.x_min.inlet.velocity".into(),
+                speed: inlet.velocity.abs() * peak,
+                remedy: match peak > 1.0 {
+                    true => format!("at the amplitude's peak factor {peak}: {scaled}"),
+                    false => scaled.into(),
+                },
+            });
+        }
+        let sides = [
+            &self.boundaries.x_min,
+            &self.boundaries.x_max,
+            &self.boundaries.y_min,
+            &self.boundaries.y_max,
+        ];
+        for (side, spec) in sides.into_iter().enumerate() {
+            if let BoundarySpec::MovingWall([u, v]) = spec {
+                speeds.push(Speed {
+                    key: format!("boundaries.{}.moving_wall", SIDE_NAMES[side]),
+                    speed: units.velocity_to_lattice(u.hypot(*v)),
+                    remedy: scaled.into(),
+                });
+            }
+        }
+        let (forced, bound) = lattice.forced_speed(self.run.steps);
+        speeds.push(Speed {
+            key: "flow.acceleration".into(),
+            speed: forced,
+            remedy: format!("the speed it drives is estimated as {bound}; lower it, or flow.lattice_velocity"),
+        });
+        speeds
     }
 }
 
@@ -495,6 +543,7 @@ fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, bo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::MAX_MACH;
 
     /// The case files of `cases/`.
     const CASE_FILES: [(&str, &str); 6] = [
@@ -687,13 +736,95 @@ mod tests {
     }
 
     #[test]
-    fn unstable_cases_are_refused_with_the_level_and_the_remedy() {
-        let fast = CAVITY.replace("lattice_velocity = 0.1", "lattice_velocity = 0.2");
-        let e = Case::from_toml(&fast).unwrap().resolve().unwrap_err().to_string();
-        assert!(
-            e.contains("Mach") && e.contains("0.346") && e.contains("lower the lattice velocity"),
-            "{e}"
+    fn a_speed_over_the_mach_limit_is_refused_naming_its_key() {
+        refused(
+            &CAVITY.replace("lattice_velocity = 0.1", "lattice_velocity = 0.2"),
+            &[
+                "`flow.lattice_velocity` = lattice speed 0.2000, Mach 0.346",
+                "at most 0.3 (lattice speed 0.1732)",
+            ],
         );
+        refused(
+            &CAVITY.replace("moving_wall = [1.0, 0.0]", "moving_wall = [1.0, 1.8]"),
+            &[
+                "`boundaries.y_max.moving_wall` = lattice speed 0.2059, Mach 0.357",
+                "lower flow.lattice_velocity",
+            ],
+        );
+        let inlet = CHANNEL.replace("AMPLITUDE", "\"constant\"");
+        refused(
+            &inlet.replace("velocity = 1.0, amplitude", "velocity = 4.0, amplitude"),
+            &["`boundaries.x_min.inlet.velocity` = lattice speed 0.2000"],
+        );
+        let table = "{ table = { points = [[0.0, 0.0], [1.0, 4.0]] } }";
+        refused(
+            &CHANNEL.replace("AMPLITUDE", table),
+            &["`boundaries.x_min.inlet.velocity`", "peak factor 4"],
+        );
+    }
+
+    #[test]
+    fn an_acceleration_is_refused_when_the_speed_it_drives_is_over_the_mach_limit() {
+        // A periodic channel between walls, 64 base cells across, nu_lat =
+        // 0.003: the Poiseuille peak g H^2 / (8 nu) in lattice units.
+        let channel = |g: f64, y_sides: &str, steps: u64| {
+            format!(
+                r#"
+                name = "forced"
+                [domain]
+                size = [1.0, 1.0]
+                reference_length = 1.0
+                resolution = 64
+                [fluid]
+                viscosity = 0.001
+                [flow]
+                reference_velocity = 1.0
+                lattice_velocity = 0.05
+                acceleration = [{g}, 0.0]
+                [boundaries]
+                x_min = "periodic"
+                x_max = "periodic"
+                y_min = {y_sides}
+                y_max = {y_sides}
+                [run]
+                steps = {steps}
+                "#
+            )
+        };
+        let units = UnitSystem::new(1.0, 64.0, 1.0, 0.05, 1.0).unwrap();
+        let nu = units.viscosity_to_lattice(0.001);
+        // The largest acceleration whose Poiseuille peak stays at Mach 0.3.
+        let limit = (MAX_MACH / 3f64.sqrt()) * 8.0 * nu / (64.0 * 64.0) / units.acceleration_to_lattice(1.0);
+        // Ten viscous times H^2 / nu: the flow has reached its peak.
+        let long = 10_000_000;
+        let resolved = Case::from_toml(&channel(0.9 * limit, "\"wall\"", long))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert!((resolved.lattice_speed * 3f64.sqrt() - 0.27).abs() < 1e-9);
+        refused(
+            &channel(1.1 * limit, "\"wall\"", long),
+            &[
+                "`flow.acceleration` = lattice speed 0.1905, Mach 0.330",
+                "Poiseuille peak",
+            ],
+        );
+        // The same force in a short run: it cannot get that fast.
+        assert!(
+            Case::from_toml(&channel(1.1 * limit, "\"wall\"", 100))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
+        // Nothing brakes a fully periodic box: the run's length bounds it.
+        refused(
+            &channel(1.1 * limit, "\"periodic\"", long),
+            &["`flow.acceleration`", "F t: nothing holds the flow"],
+        );
+    }
+
+    #[test]
+    fn unstable_cases_are_refused_with_the_level_and_the_remedy() {
         let thin = CAVITY.replace("viscosity = 0.01", "viscosity = 1e-6");
         let e = Case::from_toml(&thin).unwrap().resolve().unwrap_err().to_string();
         assert!(e.contains("level 0") && e.contains("raise the resolution"), "{e}");
@@ -704,6 +835,28 @@ mod tests {
         let nearly = bgk.replace("viscosity = 0.01", "viscosity = 0.0005");
         let e = Case::from_toml(&nearly).unwrap().resolve().unwrap_err().to_string();
         assert!(e.contains("0.510") && e.contains("Bgk"), "{e}");
+        // Level 1 of the cavity has tau = 0.5 + 2 (tau0 - 0.5) = 0.5 + 19.2 nu.
+        refused(
+            &CAVITY.replace("viscosity = 0.01", "viscosity = 0.08"),
+            &[
+                "`level 1 relaxation time` = 2.0",
+                "at most 2",
+                "lower the lattice velocity or the resolution",
+            ],
+        );
+        assert!(
+            Case::from_toml(&CAVITY.replace("viscosity = 0.01", "viscosity = 0.078"))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
+        refused(
+            &CAVITY.replace(
+                "lattice_velocity = 0.1",
+                "lattice_velocity = 0.1\ncollision = { model = \"trt\", magic = 0.0 }",
+            ),
+            &["`collision.magic` = 0: above 0"],
+        );
         assert!(
             Case::from_toml(&nearly.replace("{ model = \"bgk\" }", "{ model = \"trt\" }"))
                 .unwrap()

@@ -211,6 +211,21 @@ impl InletSpec {
 /// The lowest lattice Mach number (speed / c_s) refused.
 pub const MAX_MACH: f64 = 0.3;
 
+/// The highest τ⁺ any level runs with. Above it the viscous time scale is
+/// shorter than a step and the scheme's accuracy collapses (the wall position
+/// of bounce-back drifts with τ, the coupling's non-equilibrium grows with
+/// it); τ − ½ doubles with each refinement level, so the finest level sets it.
+pub const MAX_TAU: f64 = 2.0;
+
+/// A speed a run reaches, lattice units, with the key that sets it and what
+/// lowers it: what [`LatticeConfig::check_stability`] names when it is too fast.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Speed {
+    pub key: String,
+    pub speed: f64,
+    pub remedy: String,
+}
+
 impl LatticeConfig {
     /// An unrefined `nx` x `ny` grid at rest with the default collision, no
     /// force, resting walls, no inlet and no bodies: the start of most tests.
@@ -236,31 +251,105 @@ impl LatticeConfig {
         }
     }
 
-    /// The fastest speed the configuration itself prescribes (inlet at its
-    /// peak amplitude, moving walls), lattice units.
-    pub fn prescribed_speed(&self) -> f64 {
-        let inlet = self
-            .inlet
-            .as_ref()
-            .map_or(0.0, |i| i.velocity.abs() * i.amplitude.peak());
-        self.wall_velocity
-            .iter()
-            .zip(self.boundaries)
-            .filter(|(_, e)| *e == Boundary::Wall)
-            .map(|(v, _)| v[0].hypot(v[1]))
-            .fold(inlet, f64::max)
+    /// The speeds the configuration itself prescribes, lattice units: the
+    /// inlet at its peak amplitude factor and each moving wall, named as
+    /// this type's fields are.
+    pub fn prescribed_speeds(&self) -> Vec<Speed> {
+        let inlet = self.inlet.as_ref().map(|i| Speed {
+            key: "inlet.velocity".into(),
+            speed: i.velocity.abs() * i.amplitude.peak(),
+            remedy: "lower it or the amplitude's peak".into(),
+        });
+        let walls = (0..4).filter(|&s| self.boundaries[s] == Boundary::Wall).map(|s| Speed {
+            key: format!("wall_velocity[{s}] ({} wall)", SIDE_NAMES[s]),
+            speed: self.wall_velocity[s][0].hypot(self.wall_velocity[s][1]),
+            remedy: "lower it".into(),
+        });
+        inlet.into_iter().chain(walls).collect()
     }
 
-    /// Refuses, before any work, a run whose lattice Mach number for
-    /// `max_speed` exceeds [`MAX_MACH`] or whose τ⁺ on some level is too close
-    /// to ½, naming the level and the number and what to change.
-    pub fn check_stability(&self, max_speed: f64) -> Result<()> {
-        let mach = max_speed * 3f64.sqrt();
-        if mach > MAX_MACH {
+    /// The fastest speed the body force can drive within `intervals` base
+    /// intervals, lattice units, with how it was bounded. An upper bound:
+    /// bodies only slow the flow. Along each axis the force accelerates the
+    /// fluid freely (F per interval) until something holds it:
+    /// - along a periodic axis, friction at the no-slip sides across it (a
+    ///   wall, or the inlet, which fixes the transverse velocity): the
+    ///   Poiseuille peak F H² / (8ν), with 2H for a channel one of whose sides
+    ///   slips (free-slip or outflow); with no no-slip side nothing holds it
+    ///   and the run's length bounds it;
+    /// - along a closed or open axis (walls, inlet, outflow), the pressure,
+    ///   once sound has crossed the length L: F L / c_s.
+    pub fn forced_speed(&self, intervals: u64) -> (f64, &'static str) {
+        let nu = (self.tau - 0.5) / 3.0;
+        let axis = |k: usize| -> (f64, &'static str) {
+            let force = self.force[k].abs();
+            let free = (
+                force * intervals as f64,
+                "F t: nothing holds the flow along that axis within the run",
+            );
+            if force == 0.0 {
+                return (0.0, "no force");
+            }
+            let [along, across] = [k, 1 - k].map(|a| [self.boundaries[2 * a], self.boundaries[2 * a + 1]]);
+            let (length, height) = (self.hierarchy.base[k] as f64, self.hierarchy.base[1 - k] as f64);
+            let held = if along[0] == Boundary::Periodic {
+                let no_slip = across
+                    .iter()
+                    .filter(|b| matches!(b, Boundary::Wall | Boundary::Inlet))
+                    .count();
+                let slip = across
+                    .iter()
+                    .filter(|b| matches!(b, Boundary::FreeSlip | Boundary::Outflow))
+                    .count();
+                match (no_slip, slip) {
+                    (2, _) => (
+                        force * height * height / (8.0 * nu),
+                        "the Poiseuille peak F H^2 / (8 nu) between the walls",
+                    ),
+                    (1, 1) => (
+                        force * height * height / (2.0 * nu),
+                        "the Poiseuille peak of a channel twice as wide (one side slips)",
+                    ),
+                    _ => free,
+                }
+            } else {
+                (
+                    force * length * 3f64.sqrt(),
+                    "F L / c_s: the pressure takes up the force once sound has crossed the domain",
+                )
+            };
+            if held.0 < free.0 { held } else { free }
+        };
+        let ((ux, why_x), (uy, why_y)) = (axis(0), axis(1));
+        (ux.hypot(uy), if ux >= uy { why_x } else { why_y })
+    }
+
+    /// Refuses, before any work, a run in which one of `speeds` exceeds the
+    /// lattice Mach number [`MAX_MACH`] (naming its key), a TRT magic
+    /// parameter that is not positive, or a level whose τ⁺ is too close to ½
+    /// or above [`MAX_TAU`] (naming the level, the value and what to change).
+    pub fn check_stability(&self, speeds: &[Speed]) -> Result<()> {
+        let max_speed = MAX_MACH / 3f64.sqrt();
+        for s in speeds {
+            let mach = s.speed * 3f64.sqrt();
+            if mach.is_nan() || mach > MAX_MACH {
+                return Err(Error::parameter(
+                    &s.key,
+                    format!("lattice speed {:.4}, Mach {mach:.3}", s.speed),
+                    &format!(
+                        "a lattice Mach number of at most {MAX_MACH} (lattice speed {max_speed:.4}): {}",
+                        s.remedy
+                    ),
+                ));
+            }
+        }
+        if let Collision::Trt { magic } = self.collision
+            && (magic <= 0.0 || magic.is_nan())
+        {
             return Err(Error::parameter(
-                "lattice Mach number",
-                format!("{mach:.3} (speed {max_speed:.4} / c_s)"),
-                &format!("at most {MAX_MACH}: lower the lattice velocity"),
+                "collision.magic",
+                magic,
+                "above 0 (it sets tau- = 1/2 + magic / (tau+ - 1/2); 3/16 is usual)",
             ));
         }
         let min = self.min_tau_excess();
@@ -274,6 +363,16 @@ impl LatticeConfig {
                         "at least {:.3} for {:?}: raise the resolution or the lattice velocity",
                         0.5 + min,
                         self.collision
+                    ),
+                ));
+            }
+            if tau > MAX_TAU {
+                return Err(Error::parameter(
+                    &format!("level {level} relaxation time"),
+                    format!("{tau:.5}"),
+                    &format!(
+                        "at most {MAX_TAU}, above which the scheme's accuracy collapses: lower the lattice \
+                         velocity or the resolution, or drop a refinement level (tau - 1/2 doubles per level)"
                     ),
                 ));
             }
@@ -321,7 +420,7 @@ impl LatticeConfig {
     /// the validated hierarchy and how each patch's coupling sees its sides.
     pub fn validate(&self, tiles: &[Option<[u32; 2]>]) -> Result<(Hierarchy, Vec<Vec<PatchSides>>)> {
         let hierarchy = self.hierarchy.validate(tiles)?;
-        self.check_stability(self.prescribed_speed())?;
+        self.check_stability(&self.prescribed_speeds())?;
         self.check_boundaries()?;
         for (b, body) in self.bodies.iter().enumerate() {
             if body.level >= hierarchy.n_levels() {
