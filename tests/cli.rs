@@ -100,6 +100,19 @@ fn bad_input_is_named_before_any_work() {
             "wholly inside the domain",
         ),
         (
+            "body-against-wall",
+            format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.15, 0.07]\nradius = 0.05\n"),
+            "`bodies[0]` = 1.28 cells of level 0 from the y_min side (Wall): at least 4 cells",
+        ),
+        (
+            "overlapping-bodies",
+            format!(
+                "{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.4, 0.5]\nradius = 0.05\n\
+                 [[bodies]]\nshape = \"rectangle\"\nmin = [0.42, 0.45]\nmax = [0.5, 0.55]\n"
+            ),
+            "`bodies[1]` = overlapping or touching bodies[0]",
+        ),
+        (
             "flat-polygon",
             format!("{text}\n[[bodies]]\nshape = \"polygon\"\npoints = [[0.4, 0.4], [0.5, 0.5], [0.6, 0.6]]\n"),
             "enclosing an area",

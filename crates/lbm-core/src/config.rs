@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::geometry::Body;
+use crate::domain::geometry::{BODY_CLEARANCE, Body};
 use crate::domain::hierarchy::{Hierarchy, HierarchySpec, SIDE_NAMES};
 use crate::domain::order::inlet_samples;
 use crate::domain::sides::PatchSides;
@@ -415,22 +415,14 @@ pub struct LevelPhysics {
 
 impl LatticeConfig {
     /// Every check a configuration must pass before anything is allocated or
-    /// written: the hierarchy with `tiles`, stability, boundaries, each body
-    /// on a level of the hierarchy, and each refined patch's sides. Returns
+    /// written: the hierarchy with `tiles`, stability, boundaries, the bodies
+    /// ([`LatticeConfig::check_bodies`]), and each refined patch's sides. Returns
     /// the validated hierarchy and how each patch's coupling sees its sides.
     pub fn validate(&self, tiles: &[Option<[u32; 2]>]) -> Result<(Hierarchy, Vec<Vec<PatchSides>>)> {
         let hierarchy = self.hierarchy.validate(tiles)?;
         self.check_stability(&self.prescribed_speeds())?;
         self.check_boundaries()?;
-        for (b, body) in self.bodies.iter().enumerate() {
-            if body.level >= hierarchy.n_levels() {
-                return Err(Error::parameter(
-                    &format!("bodies[{b}].level"),
-                    body.level,
-                    &format!("a level of the hierarchy, 0..{}", hierarchy.n_levels()),
-                ));
-            }
-        }
+        self.check_bodies(hierarchy.n_levels())?;
         let wall_velocity = self.wall_velocity.map(|v| v.map(|c| c as f32));
         let sides = hierarchy
             .levels
@@ -447,6 +439,66 @@ impl LatticeConfig {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok((hierarchy, sides))
+    }
+
+    /// Refuses a body on a level the hierarchy lacks, and one that keeps
+    /// fewer than [`BODY_CLEARANCE`] cells of its level from a side of the
+    /// domain (periodic ones too: the rasteriser does not wrap) or, on the
+    /// finer of their levels, from another body: overlapping or touching
+    /// bodies are refused, as the rasteriser gives a shared cell to one of
+    /// them and each link's wall distance comes from one outline only, which
+    /// would make both the wall and each body's force wrong where they meet
+    /// (one polygon makes a compound body).
+    pub fn check_bodies(&self, n_levels: usize) -> Result<()> {
+        for (b, body) in self.bodies.iter().enumerate() {
+            if body.level >= n_levels {
+                return Err(Error::parameter(
+                    &format!("bodies[{b}].level"),
+                    body.level,
+                    &format!("a level of the hierarchy, 0..{n_levels}"),
+                ));
+            }
+        }
+        let [nx, ny] = self.hierarchy.base.map(f64::from);
+        for (b, body) in self.bodies.iter().enumerate() {
+            let scale = 2f64.powi(body.level as i32);
+            let [x0, y0, x1, y1] = body.shape.bounds();
+            let gaps = [x0, nx - x1, y0, ny - y1].map(|g| g * scale);
+            for (side, gap) in gaps.into_iter().enumerate() {
+                if gap.is_nan() || gap < BODY_CLEARANCE {
+                    return Err(Error::parameter(
+                        &format!("bodies[{b}]"),
+                        format!(
+                            "{gap:.2} cells of level {} from the {} side ({:?})",
+                            body.level, SIDE_NAMES[side], self.boundaries[side]
+                        ),
+                        &format!(
+                            "at least {BODY_CLEARANCE} cells of its level between a body and every side of the \
+                             domain, periodic ones included: move or shrink the body, or raise the resolution"
+                        ),
+                    ));
+                }
+            }
+            for (other, earlier) in self.bodies[..b].iter().enumerate() {
+                let level = body.level.max(earlier.level);
+                let gap = body.shape.distance(&earlier.shape) * 2f64.powi(level as i32);
+                if gap.is_nan() || gap < BODY_CLEARANCE {
+                    return Err(Error::parameter(
+                        &format!("bodies[{b}]"),
+                        if gap > 0.0 {
+                            format!("{gap:.2} cells of level {level} from bodies[{other}]")
+                        } else {
+                            format!("overlapping or touching bodies[{other}]")
+                        },
+                        &format!(
+                            "at least {BODY_CLEARANCE} cells of the finer level between two bodies (overlapping \
+                             bodies are refused: make a compound body one polygon)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Refuses, naming the side, an inlet off x-min, an outflow off x-max, an
@@ -519,6 +571,36 @@ mod tests {
                 [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
             )
         }
+    }
+
+    #[test]
+    fn bodies_near_a_side_or_each_other_are_refused_in_cells_of_their_level() {
+        use crate::domain::geometry::Shape;
+        let circle = |x: f64, y: f64| Body {
+            shape: Shape::Circle {
+                center: [x, y],
+                radius: 2.0,
+            },
+            level: 0,
+        };
+        let mut lattice = LatticeConfig::uniform(32, 16, 0.8, [Boundary::Periodic; 4]);
+        lattice.bodies = vec![circle(6.0, 8.0), circle(16.0, 8.0)];
+        assert!(lattice.check_bodies(1).is_ok());
+        lattice.bodies[0] = circle(3.0, 8.0);
+        let e = lattice.check_bodies(1).unwrap_err().to_string();
+        assert!(
+            e.contains("`bodies[0]` = 1.00 cells of level 0 from the x_min side (Periodic)"),
+            "{e}"
+        );
+        lattice.bodies[0] = circle(13.0, 8.0);
+        let e = lattice.check_bodies(1).unwrap_err().to_string();
+        assert!(e.contains("`bodies[1]` = overlapping or touching bodies[0]"), "{e}");
+        lattice.bodies[1].level = 1;
+        let e = lattice.check_bodies(1).unwrap_err().to_string();
+        assert!(
+            e.contains("`bodies[1].level` = 1: a level of the hierarchy, 0..1"),
+            "{e}"
+        );
     }
 
     #[test]
