@@ -224,21 +224,38 @@ fn asking_for_cuda_without_a_driver_is_an_error_not_a_panic() {
 #[test]
 fn validate_refuses_bad_arguments_before_any_work() {
     let out = scratch("validate-bad");
-    let output = validate_on_cpu(&["dfg-2d1", "--resolution", "60"], &out);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(stderr(&output).contains("--resolution") && stderr(&output).contains("multiple of 40"));
-    let levels = validate_on_cpu(&["dfg-2d1", "--levels", "3"], &out);
-    assert!(!levels.status.success() && stderr(&levels).contains("--levels"));
-    let velocity = validate_on_cpu(&["dfg-2d2", "--lattice-velocity", "0"], &out);
-    assert!(!velocity.status.success() && stderr(&velocity).contains("--lattice-velocity"));
-    // 2D-2 with two levels at 40 cells per diameter puts the base level's τ
-    // under BGK's limit: refused, saying what to change.
-    let coarse = validate_on_cpu(&["dfg-2d2", "--resolution", "40"], &out);
-    let message = stderr(&coarse);
-    assert!(
-        !coarse.status.success() && message.contains("level 0 relaxation time") && message.contains("resolution"),
-        "{message}"
-    );
+    // Each flag's error gives its whole range for the case: 2D-1's finest
+    // level reaches tau+ = 2.5 at 400 cells per diameter.
+    for (args, expect) in [
+        (
+            &["dfg-2d1", "--resolution", "60"][..],
+            "invalid --resolution 60: a multiple of 40 cells per diameter on the finest level with 2 refinement \
+             levels, from 40 to 400 for this case",
+        ),
+        (&["dfg-2d1", "--levels", "3"], "invalid --levels 3: 0 to 2"),
+        // The base level's tau+ - 1/2 reaches TRT's 0.002 at 0.02501, and the
+        // inflow peak Mach 0.3 at 0.1732.
+        (
+            &["dfg-2d2", "--lattice-velocity", "0"],
+            "invalid --lattice-velocity 0: above 0, from 0.02501 to 0.1732 for this case at 80 cells per diameter",
+        ),
+        (
+            &["dfg-2d2", "--lattice-velocity", "0.2"],
+            "from 0.02501 to 0.1732 for this case at 80 cells per diameter (the relaxation time's limits and Mach \
+             0.3); at it, invalid parameter `flow.lattice_velocity` = lattice speed 0.2000, Mach 0.346",
+        ),
+        // 2D-2 with two levels at 40 cells per diameter puts the base level's
+        // tau under BGK's limit: refused with the range and the cause.
+        (
+            &["dfg-2d2", "--resolution", "40"],
+            "invalid --resolution 40: a multiple of 40 cells per diameter on the finest level with 2 refinement \
+             levels, from 80 to 2720 for this case; at it, invalid parameter `level 0 relaxation time` = 0.50600",
+        ),
+    ] {
+        let output = validate_on_cpu(args, &out);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{args:?}: {}", stderr(&output));
+    }
     // A case variant must keep the benchmark's cylinder.
     let dir = scratch("validate-case");
     std::fs::create_dir_all(&dir).unwrap();
@@ -279,7 +296,7 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     .unwrap();
     let report = lbm(&["check", &fast.display().to_string()]);
     assert!(String::from_utf8_lossy(&report.stdout).contains("warning: lattice Mach number 0.208"));
-    // Level 1's tau+ is 1.65 here: in the warning band below the refusal at 2.
+    // Level 1's tau+ is 1.65 here: in the warning band below the refusal at 2.5.
     let viscous = dir.join("viscous.toml");
     std::fs::write(&viscous, text.replace("viscosity = 0.01 ", "viscosity = 0.03 ")).unwrap();
     let report = lbm(&["check", &viscous.display().to_string()]);
@@ -290,11 +307,11 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         stderr(&report)
     );
     let thick = dir.join("thick.toml");
-    std::fs::write(&thick, text.replace("viscosity = 0.01 ", "viscosity = 0.04 ")).unwrap();
+    std::fs::write(&thick, text.replace("viscosity = 0.01 ", "viscosity = 0.053 ")).unwrap();
     let refused = lbm(&["check", &thick.display().to_string()]);
     assert_eq!(refused.status.code(), Some(2));
     assert!(
-        stderr(&refused).contains("`level 1 relaxation time` = 2.03600: at most 2"),
+        stderr(&refused).contains("`level 1 relaxation time` = 2.53520: at most 2.5"),
         "{}",
         stderr(&refused)
     );

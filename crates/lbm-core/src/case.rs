@@ -547,6 +547,65 @@ impl Case {
     }
 }
 
+impl Case {
+    /// The `flow.lattice_velocity` values with which the case resolves, every
+    /// other key as it is: above 0, from the value at which the coarsest
+    /// level's τ⁺ is no longer too close to ½ to the one at which a speed
+    /// reaches the Mach limit or the finest level's τ⁺ reaches [`crate::config::MAX_TAU`].
+    /// `None` when no value resolves.
+    pub fn lattice_velocity_range(&self) -> Option<[f64; 2]> {
+        accepted_interval([1e-7, 1.0], |v| {
+            let mut case = self.clone();
+            case.flow.lattice_velocity = v;
+            case.resolve().is_ok()
+        })
+    }
+
+    /// The `domain.resolution` values with which the case resolves, every
+    /// other key as it is (the relaxation time bounds them from both sides,
+    /// the domain's cell count from above). `None` when no value resolves.
+    pub fn resolution_range(&self) -> Option<[f64; 2]> {
+        accepted_interval([1e-3, 1e7], |r| {
+            let mut case = self.clone();
+            case.domain.resolution = r;
+            case.resolve().is_ok()
+        })
+    }
+}
+
+/// The first and last values within `search` that `accepts` takes, found on a
+/// logarithmic scan and refined by bisection to a relative 1e-12. Meant for a
+/// key whose every check bounds it from one side (τ⁺ − ½ and each lattice
+/// speed grow with the lattice velocity), so that what is accepted is one
+/// interval; a hole in it would go unseen.
+pub fn accepted_interval(search: [f64; 2], accepts: impl Fn(f64) -> bool) -> Option<[f64; 2]> {
+    const SCAN: usize = 400;
+    let [low, high] = search;
+    let at = |k: usize| low * (high / low).powf(k as f64 / SCAN as f64);
+    let accepted: Vec<usize> = (0..=SCAN).filter(|&k| accepts(at(k))).collect();
+    let (&first, &last) = (accepted.first()?, accepted.last()?);
+    // Bisects between a refused `out` and an accepted `inside`, keeping the accepted end.
+    let edge = |mut inside: f64, mut out: f64| {
+        while (inside - out).abs() > 1e-12 * inside.abs() {
+            let mid = 0.5 * (inside + out);
+            match accepts(mid) {
+                true => inside = mid,
+                false => out = mid,
+            }
+        }
+        inside
+    };
+    let lo = match first {
+        0 => low,
+        k => edge(at(k), at(k - 1)),
+    };
+    let hi = match last {
+        SCAN => high,
+        k => edge(at(k), at(k + 1)),
+    };
+    Some([lo, hi])
+}
+
 /// The finest level with a patch that holds the body and a margin of
 /// `PARENT_MARGIN` cells of that level from its interfaces (a side on the
 /// domain's boundary needs none); a body that crosses the edge of a finer patch
@@ -879,15 +938,15 @@ mod tests {
         assert!(e.contains("0.510") && e.contains("Bgk"), "{e}");
         // Level 1 of the cavity has tau = 0.5 + 2 (tau0 - 0.5) = 0.5 + 19.2 nu.
         refused(
-            &CAVITY.replace("viscosity = 0.01", "viscosity = 0.08"),
+            &CAVITY.replace("viscosity = 0.01", "viscosity = 0.105"),
             &[
-                "`level 1 relaxation time` = 2.0",
-                "at most 2",
+                "`level 1 relaxation time` = 2.51600",
+                "at most 2.5",
                 "lower the lattice velocity or the resolution",
             ],
         );
         assert!(
-            Case::from_toml(&CAVITY.replace("viscosity = 0.01", "viscosity = 0.078"))
+            Case::from_toml(&CAVITY.replace("viscosity = 0.01", "viscosity = 0.104"))
                 .unwrap()
                 .resolve()
                 .is_ok()
@@ -992,6 +1051,31 @@ mod tests {
         let text = cavity_with(&["shape = \"circle\"\ncenter = [0.5, 0.01]\nradius = 0.05"])
             .replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.25, 0.0, 0.75, 0.75]]");
         refused(&text, &["through the y_min side (wall)"]);
+    }
+
+    #[test]
+    fn the_accepted_ranges_of_a_key_are_the_bounds_of_its_checks() {
+        let cavity = Case::from_toml(CAVITY).unwrap();
+        // tau0 - 1/2 = 3 nu v / (U dx) = 0.96 v must be at least 0.002 (TRT);
+        // the lid, at the reference velocity, must stay at Mach 0.3.
+        let [lo, hi] = cavity.lattice_velocity_range().unwrap();
+        assert!((lo / (0.002 / 0.96) - 1.0).abs() < 1e-9, "{lo}");
+        assert!((hi / (MAX_MACH / 3f64.sqrt()) - 1.0).abs() < 1e-9, "{hi}");
+        // Level 1's tau - 1/2, 6 nu v N / U = 0.006 N, must be at most 2;
+        // below 14.5 cells the patch no longer keeps 4 cells from the walls.
+        let [lo, hi] = cavity.resolution_range().unwrap();
+        assert!((lo - 14.5).abs() < 1e-9, "{lo}");
+        assert!((hi / (2.0 / 0.006) - 1.0).abs() < 1e-9, "{hi}");
+        // Unrefined, tau0 - 1/2 = 0.003 N bounds it from both sides.
+        let mut uniform = cavity.clone();
+        uniform.refinement.clear();
+        let [lo, hi] = uniform.resolution_range().unwrap();
+        assert!((lo / (0.002 / 0.003) - 1.0).abs() < 1e-9, "{lo}");
+        assert!((hi / (2.0 / 0.003) - 1.0).abs() < 1e-9, "{hi}");
+        // Nothing resolves with a negative viscosity.
+        let mut broken = cavity.clone();
+        broken.fluid.viscosity = -1.0;
+        assert_eq!(broken.lattice_velocity_range(), None);
     }
 
     #[test]
