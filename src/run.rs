@@ -110,6 +110,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     }
     let (case, resolved) = crate::check::read_case(&options.case, options.steps)?;
     let (driver, device) = options.backend.open()?;
+    crate::check::check_memory(&resolved, &driver, options.picture_width)?;
     prepare_output(&options.out)?;
     advance(driver, &device, &case, &resolved, options)
 }

@@ -109,6 +109,7 @@ fn quantity(name: &'static str, value: f64, reference: f64, low: f64, high: f64)
 pub fn validate(options: &ValidateOptions) -> Result<Report, AppError> {
     let setup = resolve(options)?;
     let (driver, _) = options.backend.open()?;
+    crate::check::check_memory(&setup.resolved, &driver, None)?;
     prepare_output(&options.out)?;
     measure(driver, options, &setup)
 }

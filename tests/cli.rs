@@ -177,6 +177,53 @@ fn bad_input_is_named_before_any_work() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A cavity at 63000 base cells per metre with two refined levels: about
+/// 3 TB, which no machine here has; refused with the estimate before the
+/// output directory is made.
+#[test]
+fn a_case_larger_than_the_memory_is_refused_with_the_estimate() {
+    let dir = scratch("memory");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(case_path()).unwrap();
+    let huge = text
+        .replace("resolution = 64 ", "resolution = 63000 ")
+        .replace("viscosity = 0.01 ", "viscosity = 1e-6 ")
+        .replace(
+            "patches = [[0.25, 0.25, 0.75, 0.75]]",
+            "patches = [[0.25, 0.25, 0.75, 0.75]]\n[[refinement]]\npatches = [[0.3, 0.3, 0.7, 0.7]]",
+        );
+    let case = dir.join("huge.toml");
+    std::fs::write(&case, huge).unwrap();
+    let out = dir.join("out");
+    let output = lbm(&[
+        "run",
+        &case.display().to_string(),
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    for part in [
+        "the run needs about",
+        "GiB of host memory (device buffers",
+        "level 2",
+        "a save point's fields",
+        "is available; lower domain.resolution, shrink or drop [[refinement]] patches",
+    ] {
+        assert!(message.contains(part), "`{part}` in {message}");
+    }
+    assert!(!out.exists(), "refused before the output directory is made");
+    let report = lbm(&["check", &case.display().to_string()]);
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success() && printed.contains("lbm run --backend cpu refuses it"),
+        "{printed}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn a_run_of_no_steps_is_refused_naming_the_flag() {
     let out = scratch("no-steps");

@@ -15,6 +15,7 @@ use crate::domain::order::inlet_samples;
 use crate::domain::sides::PatchSides;
 use crate::error::{Error, Result};
 use crate::lattice::{Collision, Relaxation};
+use crate::ledger::MemoryLedger;
 
 /// What lies beyond one side of a patch's active region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -441,6 +442,14 @@ impl LatticeConfig {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok((hierarchy, sides))
+    }
+
+    /// The device memory a run of this configuration allocates, by buffer, as
+    /// [`crate::schedule::estimate`] gives it before anything is allocated;
+    /// refused as [`LatticeConfig::validate`] refuses.
+    pub fn memory_estimate(&self, exec: &ExecConfig) -> Result<MemoryLedger> {
+        let (hierarchy, sides) = self.validate(&exec.tiles)?;
+        Ok(crate::schedule::estimate(&hierarchy, &sides, self, exec))
     }
 
     /// Refuses a body on a level the hierarchy lacks, and one that keeps

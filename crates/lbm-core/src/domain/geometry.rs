@@ -208,6 +208,14 @@ impl Shape {
         }
     }
 
+    /// The length of the outline.
+    pub fn perimeter(&self) -> f64 {
+        match self {
+            Shape::Circle { radius, .. } => 2.0 * std::f64::consts::PI * radius,
+            _ => edges(&self.outline()).map(|(a, b)| length(sub(b, a))).sum(),
+        }
+    }
+
     /// The corners of a rectangle or polygon, in order (none for a circle).
     fn outline(&self) -> Vec<[f64; 2]> {
         match self {
