@@ -151,7 +151,12 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
         });
     }
     case.refinement.truncate(levels as usize);
-    if let Some(velocity) = options.lattice_velocity {
+    let velocity_ok = options.lattice_velocity.is_none_or(|v| v > 0.0 && v.is_finite());
+    // A velocity out of its range is refused below; the case keeps its own
+    // meanwhile, so that the resolution's range is still found.
+    if let Some(velocity) = options.lattice_velocity
+        && velocity_ok
+    {
         case.flow.lattice_velocity = velocity;
     }
     // The base grid must fit the 0.41 m channel exactly: 10 cells per diameter
@@ -159,7 +164,6 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
     let step = 10 << levels;
     let multiple = resolution > 0 && resolution % step == 0;
     case.domain.resolution = (resolution >> levels) as f64;
-    let velocity_ok = options.lattice_velocity.is_none_or(|v| v > 0.0 && v.is_finite());
     let refused = match multiple && velocity_ok {
         true => match case.resolve() {
             Ok(resolved) => {
@@ -198,13 +202,12 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
             });
         }
     }
-    let refused = refused.expect("a multiple with a valid velocity was resolved");
     let outside = case
         .resolution_range()
         .is_none_or(|[lo, hi]| !(lo..=hi).contains(&case.domain.resolution));
-    match outside {
-        true => Err(resolution_error(&case, resolution, levels, Some(refused))),
-        false => Err(refused.into()),
+    match refused {
+        Some(e) if !outside => Err(e.into()),
+        refused => Err(resolution_error(&case, resolution, levels, refused)),
     }
 }
 

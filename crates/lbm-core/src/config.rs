@@ -615,6 +615,27 @@ mod tests {
     }
 
     #[test]
+    fn a_speed_over_the_mach_limit_names_the_field_that_sets_it() {
+        let mut lattice = LatticeConfig::uniform(32, 16, 0.8, [Boundary::Wall; 4]);
+        lattice.wall_velocity[3] = [0.1, 0.1];
+        assert!(lattice.validate(&[]).is_ok());
+        lattice.wall_velocity[3] = [0.15, 0.15];
+        let e = lattice.validate(&[]).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            e.contains("`wall_velocity[3] (y_max wall)` = lattice speed 0.2121, Mach 0.367"),
+            "{e}"
+        );
+        let e = channel(Amplitude::Table {
+            points: vec![[0.0, 0.0], [10.0, 4.0]],
+        })
+        .validate(&[])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`inlet.velocity` = lattice speed 0.2000"), "{e}");
+    }
+
+    #[test]
     fn an_inlet_amplitude_of_no_length_is_refused_in_base_intervals() {
         assert!(channel(Amplitude::Sine { period: 40.0 }).check_boundaries().is_ok());
         for (amplitude, expect) in [
