@@ -9,12 +9,16 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use lbm_core::case::{Case, Resolved};
+use lbm_core::cpu::host_available_memory;
 use lbm_core::domain::hierarchy::GHOST;
 use lbm_core::lattice::Q;
-use lbm_core::output::Format;
+use lbm_core::ledger::MemoryLedger;
+use lbm_core::output::{FieldName, Format};
+use lbm_core::{Driver, ExecConfig};
 
 use crate::AppError;
 use crate::backend::{Device, ptx_sha256};
+use crate::output::picture;
 
 /// Cell updates per second each backend sustains on refined cases here
 /// (docs/PERFORMANCE.md: 24 MLUPS for DFG 2D-1 on two cores, 29 G cell
@@ -46,6 +50,13 @@ pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), Ap
     // The run length sets the save points too, so it is overridden before
     // the case resolves.
     if let Some(steps) = steps {
+        if steps == 0 {
+            return Err(AppError::Flag {
+                flag: "--steps",
+                value: steps.to_string(),
+                accepted: "at least 1 base interval".into(),
+            });
+        }
         case.run.steps = steps;
     }
     let resolved = case.resolve()?;
@@ -84,17 +95,24 @@ pub fn check(path: &Path) -> Result<String, AppError> {
             l.level, l.patches, l.cells, l.dx_m, l.dt_s, l.tau_plus, l.tau_minus, l.mach, cell_reynolds
         );
     }
-    // Two population buffers, flags and (with bodies) wall distances per
-    // allocated cell, ghost bands included.
-    let bytes: u64 = hierarchy
-        .patches()
-        .map(|p| {
-            let cells = p.layout.plane_cells() as u64;
-            let walls = resolved.lattice.bodies.iter().any(|b| b.level == p.level) as u64;
-            cells * (2 * Q as u64 * 4 + 1 + walls * Q as u64 * 4)
-        })
-        .sum();
-    let _ = writeln!(out, "device memory: about {:.1} MiB", bytes as f64 / (1 << 20) as f64);
+    let need = memory_need(&resolved, None)?;
+    let per_level: Vec<String> = (0..hierarchy.n_levels())
+        .map(|l| format!("level {l} {}", human_bytes(need.device.level(l))))
+        .collect();
+    let _ = writeln!(
+        out,
+        "device memory: about {} ({})",
+        human_bytes(need.device.total()),
+        per_level.join(", ")
+    );
+    let available = host_available_memory();
+    let _ = writeln!(
+        out,
+        "host memory: about {} at the peak ({}){}; the CPU backend adds the device memory",
+        human_bytes(need.host()),
+        need.host_parts(),
+        available.map_or(String::new(), |a| format!(", {} available here", human_bytes(a)))
+    );
     let updates = cell_updates(&levels, resolved.steps);
     let _ = writeln!(
         out,
@@ -140,6 +158,17 @@ pub fn check(path: &Path) -> Result<String, AppError> {
     }
     for warning in warnings(&resolved, &levels) {
         let _ = writeln!(out, "warning: {warning}");
+    }
+    if let Some(available) = available
+        && need.host() + need.device.total() > available
+    {
+        let _ = writeln!(
+            out,
+            "warning: on the CPU backend the run needs about {} of the {} available here: lbm run --backend cpu \
+             refuses it",
+            human_bytes(need.host() + need.device.total()),
+            human_bytes(available)
+        );
     }
     Ok(out)
 }
@@ -199,6 +228,187 @@ pub fn pilot_required_for(
 
 /// What is legal but doubtful: τ near ½, a Mach number above 0.1, a body
 /// close to its patch's edge.
+
+/// What a run needs in memory, found before anything is allocated: its device
+/// buffers (lbm-core's estimate, the same ledger the stepper keeps) and the
+/// host's working memory at its two peaks.
+pub struct MemoryNeed {
+    /// Every device buffer by label.
+    pub device: MemoryLedger,
+    /// The stepper's setup of the largest patch: the solid flags, the owner
+    /// of each cell and the wall distances as the rasteriser builds them, or
+    /// the populations uploaded at the start, whichever is larger.
+    pub setup: u64,
+    /// A save point's gathered fields of every patch (also what a point
+    /// probe's sample gathers), in physical units with their masks.
+    pub fields: u64,
+    /// What is held beside them while they are gathered and written: the
+    /// download of the largest patch, or the largest working copy of a
+    /// writer (an NPY array and its file, a VTK block and its file, a
+    /// picture's values, pixels and PNG).
+    pub working: u64,
+}
+
+impl MemoryNeed {
+    /// The host's peak, bytes: the setup or a save point.
+    pub fn host(&self) -> u64 {
+        self.setup.max(self.fields + self.working)
+    }
+
+    /// The host's parts in words.
+    pub fn host_parts(&self) -> String {
+        format!(
+            "setup {}; a save point's fields {} and working copies {}",
+            human_bytes(self.setup),
+            human_bytes(self.fields),
+            human_bytes(self.working)
+        )
+    }
+}
+
+/// The memory `resolved` needs, with pictures `picture_width` pixels wide
+/// (`None`: the default). The sizes follow the buffers and arrays the stepper
+/// and the writers of `crate::output` make.
+pub fn memory_need(resolved: &Resolved, picture_width: Option<u32>) -> Result<MemoryNeed, AppError> {
+    let lattice = &resolved.lattice;
+    // The run observes the exchange window; validation the raw exchange
+    // too: a few bytes per body, counted for both.
+    let bodies = !lattice.bodies.is_empty();
+    let exec = ExecConfig {
+        tiles: resolved.tiles.clone(),
+        observe_raw_exchange: bodies,
+        observe_window_exchange: bodies,
+    };
+    let device = lattice.memory_estimate(&exec)?;
+    let hierarchy = lattice.hierarchy.validate(&resolved.tiles)?;
+    let plan = &resolved.output;
+    let f32_bytes = std::mem::size_of::<f32>() as u64;
+    let populations = |plane: u64| Q as u64 * f32_bytes * plane;
+    let setup = hierarchy
+        .patches()
+        .map(|p| {
+            let plane = p.layout.plane_cells() as u64;
+            let walls = match lattice.bodies.iter().any(|b| b.level == p.level) {
+                true => populations(plane),
+                false => 0,
+            };
+            let raster = plane * (1 + std::mem::size_of::<Option<usize>>() as u64) + walls;
+            raster.max(populations(plane))
+        })
+        .max()
+        .unwrap_or(0);
+    let active = |p: &lbm_core::domain::hierarchy::Patch| p.active.cells() as u64;
+    let cells: u64 = hierarchy.patches().map(active).sum();
+    let largest = hierarchy.patches().map(active).max().unwrap_or(0);
+    // `fields::PatchFields`: pressure, density, u_x, u_y and two masks.
+    let fields = cells * (4 * f32_bytes + 2 * std::mem::size_of::<bool>() as u64);
+    // `Stepper::fields` downloads a patch's populations and makes three arrays.
+    let gather = hierarchy
+        .patches()
+        .map(|p| populations(p.layout.plane_cells() as u64) + 3 * f32_bytes * active(p))
+        .max()
+        .unwrap_or(0);
+    let components = |vtk: bool| {
+        plan.fields
+            .iter()
+            .map(|f| match (f, vtk) {
+                (FieldName::Velocity, true) => 3,
+                _ => f.components() as u64,
+            })
+            .collect::<Vec<_>>()
+    };
+    let writers = plan
+        .formats
+        .iter()
+        .map(|format| match format {
+            // One field's values and the file's bytes.
+            Format::Npy => 2 * f32_bytes * largest * components(false).into_iter().max().unwrap_or(1),
+            // Every array of a block (3-vector velocity, two byte masks) and the file.
+            Format::Vtk => 2 * largest * (f32_bytes * components(true).into_iter().sum::<u64>() + 2),
+            // A field's values on every patch, the RGB pixels and the PNG.
+            Format::Png => {
+                let finest = resolved.units.dx / 2f64.powi(hierarchy.n_levels() as i32 - 1);
+                let [w, h] = picture::image_size(
+                    domain_size(resolved),
+                    picture::pixels_per_metre(domain_size(resolved), finest, picture_width),
+                );
+                f32_bytes * cells + 2 * 3 * (w * h) as u64
+            }
+        })
+        .max()
+        .unwrap_or(0);
+    Ok(MemoryNeed {
+        device,
+        setup,
+        fields,
+        working: gather.max(writers),
+    })
+}
+
+/// The domain's size, m: the base grid's, within half a cell of the case's.
+fn domain_size(resolved: &Resolved) -> [f64; 2] {
+    let [nx, ny] = resolved.lattice.hierarchy.base;
+    [nx as f64 * resolved.units.dx, ny as f64 * resolved.units.dx]
+}
+
+/// Refuses, before any output is written, a run whose memory (as
+/// [`memory_need`] estimates it) exceeds what `driver` has free or, for the
+/// host's share, what the host has available (`MemAvailable`; not checked
+/// where that cannot be read). The CPU backend's device memory is host memory.
+pub fn check_memory<D: Driver + ?Sized>(
+    resolved: &Resolved,
+    driver: &D,
+    picture_width: Option<u32>,
+) -> Result<MemoryNeed, AppError> {
+    let need = memory_need(resolved, picture_width)?;
+    let device = need.device.total();
+    let on_host = driver.backend() == lbm_core::cpu::BACKEND;
+    let levels: Vec<String> = (0..=resolved.lattice.hierarchy.levels.len())
+        .map(|l| format!("level {l} {}", human_bytes(need.device.level(l))))
+        .collect();
+    let buffers = format!("device buffers {}: {}", human_bytes(device), levels.join(", "));
+    if !on_host
+        && let Ok(free) = driver.free_memory()
+        && device > free
+    {
+        return Err(AppError::Memory {
+            what: "device",
+            needed: device,
+            available: free,
+            parts: buffers,
+        });
+    }
+    let (host, parts) = match on_host {
+        true => (device + need.host(), format!("{buffers}; {}", need.host_parts())),
+        false => (need.host(), need.host_parts()),
+    };
+    if let Some(available) = host_available_memory()
+        && host > available
+    {
+        return Err(AppError::Memory {
+            what: "host",
+            needed: host,
+            available,
+            parts,
+        });
+    }
+    Ok(need)
+}
+
+/// `bytes` in MiB or GiB, as a reader wants them.
+pub fn human_bytes(bytes: u64) -> String {
+    match bytes as f64 / (1u64 << 30) as f64 {
+        gib if gib >= 1.0 => format!("{gib:.1} GiB"),
+        _ => format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64),
+    }
+}
+
+/// τ⁺ above which `lbm check` warns: a band below the refusal at
+/// [`lbm_core::config::MAX_TAU`].
+const HIGH_TAU: f64 = 1.5;
+
+/// What is legal but doubtful: τ near ½ or above [`HIGH_TAU`], a Mach number
+/// above 0.1, a body close to its patch's edge.
 fn warnings(resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> Vec<String> {
     let mut out = Vec::new();
     for l in levels {
@@ -206,6 +416,15 @@ fn warnings(resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> 
             out.push(format!(
                 "level {} tau+ = {:.4} is near 1/2: accuracy and stability suffer; raise the resolution or the lattice velocity",
                 l.level, l.tau_plus
+            ));
+        }
+        if l.tau_plus > HIGH_TAU {
+            out.push(format!(
+                "level {} tau+ = {:.4} is above {HIGH_TAU}: accuracy degrades as tau grows (refused above {}); \
+                 lower flow.lattice_velocity or domain.resolution, or drop a refinement level",
+                l.level,
+                l.tau_plus,
+                lbm_core::config::MAX_TAU
             ));
         }
     }
@@ -268,4 +487,42 @@ pub fn info() -> String {
     }
     let _ = writeln!(out, "embedded PTX (sm_90) sha256: {}", ptx_sha256());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mock_driver::MockDriver;
+
+    #[test]
+    fn the_memory_check_refuses_what_the_device_lacks_with_the_estimate() {
+        let resolved = Case::from_toml(include_str!("../cases/dfg-2d1.toml"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let driver = MockDriver::new();
+        let need = check_memory(&resolved, &driver, None).unwrap();
+        // What `lbm check` prints is what the stepper allocates.
+        let exec = ExecConfig {
+            tiles: resolved.tiles.clone(),
+            observe_raw_exchange: true,
+            observe_window_exchange: true,
+        };
+        let stepper = lbm_core::Stepper::new(MockDriver::new(), resolved.lattice.clone(), exec).unwrap();
+        let allocated = stepper.memory_ledger().total() as f64;
+        assert!((need.device.total() as f64 / allocated - 1.0).abs() < 0.001);
+        driver.handle().set_capacity(need.device.total() - 1);
+        match check_memory(&resolved, &driver, None) {
+            Err(AppError::Memory {
+                what: "device",
+                needed,
+                available,
+                parts,
+            }) => {
+                assert_eq!((needed, available), (need.device.total(), need.device.total() - 1));
+                assert!(parts.contains("level 2"), "{parts}");
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
 }

@@ -70,6 +70,20 @@ pub enum AppError {
         out: String,
     },
 
+    /// A run whose memory estimate exceeds what is free, found before any work.
+    #[error(
+        "the run needs about {} of {what} memory ({parts}), but {} is available; lower domain.resolution, \
+         shrink or drop [[refinement]] patches, or save less (output.fields, output.formats, --picture-width)",
+        crate::check::human_bytes(*needed),
+        crate::check::human_bytes(*available)
+    )]
+    Memory {
+        what: &'static str,
+        needed: u64,
+        available: u64,
+        parts: String,
+    },
+
     #[error("{source}; what was measured until then is in {kept}")]
     Interrupted { source: Box<AppError>, kept: String },
 
@@ -108,7 +122,8 @@ impl AppError {
             | AppError::OutputDir { .. }
             | AppError::Pilot { .. }
             | AppError::PilotRequired { .. }
-            | AppError::Resume { .. } => 2,
+            | AppError::Resume { .. }
+            | AppError::Memory { .. } => 2,
             AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
             AppError::Interrupted { source, .. } => source.exit_code(),
             _ => crate::guard::EXIT_FAILED,

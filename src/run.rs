@@ -270,6 +270,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         _ => None,
     };
     let (driver, device) = options.backend.open(options.device)?;
+    crate::check::check_memory(&resolved, &driver, options.picture_width)?;
     match &options.pilot {
         PilotChoice::After(dir) => check_pilot(dir, &plan)?,
         PilotChoice::Default => {

@@ -162,6 +162,7 @@ pub fn validate(options: &ValidateOptions) -> Result<Validated, AppError> {
         _ => None,
     };
     let (driver, device) = options.backend.open(options.device)?;
+    crate::check::check_memory(&setup.resolved, &driver, None)?;
     match &options.pilot {
         PilotChoice::After(dir) => check_pilot(dir, &plan)?,
         PilotChoice::Default => {
@@ -263,36 +264,104 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
             accepted: format!("0 to {available}, the refinement levels of the case"),
         });
     }
+    case.refinement.truncate(levels as usize);
+    let velocity_ok = options.lattice_velocity.is_none_or(|v| v > 0.0 && v.is_finite());
+    // A velocity out of its range is refused below; the case keeps its own
+    // meanwhile, so that the resolution's range is still found.
+    if let Some(velocity) = options.lattice_velocity
+        && velocity_ok
+    {
+        case.flow.lattice_velocity = velocity;
+    }
     // The base grid must fit the 0.41 m channel exactly: 10 cells per diameter
     // at the least, in steps of 10.
     let step = 10 << levels;
-    if resolution == 0 || resolution % step != 0 {
-        return Err(AppError::Flag {
-            flag: "--resolution",
-            value: resolution.to_string(),
-            accepted: format!(
-                "a multiple of {step} cells per diameter on the finest level with {levels} refinement levels"
-            ),
-        });
-    }
-    case.refinement.truncate(levels as usize);
+    let multiple = resolution > 0 && resolution % step == 0;
     case.domain.resolution = (resolution >> levels) as f64;
+    let refused = match multiple && velocity_ok {
+        true => match case.resolve() {
+            Ok(resolved) => {
+                return Ok(Setup {
+                    resolved,
+                    resolution,
+                    levels,
+                    require_pilot: case.run.require_pilot,
+                });
+            }
+            Err(e) => Some(e),
+        },
+        false => None,
+    };
+    // The flag out of its range is named with the whole range the case
+    // accepts for it, the other flags as given.
+    if !multiple {
+        return Err(resolution_error(&case, resolution, levels, None));
+    }
     if let Some(velocity) = options.lattice_velocity {
-        if !(velocity > 0.0 && velocity.is_finite()) {
+        let range = case.lattice_velocity_range();
+        if !velocity_ok || range.is_some_and(|[lo, hi]| !(lo..=hi).contains(&velocity)) {
+            let within = match range {
+                Some([lo, hi]) => format!(
+                    "from {} to {} for this case at {resolution} cells per diameter (the relaxation time's \
+                     limits and Mach {})",
+                    significant(lo, true),
+                    significant(hi, false),
+                    lbm_core::config::MAX_MACH
+                ),
+                None => format!("but none resolves for this case at {resolution} cells per diameter"),
+            };
             return Err(AppError::Flag {
                 flag: "--lattice-velocity",
                 value: velocity.to_string(),
-                accepted: "a positive number".into(),
+                accepted: format!("above 0, {within}{}", cause(&refused)),
             });
         }
-        case.flow.lattice_velocity = velocity;
     }
-    Ok(Setup {
-        resolved: case.resolve()?,
-        resolution,
-        levels,
-        require_pilot: case.run.require_pilot,
-    })
+    let outside = case
+        .resolution_range()
+        .is_none_or(|[lo, hi]| !(lo..=hi).contains(&case.domain.resolution));
+    match refused {
+        Some(e) if !outside => Err(e.into()),
+        refused => Err(resolution_error(&case, resolution, levels, refused)),
+    }
+}
+
+/// What the case's resolution said, for a flag's error.
+fn cause(refused: &Option<lbm_core::Error>) -> String {
+    refused.as_ref().map_or(String::new(), |e| format!("; at it, {e}"))
+}
+
+/// `--resolution` out of its range: a multiple of `10 2^levels` whose base
+/// resolution (a multiple of 10) the case accepts with the other flags.
+fn resolution_error(case: &Case, resolution: u32, levels: u32, refused: Option<lbm_core::Error>) -> AppError {
+    let step = 10u32 << levels;
+    let within = match case.resolution_range() {
+        Some([lo, hi]) if (lo / 10.0).ceil() <= (hi / 10.0).floor() => format!(
+            ", from {} to {} for this case",
+            (lo / 10.0).ceil().max(1.0) as u32 * step,
+            (hi / 10.0).floor() as u32 * step
+        ),
+        _ => ", but none resolves for this case".into(),
+    };
+    AppError::Flag {
+        flag: "--resolution",
+        value: resolution.to_string(),
+        accepted: format!(
+            "a multiple of {step} cells per diameter on the finest level with {levels} refinement levels{within}{}",
+            cause(&refused)
+        ),
+    }
+}
+
+/// `value` to four significant digits, rounded up or down so that it stays
+/// inside the range it bounds.
+fn significant(value: f64, up: bool) -> String {
+    let scale = 10f64.powi(3 - value.abs().log10().floor() as i32);
+    let rounded = match up {
+        true => (value * scale).ceil(),
+        false => (value * scale).floor(),
+    } / scale;
+    format!("{rounded}")
 }
 
 /// What is measured on the cylinder at one instant or over a window.

@@ -100,9 +100,50 @@ fn bad_input_is_named_before_any_work() {
             "wholly inside the domain",
         ),
         (
+            "body-against-wall",
+            format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.15, 0.07]\nradius = 0.05\n"),
+            "`bodies[0]` = 1.28 cells of level 0 from the y_min side (Wall): at least 4 cells",
+        ),
+        (
+            "overlapping-bodies",
+            format!(
+                "{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.4, 0.5]\nradius = 0.05\n\
+                 [[bodies]]\nshape = \"rectangle\"\nmin = [0.42, 0.45]\nmax = [0.5, 0.55]\n"
+            ),
+            "`bodies[1]` = overlapping or touching bodies[0]",
+        ),
+        (
             "flat-polygon",
             format!("{text}\n[[bodies]]\nshape = \"polygon\"\npoints = [[0.4, 0.4], [0.5, 0.5], [0.6, 0.6]]\n"),
             "enclosing an area",
+        ),
+        (
+            "three-component-lid",
+            text.replace("moving_wall = [1.0, 0.0]", "moving_wall = [1.0, 0.0, 5.0]"),
+            "`boundaries.y_max.moving_wall` = 3 values: exactly 2 values",
+        ),
+        (
+            "no-steps",
+            text.replace("steps = 8000 ", "steps = 0 "),
+            "`run.steps` = 0: at least 1 base interval",
+        ),
+        (
+            "save-every-nothing",
+            text.replace("every = 2.5 ", "every = 0.0 "),
+            "`output.every` = 0",
+        ),
+        (
+            "fast-lid",
+            text.replace("moving_wall = [1.0, 0.0]", "moving_wall = [2.0, 0.0]"),
+            "`boundaries.y_max.moving_wall` = lattice speed 0.2000, Mach 0.346",
+        ),
+        (
+            "forced-box",
+            text.replace(
+                "lattice_velocity = 0.1 ",
+                "lattice_velocity = 0.1\nacceleration = [0.0, -30.0] ",
+            ),
+            "`flow.acceleration` = lattice speed",
         ),
         (
             "old-key",
@@ -136,6 +177,75 @@ fn bad_input_is_named_before_any_work() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A cavity at 63000 base cells per metre with two refined levels: about
+/// 3 TB, which no machine here has; refused with the estimate before the
+/// output directory is made.
+#[test]
+fn a_case_larger_than_the_memory_is_refused_with_the_estimate() {
+    let dir = scratch("memory");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(case_path()).unwrap();
+    let huge = text
+        .replace("resolution = 64 ", "resolution = 63000 ")
+        .replace("viscosity = 0.01 ", "viscosity = 1e-6 ")
+        .replace(
+            "patches = [[0.25, 0.25, 0.75, 0.75]]",
+            "patches = [[0.25, 0.25, 0.75, 0.75]]\n[[refinement]]\npatches = [[0.3, 0.3, 0.7, 0.7]]",
+        );
+    let case = dir.join("huge.toml");
+    std::fs::write(&case, huge).unwrap();
+    let out = dir.join("out");
+    let output = lbm(&[
+        "run",
+        &case.display().to_string(),
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    for part in [
+        "the run needs about",
+        "GiB of host memory (device buffers",
+        "level 2",
+        "a save point's fields",
+        "is available; lower domain.resolution, shrink or drop [[refinement]] patches",
+    ] {
+        assert!(message.contains(part), "`{part}` in {message}");
+    }
+    assert!(!out.exists(), "refused before the output directory is made");
+    let report = lbm(&["check", &case.display().to_string()]);
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success() && printed.contains("lbm run --backend cpu refuses it"),
+        "{printed}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_run_of_no_steps_is_refused_naming_the_flag() {
+    let out = scratch("no-steps");
+    let output = lbm(&[
+        "run",
+        &case_path(),
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+        "--steps",
+        "0",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("invalid --steps 0: at least 1 base interval"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.exists());
+}
+
 #[test]
 fn asking_for_cuda_without_a_driver_is_an_error_not_a_panic() {
     if lbm_cuda::device_available() {
@@ -161,21 +271,38 @@ fn asking_for_cuda_without_a_driver_is_an_error_not_a_panic() {
 #[test]
 fn validate_refuses_bad_arguments_before_any_work() {
     let out = scratch("validate-bad");
-    let output = validate_on_cpu(&["dfg-2d1", "--resolution", "60"], &out);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(stderr(&output).contains("--resolution") && stderr(&output).contains("multiple of 40"));
-    let levels = validate_on_cpu(&["dfg-2d1", "--levels", "3"], &out);
-    assert!(!levels.status.success() && stderr(&levels).contains("--levels"));
-    let velocity = validate_on_cpu(&["dfg-2d2", "--lattice-velocity", "0"], &out);
-    assert!(!velocity.status.success() && stderr(&velocity).contains("--lattice-velocity"));
-    // 2D-2 with two levels at 40 cells per diameter puts the base level's τ
-    // under BGK's limit: refused, saying what to change.
-    let coarse = validate_on_cpu(&["dfg-2d2", "--resolution", "40"], &out);
-    let message = stderr(&coarse);
-    assert!(
-        !coarse.status.success() && message.contains("level 0 relaxation time") && message.contains("resolution"),
-        "{message}"
-    );
+    // Each flag's error gives its whole range for the case: 2D-1's finest
+    // level reaches tau+ = 2.5 at 400 cells per diameter.
+    for (args, expect) in [
+        (
+            &["dfg-2d1", "--resolution", "60"][..],
+            "invalid --resolution 60: a multiple of 40 cells per diameter on the finest level with 2 refinement \
+             levels, from 40 to 400 for this case",
+        ),
+        (&["dfg-2d1", "--levels", "3"], "invalid --levels 3: 0 to 2"),
+        // The base level's tau+ - 1/2 reaches TRT's 0.002 at 0.02501, and the
+        // inflow peak Mach 0.3 at 0.1732.
+        (
+            &["dfg-2d2", "--lattice-velocity", "0"],
+            "invalid --lattice-velocity 0: above 0, from 0.02501 to 0.1732 for this case at 80 cells per diameter",
+        ),
+        (
+            &["dfg-2d2", "--lattice-velocity", "0.2"],
+            "from 0.02501 to 0.1732 for this case at 80 cells per diameter (the relaxation time's limits and Mach \
+             0.3); at it, invalid parameter `flow.lattice_velocity` = lattice speed 0.2000, Mach 0.346",
+        ),
+        // 2D-2 with two levels at 40 cells per diameter puts the base level's
+        // tau under BGK's limit: refused with the range and the cause.
+        (
+            &["dfg-2d2", "--resolution", "40"],
+            "invalid --resolution 40: a multiple of 40 cells per diameter on the finest level with 2 refinement \
+             levels, from 80 to 2720 for this case; at it, invalid parameter `level 0 relaxation time` = 0.50600",
+        ),
+    ] {
+        let output = validate_on_cpu(args, &out);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{args:?}: {}", stderr(&output));
+    }
     // A case variant must keep the benchmark's cylinder.
     let dir = scratch("validate-case");
     std::fs::create_dir_all(&dir).unwrap();
@@ -216,6 +343,25 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     .unwrap();
     let report = lbm(&["check", &fast.display().to_string()]);
     assert!(String::from_utf8_lossy(&report.stdout).contains("warning: lattice Mach number 0.208"));
+    // Level 1's tau+ is 1.65 here: in the warning band below the refusal at 2.5.
+    let viscous = dir.join("viscous.toml");
+    std::fs::write(&viscous, text.replace("viscosity = 0.01 ", "viscosity = 0.03 ")).unwrap();
+    let report = lbm(&["check", &viscous.display().to_string()]);
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success() && printed.contains("warning: level 1 tau+ = 1.6520 is above 1.5"),
+        "{printed}{}",
+        stderr(&report)
+    );
+    let thick = dir.join("thick.toml");
+    std::fs::write(&thick, text.replace("viscosity = 0.01 ", "viscosity = 0.053 ")).unwrap();
+    let refused = lbm(&["check", &thick.display().to_string()]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("`level 1 relaxation time` = 2.53520: at most 2.5"),
+        "{}",
+        stderr(&refused)
+    );
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, text.replace("viscosity = 0.01", "viscosity = 0")).unwrap();
     let refused = lbm(&["check", &bad.display().to_string()]);

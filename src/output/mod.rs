@@ -25,10 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::AppError;
 use fields::{PatchFields, finest_at};
 
-/// The widest and narrowest pictures drawn, pixels (the field part).
-const PICTURE_WIDTH: usize = 1600;
-const PICTURE_MIN_WIDTH: usize = 512;
-
 /// `bytes` at `path`, through a temporary file in the same directory renamed
 /// into place: a reader, a crash or a full disk never leaves half a file
 /// under `path`, and what was there before stays until the new one is whole.
@@ -168,7 +164,7 @@ pub struct Writer {
     /// Width and height of the domain, m.
     domain: [f64; 2],
     /// Pixels across the domain in pictures; `None`: the finest level's
-    /// resolution within PICTURE_MIN_WIDTH..=PICTURE_WIDTH.
+    /// resolution within the bounds of [`picture::pixels_per_metre`].
     picture_width: Option<u32>,
     forces: Option<Csv>,
     probes: Vec<Csv>,
@@ -397,15 +393,8 @@ impl Writer {
             write_atomic(&pvd, vtk::collection(&self.state.series).as_bytes())?;
         }
         if self.plan.formats.contains(&Format::Png) {
-            // The finest level's resolution, enlarged to at least
-            // PICTURE_MIN_WIDTH and at most PICTURE_WIDTH pixels wide.
             let finest = patches.iter().map(|p| p.spacing).fold(f64::INFINITY, f64::min);
-            let density = match self.picture_width {
-                Some(w) => w as f64 / self.domain[0],
-                None => (1.0 / finest)
-                    .max(PICTURE_MIN_WIDTH as f64 / self.domain[0])
-                    .min(PICTURE_WIDTH as f64 / self.domain[0]),
-            };
+            let density = picture::pixels_per_metre(self.domain, finest, self.picture_width);
             for (name, unit, field, diverging) in [
                 ("speed", "m/s", FieldName::Speed, false),
                 ("vorticity", "1/s", FieldName::Vorticity, true),

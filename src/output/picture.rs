@@ -97,12 +97,40 @@ pub(super) fn label(v: f64) -> String {
     }
 }
 
+/// The widest and narrowest pictures drawn, pixels (the field part).
+const PICTURE_WIDTH: usize = 1600;
+const PICTURE_MIN_WIDTH: usize = 512;
+/// Pixels above the field: the title.
+const HEADER: usize = 14;
+
+/// The scale of the pictures of `domain` (m) whose finest cells are `finest`
+/// m across: `width` pixels across the domain when given, else the finest
+/// level's resolution, enlarged to at least PICTURE_MIN_WIDTH and at most
+/// PICTURE_WIDTH pixels wide.
+pub fn pixels_per_metre(domain: [f64; 2], finest: f64, width: Option<u32>) -> f64 {
+    match width {
+        Some(w) => w as f64 / domain[0],
+        None => (1.0 / finest)
+            .max(PICTURE_MIN_WIDTH as f64 / domain[0])
+            .min(PICTURE_WIDTH as f64 / domain[0]),
+    }
+}
+
+/// The field's pixels `[w, h]` of a picture of `domain` at `pixels_per_metre`.
+fn field_pixels(domain: [f64; 2], pixels_per_metre: f64) -> [usize; 2] {
+    domain.map(|d| (d * pixels_per_metre).round().max(1.0) as usize)
+}
+
+/// The pixels `[w, h]` of the image [`render`] draws, colour bar and title
+/// included.
+pub fn image_size(domain: [f64; 2], pixels_per_metre: f64) -> [usize; 2] {
+    let [w, h] = field_pixels(domain, pixels_per_metre);
+    [w + BAR_MARGIN + BAR_WIDTH + LABEL_WIDTH, h + HEADER]
+}
+
 /// Draws `scalar` over the domain at `pixels_per_metre`; see the module docs.
 pub fn render(patches: &[PatchFields], scalar: &Scalar, domain: [f64; 2], pixels_per_metre: f64) -> Image {
-    let (w, h) = (
-        (domain[0] * pixels_per_metre).round().max(1.0) as usize,
-        (domain[1] * pixels_per_metre).round().max(1.0) as usize,
-    );
+    let [w, h] = field_pixels(domain, pixels_per_metre);
     // The range over visible fluid cells: those no finer patch covers.
     let visible = |p: &PatchFields, i: usize| {
         let [nx, _] = p.size;
@@ -147,8 +175,9 @@ pub fn render(patches: &[PatchFields], scalar: &Scalar, domain: [f64; 2], pixels
         (lo, hi) = (-m, m);
     }
     let span = (hi - lo).max(f64::MIN_POSITIVE);
-    let header = 14;
-    let mut image = Image::new(w + BAR_MARGIN + BAR_WIDTH + LABEL_WIDTH, h + header);
+    let header = HEADER;
+    let [width, height] = image_size(domain, pixels_per_metre);
+    let mut image = Image::new(width, height);
     image.text(2, 3, &format!("{} [{}]", scalar.title, scalar.unit));
     for py in 0..h {
         // Row 0 of the picture is the top of the domain: y up.

@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Amplitude, Boundary, InletSpec, LatticeConfig, Profile};
-use crate::domain::geometry::{Body, Shape};
-use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect};
+use crate::config::{Amplitude, Boundary, InletSpec, LatticeConfig, Profile, Speed};
+use crate::domain::geometry::{BODY_CLEARANCE, Body, Shape};
+use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect, SIDE_NAMES};
 use crate::error::{Error, Result};
 use crate::lattice::Collision;
 use crate::output::{CaseFrame, OutputPlan, OutputSpec};
@@ -164,10 +164,43 @@ impl Run {
     }
 }
 
-/// Refuses a body of no size, a degenerate polygon, or one not wholly inside
-/// the domain (a body through a wall or the inlet has no closed surface).
-fn check_body(b: usize, shape: &Shape, size: [f64; 2]) -> Result<()> {
+/// What a side of the domain is, in the words of the case file.
+fn side_kind(spec: &BoundarySpec) -> &'static str {
+    match spec {
+        BoundarySpec::Periodic => "periodic",
+        BoundarySpec::Wall => "wall",
+        BoundarySpec::MovingWall(_) => "moving wall",
+        BoundarySpec::Inlet(_) => "inlet",
+        BoundarySpec::Outflow => "outflow",
+        BoundarySpec::FreeSlip => "free-slip",
+    }
+}
+
+/// Refuses a body with a coordinate that is not a number, of no size, a
+/// degenerate polygon, or one not wholly inside the domain, naming the side it
+/// crosses (a body through a wall or the inlet has no closed surface, and the
+/// rasteriser does not wrap one across a periodic side). The body's own keys
+/// come first, so its error names its own problem and not a patch it crosses.
+fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]) -> Result<()> {
     let key = format!("bodies[{b}]");
+    let coordinates: Vec<(String, f64)> = match shape {
+        Shape::Circle { center, radius } => vec![
+            (format!("{key}.center[0]"), center[0]),
+            (format!("{key}.center[1]"), center[1]),
+            (format!("{key}.radius"), *radius),
+        ],
+        Shape::Rectangle { min, max } => (0..2)
+            .flat_map(|k| [(format!("{key}.min[{k}]"), min[k]), (format!("{key}.max[{k}]"), max[k])])
+            .collect(),
+        Shape::Polygon { points } => points
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| (0..2).map(move |k| (format!("bodies[{b}].points[{i}][{k}]"), p[k])))
+            .collect(),
+    };
+    if let Some((name, value)) = coordinates.into_iter().find(|(_, v)| !v.is_finite()) {
+        return Err(Error::parameter(&name, value, "a finite number, m"));
+    }
     match shape {
         Shape::Circle { radius, .. } if *radius <= 0.0 => {
             return Err(Error::parameter(
@@ -202,11 +235,20 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2]) -> Result<()> {
         _ => {}
     }
     let [x0, y0, x1, y1] = shape.bounds();
-    if x0 <= 0.0 || y0 <= 0.0 || x1 >= size[0] || y1 >= size[1] {
+    let crossed = [x0 <= 0.0, x1 >= size[0], y0 <= 0.0, y1 >= size[1]];
+    if let Some(side) = crossed.iter().position(|c| *c) {
         return Err(Error::parameter(
             &key,
-            format!("spanning [{x0}, {x1}] x [{y0}, {y1}] m"),
-            &format!("a body wholly inside the domain, (0, {}) x (0, {}) m", size[0], size[1]),
+            format!(
+                "spanning [{x0}, {x1}] x [{y0}, {y1}] m, through the {} side ({})",
+                SIDE_NAMES[side],
+                side_kind(sides[side])
+            ),
+            &format!(
+                "a body wholly inside the domain, (0, {}) x (0, {}) m, {BODY_CLEARANCE} cells of its level clear \
+                 of every side",
+                size[0], size[1]
+            ),
         ));
     }
     Ok(())
@@ -216,20 +258,96 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2]) -> Result<()> {
 fn non_finite(value: &toml::Value, key: String) -> Option<(String, f64)> {
     match value {
         toml::Value::Float(f) if !f.is_finite() => Some((key, *f)),
-        toml::Value::Table(table) => table.iter().find_map(|(k, v)| {
-            let key = if key.is_empty() {
-                k.clone()
-            } else {
-                format!("{key}.{k}")
-            };
-            non_finite(v, key)
-        }),
+        toml::Value::Table(table) => table.iter().find_map(|(k, v)| non_finite(v, join(&key, k))),
         toml::Value::Array(items) => items
             .iter()
             .enumerate()
             .find_map(|(i, v)| non_finite(v, format!("{key}[{i}]"))),
         _ => None,
     }
+}
+
+/// `key` under `prefix`, dotted.
+fn join(prefix: &str, key: &str) -> String {
+    match prefix {
+        "" => key.to_owned(),
+        _ => format!("{prefix}.{key}"),
+    }
+}
+
+/// The dotted key of the first array under `written` that `read` holds with
+/// another length, with both lengths.
+fn cut_array(written: &toml::Value, read: &toml::Value, key: String) -> Option<(String, usize, usize)> {
+    match (written, read) {
+        (toml::Value::Table(w), toml::Value::Table(r)) => w
+            .iter()
+            .find_map(|(k, v)| r.get(k).and_then(|read| cut_array(v, read, join(&key, k)))),
+        (toml::Value::Array(w), toml::Value::Array(r)) if w.len() != r.len() => Some((key, w.len(), r.len())),
+        (toml::Value::Array(w), toml::Value::Array(r)) => w
+            .iter()
+            .zip(r)
+            .enumerate()
+            .find_map(|(i, (w, r))| cut_array(w, r, format!("{key}[{i}]"))),
+        _ => None,
+    }
+}
+
+/// The error of the TOML reader with its line, column and the dotted key it
+/// points at.
+fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
+    let span = e.span();
+    let (line, column) = span
+        .as_ref()
+        .map(|span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            (
+                Some(line),
+                Some(span.start - before.rfind('\n').map_or(0, |n| n + 1) + 1),
+            )
+        })
+        .unwrap_or((None, None));
+    let key = span.and_then(|span| {
+        let document = toml::de::DeTable::parse(text).ok()?;
+        document
+            .get_ref()
+            .iter()
+            .find_map(|(k, v)| key_at(k, v, String::new(), span.start))
+    });
+    Error::CaseSyntax {
+        line,
+        column,
+        key,
+        message: e.message().to_owned(),
+    }
+}
+
+/// The dotted key of the innermost key or value under `key = value` whose
+/// span holds byte `at`. A table's span is its header only, so every table
+/// is searched.
+fn key_at(
+    key: &toml::Spanned<toml::de::DeString>,
+    value: &toml::Spanned<toml::de::DeValue>,
+    prefix: String,
+    at: usize,
+) -> Option<String> {
+    let name = join(&prefix, key.get_ref());
+    if key.span().contains(&at) {
+        return Some(name);
+    }
+    value_at(value, name, at)
+}
+
+fn value_at(value: &toml::Spanned<toml::de::DeValue>, name: String, at: usize) -> Option<String> {
+    let inner = match value.get_ref() {
+        toml::de::DeValue::Table(table) => table.iter().find_map(|(k, v)| key_at(k, v, name.clone(), at)),
+        toml::de::DeValue::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| value_at(item, format!("{name}[{i}]"), at)),
+        _ => None,
+    };
+    inner.or_else(|| value.span().contains(&at).then_some(name))
 }
 
 /// A case resolved to lattice units.
@@ -246,31 +364,34 @@ pub struct Resolved {
 }
 
 impl Case {
+    /// Reads a case file: valid TOML, every key known, no NaN or infinity,
+    /// and every fixed-length array (a pair, a patch, a table row) of exactly
+    /// its length. The error names the dotted key.
     pub fn from_toml(text: &str) -> Result<Case> {
+        let syntax = |e: toml::de::Error| syntax_error(text, &e);
+        let document = toml::Value::Table(text.parse::<toml::Table>().map_err(syntax)?);
         // NaN and infinity parse as floats; no key accepts them.
-        if let Ok(document) = text.parse::<toml::Table>()
-            && let Some((key, value)) = non_finite(&toml::Value::Table(document), String::new())
-        {
+        if let Some((key, value)) = non_finite(&document, String::new()) {
             return Err(Error::parameter(&key, value, "a finite number"));
         }
-        toml::from_str(text).map_err(|e: toml::de::Error| {
-            let (line, column) = e
-                .span()
-                .map(|span| {
-                    let before = &text[..span.start.min(text.len())];
-                    let line = before.matches('\n').count() + 1;
-                    (
-                        Some(line),
-                        Some(span.start - before.rfind('\n').map_or(0, |n| n + 1) + 1),
-                    )
-                })
-                .unwrap_or((None, None));
-            Error::CaseSyntax {
-                line,
-                column,
-                message: e.message().to_owned(),
-            }
-        })
+        let case: Case = toml::from_str(text).map_err(syntax)?;
+        // The TOML reader fills a fixed-length array from its first values
+        // and drops the rest, so a longer array is found by reading the case
+        // back: an array that comes back shorter than it was written was cut.
+        let read = toml::Value::try_from(&case).map_err(|e| Error::CaseSyntax {
+            line: None,
+            column: None,
+            key: None,
+            message: format!("the case does not serialise back to TOML: {e}"),
+        })?;
+        if let Some((key, written, length)) = cut_array(&document, &read, String::new()) {
+            return Err(Error::parameter(
+                &key,
+                format!("{written} values"),
+                &format!("exactly {length} values"),
+            ));
+        }
+        Ok(case)
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
@@ -289,6 +410,12 @@ impl Case {
                 "a finite number above 0, m^2/s",
             ));
         }
+        if self.run.steps == 0 {
+            return Err(Error::parameter("run.steps", 0, "at least 1 base interval"));
+        }
+        if let BoundarySpec::Inlet(side) = &self.boundaries.x_min {
+            side.amplitude.check("boundaries.x_min.inlet.amplitude", "s")?;
+        }
         let [width, height] = self.domain.size;
         let nx = units.length_to_lattice(width).round();
         let ny = units.length_to_lattice(height).round();
@@ -301,6 +428,13 @@ impl Case {
         }
         let mut levels = Vec::new();
         for (k, level) in self.refinement.iter().enumerate() {
+            if level.patches.is_empty() {
+                return Err(Error::parameter(
+                    &format!("refinement[{k}].patches"),
+                    "[]",
+                    "at least one [x0, y0, x1, y1] patch; drop the empty [[refinement]] table instead",
+                ));
+            }
             for (i, p) in level.patches.iter().enumerate() {
                 let inside = p[0] >= 0.0 && p[1] >= 0.0 && p[2] <= width && p[3] <= height;
                 if !(inside && p[0] < p[2] && p[1] < p[3]) {
@@ -353,7 +487,7 @@ impl Case {
             _ => None,
         };
         for (b, shape) in self.bodies.iter().enumerate() {
-            check_body(b, shape, [width, height])?;
+            check_body(b, shape, [width, height], sides)?;
         }
         let mut bodies = Vec::new();
         for (b, shape) in self.bodies.iter().enumerate() {
@@ -374,10 +508,9 @@ impl Case {
             inlet,
             bodies,
         };
-        let speed = units
-            .velocity_to_lattice(self.flow.reference_velocity)
-            .max(lattice.prescribed_speed());
-        lattice.check_stability(speed)?;
+        let speeds = self.speeds(&units, &lattice);
+        lattice.check_stability(&speeds)?;
+        let speed = speeds.iter().map(|s| s.speed).fold(0.0, f64::max);
         // Everything a stepper would refuse is refused here, before a run
         // writes anything.
         lattice.validate(&tiles)?;
@@ -397,6 +530,114 @@ impl Case {
             lattice_speed: speed,
         })
     }
+}
+
+impl Case {
+    /// Every speed the case prescribes or drives, lattice units, named by its
+    /// key: the reference velocity (`flow.lattice_velocity` itself), the inlet
+    /// at its amplitude's peak, each moving wall, and what the acceleration
+    /// can drive within the run ([`LatticeConfig::forced_speed`]).
+    fn speeds(&self, units: &UnitSystem, lattice: &LatticeConfig) -> Vec<Speed> {
+        let scaled = "lower flow.lattice_velocity (every lattice speed scales with it), or raise \
+                      flow.reference_velocity to the case's fastest speed";
+        let mut speeds = vec![Speed {
+            key: "flow.lattice_velocity".into(),
+            speed: self.flow.lattice_velocity,
+            remedy: "lower it (it is flow.reference_velocity in lattice units)".into(),
+        }];
+        if let Some(inlet) = &lattice.inlet {
+            let peak = inlet.amplitude.peak();
+            speeds.push(Speed {
+                key: "boundaries.x_min.inlet.velocity".into(),
+                speed: inlet.velocity.abs() * peak,
+                remedy: match peak > 1.0 {
+                    true => format!("at the amplitude's peak factor {peak}: {scaled}"),
+                    false => scaled.into(),
+                },
+            });
+        }
+        let sides = [
+            &self.boundaries.x_min,
+            &self.boundaries.x_max,
+            &self.boundaries.y_min,
+            &self.boundaries.y_max,
+        ];
+        for (side, spec) in sides.into_iter().enumerate() {
+            if let BoundarySpec::MovingWall([u, v]) = spec {
+                speeds.push(Speed {
+                    key: format!("boundaries.{}.moving_wall", SIDE_NAMES[side]),
+                    speed: units.velocity_to_lattice(u.hypot(*v)),
+                    remedy: scaled.into(),
+                });
+            }
+        }
+        let (forced, bound) = lattice.forced_speed(self.run.steps);
+        speeds.push(Speed {
+            key: "flow.acceleration".into(),
+            speed: forced,
+            remedy: format!("the speed it drives is estimated as {bound}; lower it, or flow.lattice_velocity"),
+        });
+        speeds
+    }
+}
+
+impl Case {
+    /// The `flow.lattice_velocity` values with which the case resolves, every
+    /// other key as it is: above 0, from the value at which the coarsest
+    /// level's τ⁺ is no longer too close to ½ to the one at which a speed
+    /// reaches the Mach limit or the finest level's τ⁺ reaches [`crate::config::MAX_TAU`].
+    /// `None` when no value resolves.
+    pub fn lattice_velocity_range(&self) -> Option<[f64; 2]> {
+        accepted_interval([1e-7, 1.0], |v| {
+            let mut case = self.clone();
+            case.flow.lattice_velocity = v;
+            case.resolve().is_ok()
+        })
+    }
+
+    /// The `domain.resolution` values with which the case resolves, every
+    /// other key as it is (the relaxation time bounds them from both sides,
+    /// the domain's cell count from above). `None` when no value resolves.
+    pub fn resolution_range(&self) -> Option<[f64; 2]> {
+        accepted_interval([1e-3, 1e7], |r| {
+            let mut case = self.clone();
+            case.domain.resolution = r;
+            case.resolve().is_ok()
+        })
+    }
+}
+
+/// The first and last values within `search` that `accepts` takes, found on a
+/// logarithmic scan and refined by bisection to a relative 1e-12. Meant for a
+/// key whose every check bounds it from one side (τ⁺ − ½ and each lattice
+/// speed grow with the lattice velocity), so that what is accepted is one
+/// interval; a hole in it would go unseen.
+pub fn accepted_interval(search: [f64; 2], accepts: impl Fn(f64) -> bool) -> Option<[f64; 2]> {
+    const SCAN: usize = 400;
+    let [low, high] = search;
+    let at = |k: usize| low * (high / low).powf(k as f64 / SCAN as f64);
+    let accepted: Vec<usize> = (0..=SCAN).filter(|&k| accepts(at(k))).collect();
+    let (&first, &last) = (accepted.first()?, accepted.last()?);
+    // Bisects between a refused `out` and an accepted `inside`, keeping the accepted end.
+    let edge = |mut inside: f64, mut out: f64| {
+        while (inside - out).abs() > 1e-12 * inside.abs() {
+            let mid = 0.5 * (inside + out);
+            match accepts(mid) {
+                true => inside = mid,
+                false => out = mid,
+            }
+        }
+        inside
+    };
+    let lo = match first {
+        0 => low,
+        k => edge(at(k), at(k - 1)),
+    };
+    let hi = match last {
+        SCAN => high,
+        k => edge(at(k), at(k + 1)),
+    };
+    Some([lo, hi])
 }
 
 /// The finest level with a patch that holds the body and a margin of
@@ -437,6 +678,17 @@ fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, bo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::MAX_MACH;
+
+    /// The case files of `cases/`.
+    const CASE_FILES: [(&str, &str); 6] = [
+        ("cavity-re100", include_str!("../../../cases/cavity-re100.toml")),
+        ("dfg-2d1", include_str!("../../../cases/dfg-2d1.toml")),
+        ("dfg-2d2", include_str!("../../../cases/dfg-2d2.toml")),
+        ("naca0012", include_str!("../../../cases/naca0012.toml")),
+        ("square-obstacle", include_str!("../../../cases/square-obstacle.toml")),
+        ("tandem-cylinders", include_str!("../../../cases/tandem-cylinders.toml")),
+    ];
 
     const CAVITY: &str = r#"
         name = "cavity"
@@ -485,14 +737,229 @@ mod tests {
         assert!(e.contains("fluid.viscosity"), "{e}");
     }
 
+    /// A channel with an inlet whose amplitude is `AMPLITUDE`.
+    const CHANNEL: &str = r#"
+        name = "channel"
+        [domain]
+        size = [2.0, 0.5]
+        reference_length = 0.1
+        resolution = 8
+        [fluid]
+        viscosity = 1e-3
+        [flow]
+        reference_velocity = 1.0
+        lattice_velocity = 0.05
+        [boundaries]
+        x_min = { inlet = { profile = "parabolic", velocity = 1.0, amplitude = AMPLITUDE } }
+        x_max = "outflow"
+        y_min = "wall"
+        y_max = "wall"
+        [run]
+        steps = 10
+    "#;
+
+    /// Checks that `text` resolves to an error containing every part of `expect`.
+    fn refused(text: &str, expect: &[&str]) {
+        let e = Case::from_toml(text)
+            .and_then(|c| c.resolve())
+            .map(|_| ())
+            .expect_err(text)
+            .to_string();
+        for part in expect {
+            assert!(e.contains(part), "`{e}` lacks `{part}`");
+        }
+    }
+
     #[test]
-    fn unstable_cases_are_refused_with_the_level_and_the_remedy() {
-        let fast = CAVITY.replace("lattice_velocity = 0.1", "lattice_velocity = 0.2");
-        let e = Case::from_toml(&fast).unwrap().resolve().unwrap_err().to_string();
+    fn times_of_no_length_and_empty_tables_are_refused_with_the_key() {
+        let amplitude = |a: &str| CHANNEL.replace("AMPLITUDE", a);
+        Case::from_toml(&amplitude("{ sine = { period = 0.5 } }"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let ramp = "`boundaries.x_min.inlet.amplitude.ramp.duration`";
+        refused(
+            &amplitude("{ ramp = { duration = 0.0 } }"),
+            &[ramp, "a time above 0, s"],
+        );
+        refused(&amplitude("{ ramp = { duration = -1.0 } }"), &[ramp, "= -1"]);
+        refused(
+            &amplitude("{ sine = { period = 0.0 } }"),
+            &["`boundaries.x_min.inlet.amplitude.sine.period` = 0"],
+        );
+        refused(
+            &amplitude("{ table = { points = [] } }"),
+            &["`boundaries.x_min.inlet.amplitude.table.points` = []", "at least one"],
+        );
+        refused(
+            &amplitude("{ table = { points = [[0.0, 0.0], [1.0, 1.0], [0.5, 1.0]] } }"),
+            &["`boundaries.x_min.inlet.amplitude.table.points[2]`", "ascending"],
+        );
+        let cavity = |from: &str, to: &str| {
+            assert!(CAVITY.contains(from), "{from}");
+            CAVITY.replace(from, to)
+        };
+        refused(&cavity("steps = 10", "steps = 0"), &["`run.steps` = 0", "at least 1"]);
+        refused(
+            &cavity("patches = [[0.25, 0.25, 0.75, 0.75]]", "patches = []"),
+            &["`refinement[0].patches` = []"],
+        );
+        for (key, value, expect) in [
+            ("every", "0.0", "`output.every` = 0"),
+            ("every", "-2.5", "`output.every` = -2.5"),
+            ("every_intervals", "0", "`output.every_intervals` = 0"),
+            ("forces_every", "0.0", "`output.forces_every` = 0"),
+            ("fields", "[]", "`output.fields` = []"),
+            ("formats", "[]", "`output.formats` = []"),
+        ] {
+            refused(&format!("{CAVITY}\n[output]\n{key} = {value}\n"), &[expect]);
+        }
+    }
+
+    /// The error of reading `edit` of the cavity, as text.
+    fn read_error(edit: &str) -> String {
+        Case::from_toml(edit).map(|_| ()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn fixed_length_arrays_of_another_length_are_refused_with_the_key() {
+        let lid = "moving_wall = [1.0, 0.0]";
+        let e = read_error(&CAVITY.replace(lid, "moving_wall = [1.0, 0.0, 5.0]"));
         assert!(
-            e.contains("Mach") && e.contains("0.346") && e.contains("lower the lattice velocity"),
+            e.contains("`boundaries.y_max.moving_wall` = 3 values: exactly 2 values"),
             "{e}"
         );
+        let e = read_error(&CAVITY.replace(lid, "moving_wall = [1.0]"));
+        assert!(
+            e.contains("`boundaries.y_max.moving_wall`: invalid length 1, expected an array of length 2"),
+            "{e}"
+        );
+        let e = read_error(&CAVITY.replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.25, 0.25, 0.75, 0.75, 0.9]]"));
+        assert!(e.contains("`refinement[0].patches[0]` = 5 values: exactly 4"), "{e}");
+        let e = read_error(&CAVITY.replace("size = [1.0, 1.0]", "size = [1.0, 1.0, 1.0]"));
+        assert!(e.contains("`domain.size` = 3 values"), "{e}");
+        let polygon =
+            format!("{CAVITY}\n[[bodies]]\nshape = \"polygon\"\npoints = [[0.4, 0.4], [0.6, 0.4, 1.0], [0.5, 0.6]]\n");
+        // Inside a tagged table (a body's shape) serde itself counts the
+        // values; the reader points at the table.
+        let e = read_error(&polygon);
+        assert!(e.contains("`bodies[0]`: invalid length 3, expected 2 elements"), "{e}");
+        // Lists of any length keep it.
+        assert!(Case::from_toml(&polygon.replace("0.4, 1.0]", "0.4]")).is_ok());
+    }
+
+    #[test]
+    fn schema_errors_name_the_key_the_reader_points_at() {
+        let e = read_error(&CAVITY.replace("viscosity = 0.01", "viscosity = 0.01\ncolour = 3"));
+        assert!(
+            e.contains("line 9, column 1: `fluid.colour`: unknown field `colour`"),
+            "{e}"
+        );
+        let e = read_error(&CAVITY.replace("steps = 10", "steps = -10"));
+        assert!(e.contains("`run.steps`: invalid value: integer `-10`"), "{e}");
+        let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = \"glass\""));
+        assert!(e.contains("`boundaries.x_min`: unknown variant `glass`"), "{e}");
+    }
+
+    #[test]
+    fn every_case_file_reads_back_unchanged() {
+        for (name, text) in CASE_FILES {
+            let case = Case::from_toml(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let again = Case::from_toml(&toml::to_string(&case).unwrap()).unwrap();
+            assert_eq!(format!("{again:?}"), format!("{case:?}"), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_speed_over_the_mach_limit_is_refused_naming_its_key() {
+        refused(
+            &CAVITY.replace("lattice_velocity = 0.1", "lattice_velocity = 0.2"),
+            &[
+                "`flow.lattice_velocity` = lattice speed 0.2000, Mach 0.346",
+                "at most 0.3 (lattice speed 0.1732)",
+            ],
+        );
+        refused(
+            &CAVITY.replace("moving_wall = [1.0, 0.0]", "moving_wall = [1.0, 1.8]"),
+            &[
+                "`boundaries.y_max.moving_wall` = lattice speed 0.2059, Mach 0.357",
+                "lower flow.lattice_velocity",
+            ],
+        );
+        let inlet = CHANNEL.replace("AMPLITUDE", "\"constant\"");
+        refused(
+            &inlet.replace("velocity = 1.0, amplitude", "velocity = 4.0, amplitude"),
+            &["`boundaries.x_min.inlet.velocity` = lattice speed 0.2000"],
+        );
+        let table = "{ table = { points = [[0.0, 0.0], [1.0, 4.0]] } }";
+        refused(
+            &CHANNEL.replace("AMPLITUDE", table),
+            &["`boundaries.x_min.inlet.velocity`", "peak factor 4"],
+        );
+    }
+
+    #[test]
+    fn an_acceleration_is_refused_when_the_speed_it_drives_is_over_the_mach_limit() {
+        // A periodic channel between walls, 64 base cells across, nu_lat =
+        // 0.003: the Poiseuille peak g H^2 / (8 nu) in lattice units.
+        let channel = |g: f64, y_sides: &str, steps: u64| {
+            format!(
+                r#"
+                name = "forced"
+                [domain]
+                size = [1.0, 1.0]
+                reference_length = 1.0
+                resolution = 64
+                [fluid]
+                viscosity = 0.001
+                [flow]
+                reference_velocity = 1.0
+                lattice_velocity = 0.05
+                acceleration = [{g}, 0.0]
+                [boundaries]
+                x_min = "periodic"
+                x_max = "periodic"
+                y_min = {y_sides}
+                y_max = {y_sides}
+                [run]
+                steps = {steps}
+                "#
+            )
+        };
+        let units = UnitSystem::new(1.0, 64.0, 1.0, 0.05, 1.0).unwrap();
+        let nu = units.viscosity_to_lattice(0.001);
+        // The largest acceleration whose Poiseuille peak stays at Mach 0.3.
+        let limit = (MAX_MACH / 3f64.sqrt()) * 8.0 * nu / (64.0 * 64.0) / units.acceleration_to_lattice(1.0);
+        // Ten viscous times H^2 / nu: the flow has reached its peak.
+        let long = 10_000_000;
+        let resolved = Case::from_toml(&channel(0.9 * limit, "\"wall\"", long))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert!((resolved.lattice_speed * 3f64.sqrt() - 0.27).abs() < 1e-9);
+        refused(
+            &channel(1.1 * limit, "\"wall\"", long),
+            &[
+                "`flow.acceleration` = lattice speed 0.1905, Mach 0.330",
+                "Poiseuille peak",
+            ],
+        );
+        // The same force in a short run: it cannot get that fast.
+        assert!(
+            Case::from_toml(&channel(1.1 * limit, "\"wall\"", 100))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
+        // Nothing brakes a fully periodic box: the run's length bounds it.
+        refused(
+            &channel(1.1 * limit, "\"periodic\"", long),
+            &["`flow.acceleration`", "F t: nothing holds the flow"],
+        );
+    }
+
+    #[test]
+    fn unstable_cases_are_refused_with_the_level_and_the_remedy() {
         let thin = CAVITY.replace("viscosity = 0.01", "viscosity = 1e-6");
         let e = Case::from_toml(&thin).unwrap().resolve().unwrap_err().to_string();
         assert!(e.contains("level 0") && e.contains("raise the resolution"), "{e}");
@@ -503,12 +970,146 @@ mod tests {
         let nearly = bgk.replace("viscosity = 0.01", "viscosity = 0.0005");
         let e = Case::from_toml(&nearly).unwrap().resolve().unwrap_err().to_string();
         assert!(e.contains("0.510") && e.contains("Bgk"), "{e}");
+        // Level 1 of the cavity has tau = 0.5 + 2 (tau0 - 0.5) = 0.5 + 19.2 nu.
+        refused(
+            &CAVITY.replace("viscosity = 0.01", "viscosity = 0.105"),
+            &[
+                "`level 1 relaxation time` = 2.51600",
+                "at most 2.5",
+                "lower the lattice velocity or the resolution",
+            ],
+        );
+        assert!(
+            Case::from_toml(&CAVITY.replace("viscosity = 0.01", "viscosity = 0.104"))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
+        refused(
+            &CAVITY.replace(
+                "lattice_velocity = 0.1",
+                "lattice_velocity = 0.1\ncollision = { model = \"trt\", magic = 0.0 }",
+            ),
+            &["`collision.magic` = 0: above 0"],
+        );
         assert!(
             Case::from_toml(&nearly.replace("{ model = \"bgk\" }", "{ model = \"trt\" }"))
                 .unwrap()
                 .resolve()
                 .is_ok()
         );
+    }
+
+    /// The cavity (32 base cells of 1/32 m) with these `[[bodies]]` tables.
+    fn cavity_with(bodies: &[&str]) -> String {
+        bodies
+            .iter()
+            .fold(CAVITY.to_owned(), |text, b| format!("{text}\n[[bodies]]\n{b}\n"))
+    }
+
+    #[test]
+    fn bodies_keep_clear_of_the_sides_and_of_each_other() {
+        let circle = |x: f64, y: f64, r: f64| format!("shape = \"circle\"\ncenter = [{x}, {y}]\nradius = {r}");
+        // 4 base cells from y_min are accepted, 2 refused.
+        assert!(
+            Case::from_toml(&cavity_with(&[&circle(0.2, 0.1875, 0.0625)]))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
+        refused(
+            &cavity_with(&[&circle(0.2, 0.125, 0.0625)]),
+            &[
+                "`bodies[0]` = 2.00 cells of level 0 from the y_min side (Wall)",
+                "at least 4 cells",
+            ],
+        );
+        refused(
+            &cavity_with(&[&circle(0.15, 0.03, 0.05)]),
+            &[
+                "`bodies[0]`",
+                "through the y_min side (wall)",
+                "wholly inside the domain",
+            ],
+        );
+        // A body filling the channel leaves no fluid between it and the walls.
+        refused(
+            &cavity_with(&["shape = \"rectangle\"\nmin = [0.15, 0.0]\nmax = [0.2, 1.0]"]),
+            &["through the y_min side (wall)"],
+        );
+        refused(
+            &cavity_with(&["shape = \"rectangle\"\nmin = [0.15, 0.05]\nmax = [0.2, 0.95]"]),
+            &["`bodies[0]` = 1.60 cells of level 0 from the y_min side"],
+        );
+        // A periodic side is no way through either: the rasteriser does not wrap.
+        let periodic = cavity_with(&[&circle(0.02, 0.15, 0.05)])
+            .replace("x_min = \"wall\"", "x_min = \"periodic\"")
+            .replace("x_max = \"wall\"", "x_max = \"periodic\"");
+        refused(&periodic, &["through the x_min side (periodic)"]);
+        // Bodies apart, touching or overlapping; on the refined level (64
+        // cells per metre) 4 cells are 1/16 m.
+        assert!(
+            Case::from_toml(&cavity_with(&[&circle(0.4, 0.5, 0.05), &circle(0.57, 0.5, 0.05)]))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
+        refused(
+            &cavity_with(&[&circle(0.4, 0.5, 0.05), &circle(0.525, 0.5, 0.05)]),
+            &["`bodies[1]` = 1.60 cells of level 1 from bodies[0]"],
+        );
+        refused(
+            &cavity_with(&[&circle(0.4, 0.5, 0.05), &circle(0.45, 0.5, 0.05)]),
+            &[
+                "`bodies[1]` = overlapping or touching bodies[0]",
+                "make a compound body one polygon",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_body_error_names_the_body_own_key_first() {
+        // A NaN radius (a case built in code; a file's NaN is refused when
+        // read) says the radius, not that the body crosses a patch edge.
+        let mut case = Case::from_toml(&cavity_with(&[
+            "shape = \"circle\"\ncenter = [0.25, 0.5]\nradius = 0.05",
+        ]))
+        .unwrap();
+        case.bodies[0] = Shape::Circle {
+            center: [0.25, 0.5],
+            radius: f64::NAN,
+        };
+        let e = case.resolve().map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("`bodies[0].radius` = NaN: a finite number"), "{e}");
+        // A body through a wall inside a patch that touches it names the wall.
+        let text = cavity_with(&["shape = \"circle\"\ncenter = [0.5, 0.01]\nradius = 0.05"])
+            .replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.25, 0.0, 0.75, 0.75]]");
+        refused(&text, &["through the y_min side (wall)"]);
+    }
+
+    #[test]
+    fn the_accepted_ranges_of_a_key_are_the_bounds_of_its_checks() {
+        let cavity = Case::from_toml(CAVITY).unwrap();
+        // tau0 - 1/2 = 3 nu v / (U dx) = 0.96 v must be at least 0.002 (TRT);
+        // the lid, at the reference velocity, must stay at Mach 0.3.
+        let [lo, hi] = cavity.lattice_velocity_range().unwrap();
+        assert!((lo / (0.002 / 0.96) - 1.0).abs() < 1e-9, "{lo}");
+        assert!((hi / (MAX_MACH / 3f64.sqrt()) - 1.0).abs() < 1e-9, "{hi}");
+        // Level 1's tau - 1/2, 6 nu v N / U = 0.006 N, must be at most 2;
+        // below 14.5 cells the patch no longer keeps 4 cells from the walls.
+        let [lo, hi] = cavity.resolution_range().unwrap();
+        assert!((lo - 14.5).abs() < 1e-9, "{lo}");
+        assert!((hi / (2.0 / 0.006) - 1.0).abs() < 1e-9, "{hi}");
+        // Unrefined, tau0 - 1/2 = 0.003 N bounds it from both sides.
+        let mut uniform = cavity.clone();
+        uniform.refinement.clear();
+        let [lo, hi] = uniform.resolution_range().unwrap();
+        assert!((lo / (0.002 / 0.003) - 1.0).abs() < 1e-9, "{lo}");
+        assert!((hi / (2.0 / 0.003) - 1.0).abs() < 1e-9, "{hi}");
+        // Nothing resolves with a negative viscosity.
+        let mut broken = cavity.clone();
+        broken.fluid.viscosity = -1.0;
+        assert_eq!(broken.lattice_velocity_range(), None);
     }
 
     #[test]

@@ -9,12 +9,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::geometry::Body;
+use crate::domain::geometry::{BODY_CLEARANCE, Body};
 use crate::domain::hierarchy::{Hierarchy, HierarchySpec, SIDE_NAMES};
 use crate::domain::order::inlet_samples;
 use crate::domain::sides::PatchSides;
 use crate::error::{Error, Result};
 use crate::lattice::{Collision, Relaxation};
+use crate::ledger::MemoryLedger;
 
 /// What lies beyond one side of a patch's active region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +83,38 @@ impl Amplitude {
             Amplitude::Sine { period } => Amplitude::Sine { period: period * scale },
             Amplitude::Table { points } => Amplitude::Table {
                 points: points.iter().map(|[t, f]| [t * scale, *f]).collect(),
+            },
+        }
+    }
+
+    /// Refuses a ramp or a period of no length (a sine of period 0 divides by
+    /// zero on the device), an empty table and a table whose times go back,
+    /// naming `key` (the amplitude's dotted key) and `unit` (its times').
+    pub fn check(&self, key: &str, unit: &str) -> Result<()> {
+        let positive = |name: &str, value: f64| match value > 0.0 && value.is_finite() {
+            true => Ok(()),
+            false => Err(Error::parameter(
+                &format!("{key}.{name}"),
+                value,
+                &format!("a time above 0, {unit}"),
+            )),
+        };
+        match self {
+            Amplitude::Constant => Ok(()),
+            Amplitude::Ramp { duration } => positive("ramp.duration", *duration),
+            Amplitude::Sine { period } => positive("sine.period", *period),
+            Amplitude::Table { points } if points.is_empty() => Err(Error::parameter(
+                &format!("{key}.table.points"),
+                "[]",
+                "at least one [t, factor] row",
+            )),
+            Amplitude::Table { points } => match points.windows(2).position(|w| w[1][0] < w[0][0]) {
+                Some(i) => Err(Error::parameter(
+                    &format!("{key}.table.points[{}]", i + 1),
+                    format!("t = {} after t = {}", points[i + 1][0], points[i][0]),
+                    "times in ascending order (two equal times make a jump)",
+                )),
+                None => Ok(()),
             },
         }
     }
@@ -190,6 +223,23 @@ pub const MAX_MACH: f64 = 0.3;
 /// near bodies and must not stop them.
 pub const DIVERGED_MACH: f64 = 1.0;
 
+/// The highest τ⁺ any level runs with. As τ grows the viscous time scale
+/// shrinks below a step and the scheme's accuracy goes (bounce-back's wall
+/// position drifts with τ, the coupling's rebuilt non-equilibrium grows with
+/// it); the largest validated is DFG 2D-1 at 320 cells per diameter, whose
+/// finest level runs at 2.1 inside every interval (docs/VALIDATION.md). τ − ½
+/// doubles with each refinement level, so the finest level meets it first.
+pub const MAX_TAU: f64 = 2.5;
+
+/// A speed a run reaches, lattice units, with the key that sets it and what
+/// lowers it: what [`LatticeConfig::check_stability`] names when it is too fast.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Speed {
+    pub key: String,
+    pub speed: f64,
+    pub remedy: String,
+}
+
 impl LatticeConfig {
     /// An unrefined `nx` x `ny` grid at rest with the default collision, no
     /// force, resting walls, no inlet and no bodies: the start of most tests.
@@ -215,31 +265,105 @@ impl LatticeConfig {
         }
     }
 
-    /// The fastest speed the configuration itself prescribes (inlet at its
-    /// peak amplitude, moving walls), lattice units.
-    pub fn prescribed_speed(&self) -> f64 {
-        let inlet = self
-            .inlet
-            .as_ref()
-            .map_or(0.0, |i| i.velocity.abs() * i.amplitude.peak());
-        self.wall_velocity
-            .iter()
-            .zip(self.boundaries)
-            .filter(|(_, e)| *e == Boundary::Wall)
-            .map(|(v, _)| v[0].hypot(v[1]))
-            .fold(inlet, f64::max)
+    /// The speeds the configuration itself prescribes, lattice units: the
+    /// inlet at its peak amplitude factor and each moving wall, named as
+    /// this type's fields are.
+    pub fn prescribed_speeds(&self) -> Vec<Speed> {
+        let inlet = self.inlet.as_ref().map(|i| Speed {
+            key: "inlet.velocity".into(),
+            speed: i.velocity.abs() * i.amplitude.peak(),
+            remedy: "lower it or the amplitude's peak".into(),
+        });
+        let walls = (0..4).filter(|&s| self.boundaries[s] == Boundary::Wall).map(|s| Speed {
+            key: format!("wall_velocity[{s}] ({} wall)", SIDE_NAMES[s]),
+            speed: self.wall_velocity[s][0].hypot(self.wall_velocity[s][1]),
+            remedy: "lower it".into(),
+        });
+        inlet.into_iter().chain(walls).collect()
     }
 
-    /// Refuses, before any work, a run whose lattice Mach number for
-    /// `max_speed` exceeds [`MAX_MACH`] or whose τ⁺ on some level is too close
-    /// to ½, naming the level and the number and what to change.
-    pub fn check_stability(&self, max_speed: f64) -> Result<()> {
-        let mach = max_speed * 3f64.sqrt();
-        if mach > MAX_MACH {
+    /// The fastest speed the body force can drive within `intervals` base
+    /// intervals, lattice units, with how it was bounded. An upper bound:
+    /// bodies only slow the flow. Along each axis the force accelerates the
+    /// fluid freely (F per interval) until something holds it:
+    /// - along a periodic axis, friction at the no-slip sides across it (a
+    ///   wall, or the inlet, which fixes the transverse velocity): the
+    ///   Poiseuille peak F H² / (8ν), with 2H for a channel one of whose sides
+    ///   slips (free-slip or outflow); with no no-slip side nothing holds it
+    ///   and the run's length bounds it;
+    /// - along a closed or open axis (walls, inlet, outflow), the pressure,
+    ///   once sound has crossed the length L: F L / c_s.
+    pub fn forced_speed(&self, intervals: u64) -> (f64, &'static str) {
+        let nu = (self.tau - 0.5) / 3.0;
+        let axis = |k: usize| -> (f64, &'static str) {
+            let force = self.force[k].abs();
+            let free = (
+                force * intervals as f64,
+                "F t: nothing holds the flow along that axis within the run",
+            );
+            if force == 0.0 {
+                return (0.0, "no force");
+            }
+            let [along, across] = [k, 1 - k].map(|a| [self.boundaries[2 * a], self.boundaries[2 * a + 1]]);
+            let (length, height) = (self.hierarchy.base[k] as f64, self.hierarchy.base[1 - k] as f64);
+            let held = if along[0] == Boundary::Periodic {
+                let no_slip = across
+                    .iter()
+                    .filter(|b| matches!(b, Boundary::Wall | Boundary::Inlet))
+                    .count();
+                let slip = across
+                    .iter()
+                    .filter(|b| matches!(b, Boundary::FreeSlip | Boundary::Outflow))
+                    .count();
+                match (no_slip, slip) {
+                    (2, _) => (
+                        force * height * height / (8.0 * nu),
+                        "the Poiseuille peak F H^2 / (8 nu) between the walls",
+                    ),
+                    (1, 1) => (
+                        force * height * height / (2.0 * nu),
+                        "the Poiseuille peak of a channel twice as wide (one side slips)",
+                    ),
+                    _ => free,
+                }
+            } else {
+                (
+                    force * length * 3f64.sqrt(),
+                    "F L / c_s: the pressure takes up the force once sound has crossed the domain",
+                )
+            };
+            if held.0 < free.0 { held } else { free }
+        };
+        let ((ux, why_x), (uy, why_y)) = (axis(0), axis(1));
+        (ux.hypot(uy), if ux >= uy { why_x } else { why_y })
+    }
+
+    /// Refuses, before any work, a run in which one of `speeds` exceeds the
+    /// lattice Mach number [`MAX_MACH`] (naming its key), a TRT magic
+    /// parameter that is not positive, or a level whose τ⁺ is too close to ½
+    /// or above [`MAX_TAU`] (naming the level, the value and what to change).
+    pub fn check_stability(&self, speeds: &[Speed]) -> Result<()> {
+        let max_speed = MAX_MACH / 3f64.sqrt();
+        for s in speeds {
+            let mach = s.speed * 3f64.sqrt();
+            if mach.is_nan() || mach > MAX_MACH {
+                return Err(Error::parameter(
+                    &s.key,
+                    format!("lattice speed {:.4}, Mach {mach:.3}", s.speed),
+                    &format!(
+                        "a lattice Mach number of at most {MAX_MACH} (lattice speed {max_speed:.4}): {}",
+                        s.remedy
+                    ),
+                ));
+            }
+        }
+        if let Collision::Trt { magic } = self.collision
+            && (magic <= 0.0 || magic.is_nan())
+        {
             return Err(Error::parameter(
-                "lattice Mach number",
-                format!("{mach:.3} (speed {max_speed:.4} / c_s)"),
-                &format!("at most {MAX_MACH}: lower the lattice velocity"),
+                "collision.magic",
+                magic,
+                "above 0 (it sets tau- = 1/2 + magic / (tau+ - 1/2); 3/16 is usual)",
             ));
         }
         let min = self.min_tau_excess();
@@ -253,6 +377,16 @@ impl LatticeConfig {
                         "at least {:.3} for {:?}: raise the resolution or the lattice velocity",
                         0.5 + min,
                         self.collision
+                    ),
+                ));
+            }
+            if tau > MAX_TAU {
+                return Err(Error::parameter(
+                    &format!("level {level} relaxation time"),
+                    format!("{tau:.5}"),
+                    &format!(
+                        "at most {MAX_TAU}, above which the scheme's accuracy goes: lower the lattice \
+                         velocity or the resolution, or drop a refinement level (tau - 1/2 doubles per level)"
                     ),
                 ));
             }
@@ -295,22 +429,14 @@ pub struct LevelPhysics {
 
 impl LatticeConfig {
     /// Every check a configuration must pass before anything is allocated or
-    /// written: the hierarchy with `tiles`, stability, boundaries, each body
-    /// on a level of the hierarchy, and each refined patch's sides. Returns
+    /// written: the hierarchy with `tiles`, stability, boundaries, the bodies
+    /// ([`LatticeConfig::check_bodies`]), and each refined patch's sides. Returns
     /// the validated hierarchy and how each patch's coupling sees its sides.
     pub fn validate(&self, tiles: &[Option<[u32; 2]>]) -> Result<(Hierarchy, Vec<Vec<PatchSides>>)> {
         let hierarchy = self.hierarchy.validate(tiles)?;
-        self.check_stability(self.prescribed_speed())?;
+        self.check_stability(&self.prescribed_speeds())?;
         self.check_boundaries()?;
-        for (b, body) in self.bodies.iter().enumerate() {
-            if body.level >= hierarchy.n_levels() {
-                return Err(Error::parameter(
-                    &format!("bodies[{b}].level"),
-                    body.level,
-                    &format!("a level of the hierarchy, 0..{}", hierarchy.n_levels()),
-                ));
-            }
-        }
+        self.check_bodies(hierarchy.n_levels())?;
         let wall_velocity = self.wall_velocity.map(|v| v.map(|c| c as f32));
         let sides = hierarchy
             .levels
@@ -329,9 +455,78 @@ impl LatticeConfig {
         Ok((hierarchy, sides))
     }
 
+    /// The device memory a run of this configuration allocates, by buffer, as
+    /// [`crate::schedule::estimate`] gives it before anything is allocated;
+    /// refused as [`LatticeConfig::validate`] refuses.
+    pub fn memory_estimate(&self, exec: &ExecConfig) -> Result<MemoryLedger> {
+        let (hierarchy, sides) = self.validate(&exec.tiles)?;
+        Ok(crate::schedule::estimate(&hierarchy, &sides, self, exec))
+    }
+
+    /// Refuses a body on a level the hierarchy lacks, and one that keeps
+    /// fewer than [`BODY_CLEARANCE`] cells of its level from a side of the
+    /// domain (periodic ones too: the rasteriser does not wrap) or, on the
+    /// finer of their levels, from another body: overlapping or touching
+    /// bodies are refused, as the rasteriser gives a shared cell to one of
+    /// them and each link's wall distance comes from one outline only, which
+    /// would make both the wall and each body's force wrong where they meet
+    /// (one polygon makes a compound body).
+    pub fn check_bodies(&self, n_levels: usize) -> Result<()> {
+        for (b, body) in self.bodies.iter().enumerate() {
+            if body.level >= n_levels {
+                return Err(Error::parameter(
+                    &format!("bodies[{b}].level"),
+                    body.level,
+                    &format!("a level of the hierarchy, 0..{n_levels}"),
+                ));
+            }
+        }
+        let [nx, ny] = self.hierarchy.base.map(f64::from);
+        for (b, body) in self.bodies.iter().enumerate() {
+            let scale = 2f64.powi(body.level as i32);
+            let [x0, y0, x1, y1] = body.shape.bounds();
+            let gaps = [x0, nx - x1, y0, ny - y1].map(|g| g * scale);
+            for (side, gap) in gaps.into_iter().enumerate() {
+                if gap.is_nan() || gap < BODY_CLEARANCE {
+                    return Err(Error::parameter(
+                        &format!("bodies[{b}]"),
+                        format!(
+                            "{gap:.2} cells of level {} from the {} side ({:?})",
+                            body.level, SIDE_NAMES[side], self.boundaries[side]
+                        ),
+                        &format!(
+                            "at least {BODY_CLEARANCE} cells of its level between a body and every side of the \
+                             domain, periodic ones included: move or shrink the body, or raise the resolution"
+                        ),
+                    ));
+                }
+            }
+            for (other, earlier) in self.bodies[..b].iter().enumerate() {
+                let level = body.level.max(earlier.level);
+                let gap = body.shape.distance(&earlier.shape) * 2f64.powi(level as i32);
+                if gap.is_nan() || gap < BODY_CLEARANCE {
+                    return Err(Error::parameter(
+                        &format!("bodies[{b}]"),
+                        if gap > 0.0 {
+                            format!("{gap:.2} cells of level {level} from bodies[{other}]")
+                        } else {
+                            format!("overlapping or touching bodies[{other}]")
+                        },
+                        &format!(
+                            "at least {BODY_CLEARANCE} cells of the finer level between two bodies (overlapping \
+                             bodies are refused: make a compound body one polygon)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses, naming the side, an inlet off x-min, an outflow off x-max, an
-    /// inlet description without an inlet side (or the reverse), an interface
-    /// on the base grid and a periodic side without its opposite.
+    /// inlet description without an inlet side (or the reverse) or with an
+    /// amplitude [`Amplitude::check`] refuses, an interface on the base grid
+    /// and a periodic side without its opposite.
     pub fn check_boundaries(&self) -> Result<()> {
         let (boundaries, has_inlet) = (&self.boundaries, self.inlet.is_some());
         for (side, boundary) in boundaries.iter().enumerate() {
@@ -355,6 +550,9 @@ impl LatticeConfig {
                 "an inlet description exactly when x_min is an inlet",
             ));
         }
+        if let Some(inlet) = &self.inlet {
+            inlet.amplitude.check("inlet.amplitude", "base intervals")?;
+        }
         for (axis, pair) in [("x", [0, 1]), ("y", [2, 3])] {
             let [a, b] = pair.map(|s| boundaries[s]);
             if a == Boundary::Interface || b == Boundary::Interface {
@@ -373,5 +571,100 @@ impl LatticeConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 32 x 16 channel with an inlet of `amplitude`.
+    fn channel(amplitude: Amplitude) -> LatticeConfig {
+        LatticeConfig {
+            inlet: Some(InletSpec {
+                profile: Profile::Uniform,
+                velocity: 0.05,
+                amplitude,
+            }),
+            ..LatticeConfig::uniform(
+                32,
+                16,
+                0.8,
+                [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
+            )
+        }
+    }
+
+    #[test]
+    fn bodies_near_a_side_or_each_other_are_refused_in_cells_of_their_level() {
+        use crate::domain::geometry::Shape;
+        let circle = |x: f64, y: f64| Body {
+            shape: Shape::Circle {
+                center: [x, y],
+                radius: 2.0,
+            },
+            level: 0,
+        };
+        let mut lattice = LatticeConfig::uniform(32, 16, 0.8, [Boundary::Periodic; 4]);
+        lattice.bodies = vec![circle(6.0, 8.0), circle(16.0, 8.0)];
+        assert!(lattice.check_bodies(1).is_ok());
+        lattice.bodies[0] = circle(3.0, 8.0);
+        let e = lattice.check_bodies(1).unwrap_err().to_string();
+        assert!(
+            e.contains("`bodies[0]` = 1.00 cells of level 0 from the x_min side (Periodic)"),
+            "{e}"
+        );
+        lattice.bodies[0] = circle(13.0, 8.0);
+        let e = lattice.check_bodies(1).unwrap_err().to_string();
+        assert!(e.contains("`bodies[1]` = overlapping or touching bodies[0]"), "{e}");
+        lattice.bodies[1].level = 1;
+        let e = lattice.check_bodies(1).unwrap_err().to_string();
+        assert!(
+            e.contains("`bodies[1].level` = 1: a level of the hierarchy, 0..1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_speed_over_the_mach_limit_names_the_field_that_sets_it() {
+        let mut lattice = LatticeConfig::uniform(32, 16, 0.8, [Boundary::Wall; 4]);
+        lattice.wall_velocity[3] = [0.1, 0.1];
+        assert!(lattice.validate(&[]).is_ok());
+        lattice.wall_velocity[3] = [0.15, 0.15];
+        let e = lattice.validate(&[]).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            e.contains("`wall_velocity[3] (y_max wall)` = lattice speed 0.2121, Mach 0.367"),
+            "{e}"
+        );
+        let e = channel(Amplitude::Table {
+            points: vec![[0.0, 0.0], [10.0, 4.0]],
+        })
+        .validate(&[])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`inlet.velocity` = lattice speed 0.2000"), "{e}");
+    }
+
+    #[test]
+    fn an_inlet_amplitude_of_no_length_is_refused_in_base_intervals() {
+        assert!(channel(Amplitude::Sine { period: 40.0 }).check_boundaries().is_ok());
+        for (amplitude, expect) in [
+            (
+                Amplitude::Ramp { duration: 0.0 },
+                "`inlet.amplitude.ramp.duration` = 0: a time above 0, base intervals",
+            ),
+            (
+                Amplitude::Sine { period: -3.0 },
+                "`inlet.amplitude.sine.period` = -3: a time above 0, base intervals",
+            ),
+            (
+                Amplitude::Table { points: vec![] },
+                "`inlet.amplitude.table.points` = []",
+            ),
+        ] {
+            let e = channel(amplitude).check_boundaries().unwrap_err().to_string();
+            assert!(e.contains(expect), "{e}");
+        }
     }
 }

@@ -14,7 +14,19 @@ use crate::device::{
 use crate::error::{Error, Result};
 use crate::kernels::{Access, FamilyVisitor, HostViews, KernelArgs, PlanTable, check_launch, dispatch};
 
-const BACKEND: &str = "cpu";
+/// The name [`Driver::backend`] gives: its buffers are host memory.
+pub const BACKEND: &str = "cpu";
+
+/// The host memory available to new allocations (`MemAvailable` of
+/// `/proc/meminfo`), or `None` where that cannot be read (not Linux).
+pub fn host_available_memory() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+}
 
 struct HostBuffer {
     label: String,
@@ -231,13 +243,10 @@ impl Driver for CpuDriver {
     }
 
     fn free_memory(&self) -> Result<u64> {
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let kib = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("MemAvailable:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        Ok(kib * 1024)
+        host_available_memory().ok_or(Error::NotAvailable {
+            what: "free host memory".into(),
+            reason: "/proc/meminfo has no MemAvailable line here",
+        })
     }
 
     fn create_stream(&mut self) -> Result<StreamId> {

@@ -32,11 +32,17 @@ pub enum Error {
     },
 
     /// A case file that is not valid TOML or does not fit the case schema
-    /// (unknown key, wrong type).
-    #[error("{}{message}", line.map_or(String::new(), |l| format!("line {l}, column {}: ", column.unwrap_or(1))))]
+    /// (unknown key, wrong type, an array of the wrong length).
+    #[error(
+        "{}{}{message}",
+        line.map_or(String::new(), |l| format!("line {l}, column {}: ", column.unwrap_or(1))),
+        key.as_ref().map_or(String::new(), |k| format!("`{k}`: "))
+    )]
     CaseSyntax {
         line: Option<usize>,
         column: Option<usize>,
+        /// The dotted key at fault, where the reader points at one.
+        key: Option<String>,
         message: String,
     },
 

@@ -46,4 +46,13 @@ impl MemoryLedger {
     pub fn total(&self) -> u64 {
         self.entries.values().sum()
     }
+    /// Bytes of the buffers of `level` (labels `L{level}.…`).
+    pub fn level(&self, level: usize) -> u64 {
+        let prefix = format!("L{level}.");
+        self.entries
+            .iter()
+            .filter(|(name, _)| name.starts_with(&prefix))
+            .map(|(_, bytes)| bytes)
+            .sum()
+    }
 }

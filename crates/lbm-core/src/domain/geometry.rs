@@ -24,6 +24,13 @@ pub const LINK_WORDS: usize = 6;
 /// The link table's value for "no fluid cell behind".
 pub const NO_CELL: u32 = u32::MAX;
 
+/// Cells of its level a body keeps from every side of the domain and from
+/// every other body. Interpolated bounce-back reads a second fluid cell behind
+/// each link, and a gap narrower than this is a channel the lattice hardly
+/// resolves; a body nearer a periodic side would also need the rasteriser to
+/// wrap, which it does not.
+pub const BODY_CLEARANCE: f64 = 4.0;
+
 /// A rigid, stationary body.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "shape", rename_all = "lowercase", deny_unknown_fields)]
@@ -163,6 +170,96 @@ impl Shape {
     }
 }
 
+impl Shape {
+    /// The shortest distance between the two shapes, 0 where they touch or
+    /// overlap.
+    pub fn distance(&self, other: &Shape) -> f64 {
+        match (self, other) {
+            (Shape::Circle { center: a, radius: ra }, Shape::Circle { center: b, radius: rb }) => {
+                (length(sub(*a, *b)) - ra - rb).max(0.0)
+            }
+            (Shape::Circle { center, radius }, shape) | (shape, Shape::Circle { center, radius }) => {
+                (shape.distance_to(*center) - radius).max(0.0)
+            }
+            (a, b) => {
+                let (a, b) = (a.outline(), b.outline());
+                let inside = |points: &[[f64; 2]], of: &[[f64; 2]]| {
+                    let polygon = Shape::Polygon { points: of.to_vec() };
+                    points.iter().any(|p| polygon.contains(*p))
+                };
+                if inside(&a, &b) || inside(&b, &a) {
+                    return 0.0;
+                }
+                edges(&a)
+                    .flat_map(|e| edges(&b).map(move |f| segments_apart(e, f)))
+                    .fold(f64::INFINITY, f64::min)
+            }
+        }
+    }
+
+    /// The distance from `p` to the shape, 0 inside it.
+    fn distance_to(&self, p: [f64; 2]) -> f64 {
+        match self {
+            Shape::Circle { center, radius } => (length(sub(p, *center)) - radius).max(0.0),
+            _ if self.contains(p) => 0.0,
+            _ => edges(&self.outline())
+                .map(|(a, b)| point_to_segment(p, a, b))
+                .fold(f64::INFINITY, f64::min),
+        }
+    }
+
+    /// The length of the outline.
+    pub fn perimeter(&self) -> f64 {
+        match self {
+            Shape::Circle { radius, .. } => 2.0 * std::f64::consts::PI * radius,
+            _ => edges(&self.outline()).map(|(a, b)| length(sub(b, a))).sum(),
+        }
+    }
+
+    /// The corners of a rectangle or polygon, in order (none for a circle).
+    fn outline(&self) -> Vec<[f64; 2]> {
+        match self {
+            Shape::Circle { .. } => Vec::new(),
+            Shape::Rectangle { min, max } => vec![*min, [max[0], min[1]], *max, [min[0], max[1]]],
+            Shape::Polygon { points } => points.clone(),
+        }
+    }
+}
+
+fn sub(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
+    [a[0] - b[0], a[1] - b[1]]
+}
+
+fn length(v: [f64; 2]) -> f64 {
+    v[0].hypot(v[1])
+}
+
+fn cross(a: [f64; 2], b: [f64; 2]) -> f64 {
+    a[0] * b[1] - a[1] * b[0]
+}
+
+fn point_to_segment(p: [f64; 2], a: [f64; 2], b: [f64; 2]) -> f64 {
+    let (ab, ap) = (sub(b, a), sub(p, a));
+    let t = ((ap[0] * ab[0] + ap[1] * ab[1]) / (ab[0] * ab[0] + ab[1] * ab[1]).max(f64::MIN_POSITIVE)).clamp(0.0, 1.0);
+    length(sub(ap, [t * ab[0], t * ab[1]]))
+}
+
+/// The distance between two segments, 0 where they cross.
+fn segments_apart((p, q): ([f64; 2], [f64; 2]), (r, s): ([f64; 2], [f64; 2])) -> f64 {
+    let side = |a: [f64; 2], b: [f64; 2], c: [f64; 2]| cross(sub(b, a), sub(c, a));
+    if side(r, s, p) * side(r, s, q) < 0.0 && side(p, q, r) * side(p, q, s) < 0.0 {
+        return 0.0;
+    }
+    [
+        point_to_segment(p, r, s),
+        point_to_segment(q, r, s),
+        point_to_segment(r, p, q),
+        point_to_segment(s, p, q),
+    ]
+    .into_iter()
+    .fold(f64::INFINITY, f64::min)
+}
+
 fn edges(points: &[[f64; 2]]) -> impl Iterator<Item = ([f64; 2], [f64; 2])> + '_ {
     points.iter().zip(points.iter().cycle().skip(1)).map(|(a, b)| (*a, *b))
 }
@@ -298,5 +395,38 @@ mod tests {
         assert!((triangle.crossing([1.5, 1.5], [-1.0, -1.0]).unwrap() - 0.5).abs() < 1e-12);
         let c = triangle.center();
         assert!((c[0] - 2.0 / 3.0).abs() < 1e-12 && (c[1] - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn distances_between_shapes_are_zero_where_they_touch_or_overlap() {
+        let circle = |x: f64, y: f64, r: f64| Shape::Circle {
+            center: [x, y],
+            radius: r,
+        };
+        let rect = |x0: f64, y0: f64, x1: f64, y1: f64| Shape::Rectangle {
+            min: [x0, y0],
+            max: [x1, y1],
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(close(circle(0.0, 0.0, 1.0).distance(&circle(5.0, 0.0, 1.0)), 3.0));
+        assert_eq!(circle(0.0, 0.0, 1.0).distance(&circle(1.5, 0.0, 1.0)), 0.0);
+        // A circle beside, inside and around a rectangle, both ways round.
+        assert!(close(circle(0.0, 0.0, 1.0).distance(&rect(3.0, -1.0, 4.0, 1.0)), 2.0));
+        assert!(close(rect(3.0, -1.0, 4.0, 1.0).distance(&circle(0.0, 0.0, 1.0)), 2.0));
+        assert!(close(
+            circle(0.0, 0.0, 1.0).distance(&rect(4.0, 4.0, 5.0, 5.0)),
+            32f64.sqrt() - 1.0
+        ));
+        assert_eq!(circle(0.5, 0.5, 0.1).distance(&rect(0.0, 0.0, 1.0, 1.0)), 0.0);
+        assert_eq!(circle(0.5, 0.5, 9.0).distance(&rect(0.0, 0.0, 1.0, 1.0)), 0.0);
+        // Polygons: apart, one inside the other, and crossing with no corner
+        // inside the other (a plus sign).
+        assert!(close(rect(0.0, 0.0, 1.0, 1.0).distance(&rect(3.0, 0.5, 4.0, 2.0)), 2.0));
+        assert_eq!(rect(0.0, 0.0, 4.0, 4.0).distance(&rect(1.0, 1.0, 2.0, 2.0)), 0.0);
+        assert_eq!(rect(-2.0, -0.1, 2.0, 0.1).distance(&rect(-0.1, -2.0, 0.1, 2.0)), 0.0);
+        let triangle = Shape::Polygon {
+            points: vec![[0.0, 0.0], [2.0, 0.0], [0.0, 2.0]],
+        };
+        assert!(close(triangle.distance(&rect(2.0, 2.0, 3.0, 3.0)), 2f64.sqrt()));
     }
 }
