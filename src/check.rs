@@ -226,9 +226,6 @@ pub fn pilot_required_for(
     })
 }
 
-/// What is legal but doubtful: τ near ½, a Mach number above 0.1, a body
-/// close to its patch's edge.
-
 /// What a run needs in memory, found before anything is allocated: its device
 /// buffers (lbm-core's estimate, the same ledger the stepper keeps) and the
 /// host's working memory at its two peaks.
