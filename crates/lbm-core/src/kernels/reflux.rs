@@ -13,7 +13,9 @@ use crate::domain::sides::{PatchSide, is_interface};
 use crate::error::{LaunchProblem, Result};
 use crate::lattice::{C, OPP, Q, W};
 
-use super::{ArgReader, BufferUse, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect};
+use super::{
+    ArgReader, BufferUse, ExactShape, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect,
+};
 
 /// `accumulate_fine_flux`: one thread per parent ring cell of a fine patch. Adds a
 /// quarter of the mass its ghost cells send into the active region minus the
@@ -81,6 +83,9 @@ impl KernelArgs for AccumulateFineFlux {
     }
 }
 
+/// The launch shape of `correct_interface_mass`.
+const ONE_BLOCK: ExactShape = ExactShape { blocks: 1 };
+
 /// `correct_interface_mass`: one block of 256 threads striding over the parent
 /// ring cells. The mass the parent exchanged with its covered cells over its hop
 /// (from `coarse_t`) and the fine flux measured over the two fine hops should
@@ -121,7 +126,7 @@ impl KernelArgs for CorrectInterfaceMass {
         push_layout(&mut args, &self.coarse);
         push_rect(&mut args, &self.covered);
         args.push(Arg::U32(PatchSide::pack(self.kinds)));
-        Launch::linear(Kernel::CorrectInterfaceMass, BLOCK_THREADS as usize, args)
+        ONE_BLOCK.launch(Kernel::CorrectInterfaceMass, args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
@@ -142,8 +147,8 @@ impl KernelArgs for CorrectInterfaceMass {
 
     /// One block reduces the whole ring; its shared memory is sized for
     /// exactly this block.
-    fn required_block(&self) -> Option<u32> {
-        Some(BLOCK_THREADS)
+    fn required_shape(&self) -> Option<ExactShape> {
+        Some(ONE_BLOCK)
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
