@@ -1,6 +1,6 @@
-//! The fixed summation order of a kernel that reduces inside a block of
-//! [`BLOCK_THREADS`] threads (`accumulate_exchange`), for its CPU reference
-//! to mirror: thread `t` sums its items `t`, `t + T`,
+//! The fixed summation order of the kernels that reduce inside a block of
+//! [`BLOCK_THREADS`] threads (`accumulate_exchange`, `correct_interface_mass`),
+//! for their CPU references to mirror: thread `t` sums its items `t`, `t + T`,
 //! `t + 2T`, ... in that order in f64, starting from 0.0; then a tree in
 //! shared memory combines the partial sums (for `s = T/2, T/4, ..., 1`:
 //! `p[i] += p[i + s]` for every `i < s`), and `p[0]` is the block's total.

@@ -13,6 +13,7 @@ use crate::domain::sides::{PatchSide, is_interface};
 use crate::error::{LaunchProblem, Result};
 use crate::lattice::{C, OPP, Q, W};
 
+use super::reduce::BlockSum;
 use super::{
     ArgReader, BufferUse, ExactShape, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect,
 };
@@ -225,8 +226,10 @@ pub fn accumulate_fine_flux(k: &AccumulateFineFlux, fine: &[f32], flux: &mut [f3
 /// proportion to the weights, which leaves momentum unchanged. Only the sum is
 /// used: per cell, coarse and fine links attribute corner fluxes to different ring
 /// cells, so a cell-by-cell correction would move mass along the ring even in a
-/// uniform flow that the coupling already carries exactly. The flux slots are
-/// reset for the next hop.
+/// uniform flow that the coupling already carries exactly. The sum is taken in
+/// the kernel's order (`kernels::reduce`: the block's threads over strided
+/// ring slots, then its tree), so the share is the kernel's bit for bit. The
+/// flux slots are reset for the next hop.
 pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f32], flux: &mut [f32]) {
     let layout = k.coarse;
     let plane = layout.plane_cells();
@@ -235,7 +238,7 @@ pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f3
     if n_ring == 0 {
         return;
     }
-    let mut excess = 0.0f64;
+    let mut excess = BlockSum::<1>::new();
     for (slot, fine_flux) in flux.iter_mut().enumerate().take(n_ring) {
         let (x, y) = ring_cell(&cov, k.kinds, slot);
         let index = layout.index(x, y);
@@ -248,9 +251,10 @@ pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f3
             let n = layout.index(nx as u32, ny as u32);
             coarse_net += t0[OPP[j] * plane + n] - t0[j * plane + index];
         }
-        excess += (coarse_net + *fine_flux) as f64;
+        excess.add(slot, [(coarse_net + *fine_flux) as f64]);
         *fine_flux = 0.0;
     }
+    let [excess] = excess.total();
     let share = (excess / n_ring as f64) as f32;
     for slot in 0..n_ring {
         let (x, y) = ring_cell(&cov, k.kinds, slot);
