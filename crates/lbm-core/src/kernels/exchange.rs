@@ -150,7 +150,7 @@ impl AccumulateExchange {
 /// the contributions of the links of slot `s` among links `t`, `t + T`,
 /// `t + 2T`, ... (T = [`BLOCK_THREADS`]) in that order; the block's tree of
 /// `kernels::reduce` combines the threads' sums, and the total is added once
-/// to the slot's interval words and, when a window is open, to its window
+/// to the slot's interval words and, while a window is observed, to its window
 /// words. So the result depends on nothing but `f`, the link table and the
 /// accumulators, bit for bit on every backend and run. A link naming a slot
 /// of `n_slots` or more contributes nothing, as no block takes it.
