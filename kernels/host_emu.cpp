@@ -51,11 +51,6 @@ static inline unsigned int __float_as_uint(float f) {
     std::memcpy(&u, &f, sizeof u);
     return u;
 }
-static inline double atomicAdd(double* address, double value) {
-    const double old = *address;
-    *address = old + value;
-    return old;
-}
 static inline unsigned int atomicMin(unsigned int* address, unsigned int value) {
     const unsigned int old = *address;
     *address = old < value ? old : value;
@@ -94,7 +89,7 @@ static const EmuKernel EMU_KERNELS[] = {
     {"restrict_to_parent", [](void** p) { emu_call(restrict_to_parent, p); }, false},
     {"accumulate_fine_flux", [](void** p) { emu_call(accumulate_fine_flux, p); }, false},
     {"correct_interface_mass", [](void** p) { emu_call(correct_interface_mass, p); }, true},
-    {"accumulate_exchange", [](void** p) { emu_call(accumulate_exchange, p); }, false},
+    {"accumulate_exchange", [](void** p) { emu_call(accumulate_exchange, p); }, true},
     {"update_boundary_state", [](void** p) { emu_call(update_boundary_state, p); }, false},
     {"check_health", [](void** p) { emu_call(check_health, p); }, false},
     {"save_moments", [](void** p) { emu_call(save_moments, p); }, false},

@@ -17,9 +17,9 @@
 // result is deterministic run to run.
 //
 // Both mirror lbm_core::kernels::reflux::{accumulate_fine_flux, correct_interface_mass}
-// per cell. What they do not do: the CPU sums the ring in slot order and this
-// kernel in tree order (both in f64), so the share can differ from the CPU's in
-// the last bit; they do not check the geometry (the host validates it) and do
+// per cell, and the CPU sums the ring in this kernel's order
+// (lbm_core::kernels::reduce), so the share is the CPU's bit for bit. What they
+// do not do: they do not check the geometry (the host validates it) and do
 // not touch the covered cells' populations.
 #include "common.cuh"
 

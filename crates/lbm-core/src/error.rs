@@ -189,8 +189,17 @@ pub enum LaunchProblem {
     EmptyGrid { grid: [u32; 3], block: [u32; 3] },
     #[error("block {block:?} has more than {max} threads")]
     BlockTooLarge { block: [u32; 3], max: u32 },
-    #[error("block {block:?} must be exactly {required} threads")]
-    BlockShape { block: [u32; 3], required: u32 },
+    /// A kernel that reduces inside its blocks launched in another shape than
+    /// the one its shared memory and summation order are written for.
+    #[error(
+        "grid {grid:?} x block {block:?} is not the shape this reduction takes, grid {required_grid:?} x block {required_block:?}"
+    )]
+    ExactShape {
+        grid: [u32; 3],
+        block: [u32; 3],
+        required_grid: [u32; 3],
+        required_block: [u32; 3],
+    },
     #[error("{threads} threads do not cover the {items} work items")]
     GridTooSmall { threads: u64, items: u64 },
     #[error("`{param}` is required: {why}")]

@@ -153,7 +153,9 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
             f: b(0),
             plane_cells: coarse.plane_cells() as u32,
             links: b(1),
-            n_links: 40,
+            // More links than a block has threads, over several slots.
+            n_links: 600,
+            n_slots: 3,
             interval: b(2),
             window: Some(b(3)),
         }
@@ -234,14 +236,36 @@ fn buffer_arg(launch: &Launch, n: usize) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
+/// Whether `kernel` reduces inside its blocks, so takes one exact shape.
+fn reduces_in_blocks(kernel: Kernel) -> bool {
+    matches!(kernel, Kernel::CorrectInterfaceMass | Kernel::AccumulateExchange)
+}
+
 /// The ways [`spoiled_launches`] spoils a launch.
 const SPOILINGS: &[(&str, Spoil)] = &[
     ("a zero grid", |l| with(l, |l| l.grid = [0, 1, 1])),
     ("a block over 1024 threads", |l| with(l, |l| l.block = [2048, 1, 1])),
     ("a grid short of the work", |l| {
-        // Only kernels with more than one block of work can be short.
-        (l.threads() > u64::from(BLOCK_THREADS) && l.kernel != Kernel::CorrectInterfaceMass)
+        // Only kernels with more than one block of work can be short; a
+        // reduction's grid is spoiled below.
+        (l.threads() > u64::from(BLOCK_THREADS) && !reduces_in_blocks(l.kernel))
             .then(|| with(l, |l| l.grid[0] -= 1))
+            .flatten()
+    }),
+    ("a reduction's block of another size", |l| {
+        // Enough threads in all, but the tree is written for its block.
+        reduces_in_blocks(l.kernel)
+            .then(|| {
+                with(l, |l| {
+                    l.block[0] /= 2;
+                    l.grid[0] *= 2;
+                })
+            })
+            .flatten()
+    }),
+    ("a reduction's grid of another size", |l| {
+        reduces_in_blocks(l.kernel)
+            .then(|| with(l, |l| l.grid[0] += 1))
             .flatten()
     }),
     ("one argument too few", |l| {

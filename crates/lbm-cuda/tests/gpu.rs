@@ -8,11 +8,13 @@
 //! kernel source on the CPU instead, through `lbm_cuda::emu::EmuDriver`
 //! (`lbm_cuda::testing::open_device` picks). Outputs are poisoned (NaN, or
 //! random garbage for kernels that accumulate) before each launch, so a cell the GPU forgets to
-//! write shows up as a mismatch; nothing is ever tested on zeros. Results are
-//! compared with a tolerance (1e-5 relative and absolute for f32, 1e-9 for the
-//! f64 exchange sums, whose atomic order differs); how many values agree bit for
-//! bit is printed as well, since the kernels are meant to round exactly like the
-//! CPU. The one exception is the sine amplitude of `update_boundary_state`:
+//! write shows up as a mismatch; nothing is ever tested on zeros. The f64
+//! exchange sums, kernel and stepper ledgers alike, and the populations that
+//! `correct_interface_mass` corrects must match bit for bit (both sides sum
+//! in one fixed order); other results are compared with a
+//! tolerance (1e-5 relative and absolute for f32), and how many values agree
+//! bit for bit is printed as well, since the kernels are meant to round exactly
+//! like the CPU. The one exception is the sine amplitude of `update_boundary_state`:
 //! CUDA's `sinf` is not the host libm's, so its factor is compared within 1e-6
 //! while every other amplitude must match bit for bit. Buffers a launch passes
 //! but must not read (wall distances without interpolated walls, the inlet
@@ -22,7 +24,7 @@
 
 use bytemuck::Pod;
 use lbm_core::config::{Amplitude, InletSpec, Profile};
-use lbm_core::device::{Action, StreamId};
+use lbm_core::device::{Action, BLOCK_THREADS, StreamId};
 use lbm_core::domain::geometry::{Body, FLAG_FLUID, FLAG_SOLID, LINK_WORDS, NO_CELL, Shape};
 use lbm_core::domain::hierarchy::{HierarchySpec, Layout, Rect};
 use lbm_core::domain::order::{fine_covered, inlet_samples, ring_cells};
@@ -156,6 +158,32 @@ impl Twin {
         let (cpu, gpu) = self.download::<f32>(id, n);
         assert_close(what, &cpu, &gpu, 1e-5);
     }
+}
+
+/// Every value bit for bit (a NaN too, payload included: widening to f64
+/// keeps every bit of an f32).
+fn assert_bitwise<T: Copy + Into<f64>>(what: &str, cpu: &[T], gpu: &[T]) {
+    assert_eq!(cpu.len(), gpu.len(), "{what}: lengths differ");
+    let bad: Vec<String> = cpu
+        .iter()
+        .zip(gpu)
+        .map(|(c, g)| -> (f64, f64) { ((*c).into(), (*g).into()) })
+        .enumerate()
+        .filter(|(_, (c, g))| c.to_bits() != g.to_bits())
+        .map(|(k, (c, g))| format!("[{k}] cpu {c:e} gpu {g:e}"))
+        .collect();
+    eprintln!(
+        "{what}: {} of {} values bit-identical",
+        cpu.len() - bad.len(),
+        cpu.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{what}: {} of {} values differ in their bits; first: {}",
+        bad.len(),
+        cpu.len(),
+        bad.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+    );
 }
 
 /// Element-wise `|gpu - cpu| <= tol * (1 + |cpu|)`, NaN only where the CPU has
@@ -442,7 +470,9 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
                     k.coarse_t1 = twin.buffer("coarse_t1", &random_populations(&mut rng, plane)).into();
                     k.flux = twin.buffer("flux", &garbage(&mut rng, n_ring)).into();
                     twin.launch(&k.launch());
-                    twin.compare_f32(&what, k.coarse_t1.id, Q * plane);
+                    // The ring's sum is taken in one order on both sides.
+                    let (cpu, gpu) = twin.download::<f32>(k.coarse_t1.id, Q * plane);
+                    assert_bitwise(&what, &cpu, &gpu);
                     twin.compare_f32(&format!("{what} flux"), k.flux.id, n_ring);
                 }
                 _ => continue,
@@ -453,14 +483,30 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
     }
 }
 
+/// `accumulate_exchange` on random tables over several body slots (and a
+/// slot beyond them, whose links count for no body), with fewer links than a
+/// block has threads, exactly as many and more, from accumulators poisoned
+/// with garbage: both must hold the CPU's bits, a closed window must stay
+/// untouched, and a second launch from the same start must give the same
+/// bits again (no order left to chance).
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn accumulate_exchange_matches_the_cpu() {
     let mut twin = Twin::new();
     let mut rng = Rng(3);
     let plane = 700usize;
-    let n_bodies = 3usize;
-    for (n_links, window) in [(1u32, "own"), (5000, "own"), (5000, "closed"), (0, "own")] {
+    let n_slots = 3u32;
+    let block = BLOCK_THREADS;
+    let cases = [
+        (0, "own"),
+        (1, "own"),
+        (block - 1, "own"),
+        (block, "own"),
+        (block + 1, "closed"),
+        (5000, "own"),
+        (5000, "closed"),
+    ];
+    for (n_links, window) in cases {
         let f = twin.buffer("f", &random_populations(&mut rng, plane));
         let links: Vec<u32> = (0..n_links)
             .flat_map(|_| {
@@ -471,7 +517,7 @@ fn accumulate_exchange_matches_the_cpu() {
                 };
                 [
                     rng.below(plane as u32),
-                    (1 + rng.below(8)) | (rng.below(n_bodies as u32) << 4),
+                    (1 + rng.below(8)) | (rng.below(n_slots + 1) << 4),
                     rng.range(-6.0, 6.0).to_bits(),
                     rng.range(-6.0, 6.0).to_bits(),
                     wall_q(&mut rng).to_bits(),
@@ -481,7 +527,7 @@ fn accumulate_exchange_matches_the_cpu() {
             .collect();
         assert_eq!(links.len(), LINK_WORDS * n_links as usize);
         let links = twin.buffer("links", &links);
-        let words = n_bodies * EXCHANGE_WORDS;
+        let words = n_slots as usize * EXCHANGE_WORDS;
         let start: Vec<f64> = (0..words).map(|_| rng.range(-10.0, 10.0) as f64).collect();
         let interval = twin.buffer("interval", &start);
         // A closed window is absent from the launch; its buffer must stay untouched.
@@ -491,30 +537,26 @@ fn accumulate_exchange_matches_the_cpu() {
             plane_cells: plane as u32,
             links: links.into(),
             n_links,
+            n_slots,
             interval: interval.into(),
             window: (window == "own").then_some(window_buffer.into()),
         }
         .launch();
         twin.launch(&launch);
-        let (cpu, gpu) = twin.download::<f64>(interval, words);
-        assert_close(
-            &format!("exchange interval, {n_links} links, window {window}"),
-            &cpu,
-            &gpu,
-            1e-9,
-        );
-        if window_buffer != interval {
-            let (cpu, gpu) = twin.download::<f64>(window_buffer, words);
-            assert_close(
-                &format!("exchange window, {n_links} links, window {window}"),
-                &cpu,
-                &gpu,
-                1e-9,
-            );
-            if window == "closed" {
-                assert_eq!(gpu, start, "a closed window must stay untouched");
-            }
+        let what = format!("{n_links} links, window {window}");
+        let (cpu, first) = twin.download::<f64>(interval, words);
+        assert_bitwise(&format!("exchange interval, {what}"), &cpu, &first);
+        let (cpu, gpu) = twin.download::<f64>(window_buffer, words);
+        assert_bitwise(&format!("exchange window, {what}"), &cpu, &gpu);
+        if window == "closed" {
+            assert_bitwise(&format!("closed window, {what}"), &start, &gpu);
         }
+        twin.gpu.upload(interval, 0, bytemuck::cast_slice(&start)).unwrap();
+        twin.gpu.upload(window_buffer, 0, bytemuck::cast_slice(&start)).unwrap();
+        twin.gpu.launch(&launch).unwrap();
+        twin.gpu.synchronize().unwrap();
+        let (_, again) = twin.download::<f64>(interval, words);
+        assert_bitwise(&format!("exchange interval run again, {what}"), &first, &again);
     }
 }
 
@@ -748,11 +790,10 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
                 (g.time_start, g.time_end, g.sample_count),
                 (c.time_start, c.time_end, c.sample_count)
             );
-            assert_close(
+            assert_bitwise(
                 &format!("raw exchange, {at}"),
                 &[c.force[0], c.force[1], c.torque],
                 &[g.force[0], g.force[1], g.torque],
-                1e-6,
             );
             assert!(c.force[0].abs() > 0.0, "the body feels the flow");
             let (c, g) = (
@@ -763,11 +804,10 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
                 (g.time_start, g.time_end, g.sample_count),
                 (c.time_start, c.time_end, c.sample_count)
             );
-            assert_close(
+            assert_bitwise(
                 &format!("exchange window, {at}"),
                 &[c.force[0], c.force[1], c.torque],
                 &[g.force[0], g.force[1], g.torque],
-                1e-6,
             );
             let (c, g) = (cpu.total_mass().unwrap(), gpu.total_mass().unwrap());
             assert!((c - g).abs() <= 1e-6 * c.abs(), "total mass, {at}: cpu {c} gpu {g}");
@@ -924,9 +964,17 @@ fn save_moments_matches_the_cpu_bit_for_bit() {
     }
 }
 
+/// What a link table of a sample may name: cells of its population planes
+/// and body slots.
+struct LinkSpace {
+    plane_cells: u32,
+    n_slots: u32,
+}
+
 /// Random contents for buffer `param` of a sample launch (`bytes` long): the
 /// kind of data the kernel expects there, so that its paths are exercised.
-fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, plane_cells: u32) -> Vec<u8> {
+fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, table: &LinkSpace) -> Vec<u8> {
+    let plane_cells = table.plane_cells;
     let floats = bytes / 4;
     let words: Vec<u32> = match param {
         "flags" => return (0..bytes).map(|_| (rng.below(100) < 10) as u8).collect(),
@@ -951,7 +999,7 @@ fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, plane_cells: u32) -
                 };
                 [
                     rng.below(plane_cells),
-                    1 + rng.below(8),
+                    (1 + rng.below(8)) | (rng.below(table.n_slots) << 4),
                     rng.range(-3.0, 3.0).to_bits(),
                     rng.range(-3.0, 3.0).to_bits(),
                     wall_q(rng).to_bits(),
@@ -988,12 +1036,21 @@ fn every_family_sample_matches_the_cpu() {
     assert_eq!(samples, gpu_samples, "the samples got the same buffers on both drivers");
     for (launch, _) in &samples {
         let uses = lbm_core::kernels::uses_of(launch).unwrap();
-        let plane_cells = match launch.args.get(1) {
-            Some(lbm_core::Arg::U32(cells)) if launch.kernel == Kernel::AccumulateExchange => *cells,
-            _ => 1,
+        let table = match launch.kernel {
+            Kernel::AccumulateExchange => {
+                let k = AccumulateExchange::decode(launch).unwrap();
+                LinkSpace {
+                    plane_cells: k.plane_cells,
+                    n_slots: k.n_slots,
+                }
+            }
+            _ => LinkSpace {
+                plane_cells: 1,
+                n_slots: 1,
+            },
         };
         for u in &uses {
-            let data = sample_contents(&mut rng, u.param, u.bytes, plane_cells);
+            let data = sample_contents(&mut rng, u.param, u.bytes, &table);
             twin.cpu.upload(u.buffer.id, 0, &data).unwrap();
             twin.gpu.upload(u.buffer.id, 0, &data).unwrap();
         }
@@ -1011,7 +1068,7 @@ fn every_family_sample_matches_the_cpu() {
                 }
                 8 => {
                     let (cpu, gpu) = twin.download::<f64>(u.buffer.id, u.bytes / 8);
-                    assert_close(&what, &cpu, &gpu, 1e-9);
+                    assert_bitwise(&what, &cpu, &gpu);
                 }
                 _ => twin.compare_f32(&what, u.buffer.id, u.bytes / 4),
             }

@@ -84,10 +84,15 @@ fn check<K: KernelArgs>(
             max: MAX_BLOCK_THREADS,
         });
     }
-    if let Some(required) = k.required_block()
-        && (block != [required, 1, 1] || grid != [1, 1, 1])
+    if let Some(shape) = k.required_shape()
+        && (grid != shape.grid() || block != shape.block())
     {
-        return Err(LaunchProblem::BlockShape { block, required });
+        return Err(LaunchProblem::ExactShape {
+            grid,
+            block,
+            required_grid: shape.grid(),
+            required_block: shape.block(),
+        });
     }
     k.check_shape()?;
     let items = k.work_items() as u64;

@@ -24,8 +24,9 @@ mod args;
 mod check;
 mod constants;
 mod host;
+mod reduce;
 
-use crate::device::{BufferRef, Kernel, Launch};
+use crate::device::{Arg, BLOCK_THREADS, BufferRef, Kernel, Launch};
 use crate::domain::hierarchy::Layout;
 use crate::error::{LaunchProblem, Result};
 use crate::lattice::Q;
@@ -82,6 +83,32 @@ impl BufferUse {
     }
 }
 
+/// The launch shape of a kernel that reduces inside its blocks: `blocks`
+/// one-dimensional blocks of [`BLOCK_THREADS`] threads, the block size its
+/// shared memory and its reduction tree are written for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExactShape {
+    pub blocks: u32,
+}
+
+impl ExactShape {
+    pub fn grid(self) -> [u32; 3] {
+        [self.blocks, 1, 1]
+    }
+    pub fn block(self) -> [u32; 3] {
+        [BLOCK_THREADS, 1, 1]
+    }
+    /// A launch of `kernel` in this shape.
+    pub fn launch(self, kernel: Kernel, args: Vec<Arg>) -> Launch {
+        Launch {
+            kernel,
+            grid: self.grid(),
+            block: self.block(),
+            args,
+        }
+    }
+}
+
 /// Bytes of the nine f32 population planes of `layout`.
 pub fn population_bytes(layout: &Layout) -> usize {
     Q * layout.plane_cells() * 4
@@ -105,8 +132,10 @@ pub trait KernelArgs: Sized {
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem>;
     /// Every buffer the kernel reads or writes, with the bytes it reaches.
     fn buffer_uses(&self) -> Vec<BufferUse>;
-    /// The launch's block shape when the kernel needs a particular one.
-    fn required_block(&self) -> Option<u32> {
+    /// The one grid and block the kernel accepts, for a kernel that reduces
+    /// inside its blocks: its shared memory and summation order are fixed for
+    /// exactly that shape.
+    fn required_shape(&self) -> Option<ExactShape> {
         None
     }
     /// Runs the CPU reference over `views`, which hold every buffer of

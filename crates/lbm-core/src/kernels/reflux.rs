@@ -13,7 +13,10 @@ use crate::domain::sides::{PatchSide, is_interface};
 use crate::error::{LaunchProblem, Result};
 use crate::lattice::{C, OPP, Q, W};
 
-use super::{ArgReader, BufferUse, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect};
+use super::reduce::BlockSum;
+use super::{
+    ArgReader, BufferUse, ExactShape, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect,
+};
 
 /// `accumulate_fine_flux`: one thread per parent ring cell of a fine patch. Adds a
 /// quarter of the mass its ghost cells send into the active region minus the
@@ -81,6 +84,9 @@ impl KernelArgs for AccumulateFineFlux {
     }
 }
 
+/// The launch shape of `correct_interface_mass`.
+const ONE_BLOCK: ExactShape = ExactShape { blocks: 1 };
+
 /// `correct_interface_mass`: one block of 256 threads striding over the parent
 /// ring cells. The mass the parent exchanged with its covered cells over its hop
 /// (from `coarse_t`) and the fine flux measured over the two fine hops should
@@ -121,7 +127,7 @@ impl KernelArgs for CorrectInterfaceMass {
         push_layout(&mut args, &self.coarse);
         push_rect(&mut args, &self.covered);
         args.push(Arg::U32(PatchSide::pack(self.kinds)));
-        Launch::linear(Kernel::CorrectInterfaceMass, BLOCK_THREADS as usize, args)
+        ONE_BLOCK.launch(Kernel::CorrectInterfaceMass, args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
@@ -142,8 +148,8 @@ impl KernelArgs for CorrectInterfaceMass {
 
     /// One block reduces the whole ring; its shared memory is sized for
     /// exactly this block.
-    fn required_block(&self) -> Option<u32> {
-        Some(BLOCK_THREADS)
+    fn required_shape(&self) -> Option<ExactShape> {
+        Some(ONE_BLOCK)
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
@@ -220,8 +226,10 @@ pub fn accumulate_fine_flux(k: &AccumulateFineFlux, fine: &[f32], flux: &mut [f3
 /// proportion to the weights, which leaves momentum unchanged. Only the sum is
 /// used: per cell, coarse and fine links attribute corner fluxes to different ring
 /// cells, so a cell-by-cell correction would move mass along the ring even in a
-/// uniform flow that the coupling already carries exactly. The flux slots are
-/// reset for the next hop.
+/// uniform flow that the coupling already carries exactly. The sum is taken in
+/// the kernel's order (`kernels::reduce`: the block's threads over strided
+/// ring slots, then its tree), so the share is the kernel's bit for bit. The
+/// flux slots are reset for the next hop.
 pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f32], flux: &mut [f32]) {
     let layout = k.coarse;
     let plane = layout.plane_cells();
@@ -230,7 +238,7 @@ pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f3
     if n_ring == 0 {
         return;
     }
-    let mut excess = 0.0f64;
+    let mut excess = BlockSum::<1>::new();
     for (slot, fine_flux) in flux.iter_mut().enumerate().take(n_ring) {
         let (x, y) = ring_cell(&cov, k.kinds, slot);
         let index = layout.index(x, y);
@@ -243,9 +251,10 @@ pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f3
             let n = layout.index(nx as u32, ny as u32);
             coarse_net += t0[OPP[j] * plane + n] - t0[j * plane + index];
         }
-        excess += (coarse_net + *fine_flux) as f64;
+        excess.add(slot, [(coarse_net + *fine_flux) as f64]);
         *fine_flux = 0.0;
     }
+    let [excess] = excess.total();
     let share = (excess / n_ring as f64) as f32;
     for slot in 0..n_ring {
         let (x, y) = ring_cell(&cov, k.kinds, slot);

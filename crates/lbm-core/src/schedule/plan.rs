@@ -245,6 +245,7 @@ impl Builder<'_> {
                     plane_cells: patch.layout.plane_cells() as u32,
                     links: ex.links.into(),
                     n_links: ex.n_links,
+                    n_slots: self.resources.body_slots[level].len() as u32,
                     interval: acc.interval.into(),
                     window: acc.window.map(Into::into),
                 }
