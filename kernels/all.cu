@@ -10,3 +10,4 @@
 #include "exchange.cu"
 #include "boundary.cu"
 #include "health.cu"
+#include "producer.cu"

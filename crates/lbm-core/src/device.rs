@@ -97,10 +97,18 @@ pub enum Kernel {
     UpdateBoundaryState,
     /// The first non-finite and the first too-fast fluid cell of a patch.
     CheckHealth,
+    /// Ring producer: a fixed byte count from one source.
+    ProduceStatic,
+    /// Ring producer: a row count read on the device, up to an upper bound.
+    ProducePrefix,
+    /// Ring producer: several byte ranges of one source, back to back.
+    ProduceChunked,
+    /// Ring producer: a record header written on the device, then a payload.
+    ProduceRecord,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 8] = [
+    pub const ALL: [Kernel; 12] = [
         Kernel::StreamCollide,
         Kernel::FillGhost,
         Kernel::RestrictToParent,
@@ -109,6 +117,10 @@ impl Kernel {
         Kernel::AccumulateExchange,
         Kernel::UpdateBoundaryState,
         Kernel::CheckHealth,
+        Kernel::ProduceStatic,
+        Kernel::ProducePrefix,
+        Kernel::ProduceChunked,
+        Kernel::ProduceRecord,
     ];
 
     /// The name of the `__global__` function in `kernels/`.
@@ -122,13 +134,17 @@ impl Kernel {
             Kernel::AccumulateExchange => "accumulate_exchange",
             Kernel::UpdateBoundaryState => "update_boundary_state",
             Kernel::CheckHealth => "check_health",
+            Kernel::ProduceStatic => "produce_static",
+            Kernel::ProducePrefix => "produce_prefix",
+            Kernel::ProduceChunked => "produce_chunked",
+            Kernel::ProduceRecord => "produce_record",
         }
     }
 
     /// The parameter names of the `__global__` function, in order: what a
     /// launch log prints beside each argument.
     pub fn params(self) -> &'static [&'static str] {
-        use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, refine, reflux};
+        use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, producer, refine, reflux};
         match self {
             Kernel::StreamCollide => lbm::StreamCollide::PARAMS,
             Kernel::FillGhost => refine::FillGhost::PARAMS,
@@ -138,6 +154,10 @@ impl Kernel {
             Kernel::AccumulateExchange => exchange::AccumulateExchange::PARAMS,
             Kernel::UpdateBoundaryState => boundary::UpdateBoundaryState::PARAMS,
             Kernel::CheckHealth => health::CheckHealth::PARAMS,
+            Kernel::ProduceStatic => producer::ProduceStatic::PARAMS,
+            Kernel::ProducePrefix => producer::ProducePrefix::PARAMS,
+            Kernel::ProduceChunked => producer::ProduceChunked::PARAMS,
+            Kernel::ProduceRecord => producer::ProduceRecord::PARAMS,
         }
     }
 }

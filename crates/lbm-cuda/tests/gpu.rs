@@ -31,6 +31,7 @@ use lbm_core::kernels::boundary::UpdateBoundaryState;
 use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS};
 use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::StreamCollide;
+use lbm_core::kernels::producer::{ProduceChunked, RingControl};
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
 use lbm_core::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use lbm_core::lattice::{self, Collision, Moments, Q};
@@ -873,6 +874,49 @@ fn check_health_matches_the_cpu() {
     assert!(found.iter().all(|n| *n >= 6), "the cases find too little: {found:?}");
 }
 
+/// Whether `kernel` is a ring producer, whose buffers are bytes.
+fn is_producer(kernel: Kernel) -> bool {
+    matches!(
+        kernel,
+        Kernel::ProduceStatic | Kernel::ProducePrefix | Kernel::ProduceChunked | Kernel::ProduceRecord
+    )
+}
+
+/// Random contents for buffer `param` of a producer's sample `launch`: any
+/// bytes to move, a control block with a large head and a counter at 0 (as
+/// between launches), a row count now and then over the bound, and a valid
+/// chunk table (a spoiled one is a case of `producers_match_the_cpu`).
+fn producer_contents(rng: &mut Rng, launch: &Launch, param: &str, bytes: usize) -> Vec<u8> {
+    match param {
+        "control" => RingControl {
+            head: rng.next() >> 24,
+            tail: 0,
+            sequence: rng.next() >> 8,
+            arrival: 0,
+            flags: rng.below(4),
+        }
+        .to_bytes()
+        .to_vec(),
+        "row_count" => rng.below(50).to_le_bytes().to_vec(),
+        "chunks" => {
+            let k = ProduceChunked::decode(launch).unwrap();
+            // Random cuts of total_bytes into n_chunks pieces, each placed
+            // anywhere in the source it fits.
+            let mut cuts: Vec<u64> = (1..k.n_chunks).map(|_| rng.next() % (k.total_bytes + 1)).collect();
+            cuts.extend([0, k.total_bytes]);
+            cuts.sort_unstable();
+            cuts.windows(2)
+                .flat_map(|w| {
+                    let size = w[1] - w[0];
+                    [rng.next() % (k.src_bytes - size + 1), size]
+                })
+                .flat_map(u64::to_le_bytes)
+                .collect()
+        }
+        _ => (0..bytes).map(|_| rng.next() as u8).collect(),
+    }
+}
+
 /// Random contents for buffer `param` of a sample launch (`bytes` long): the
 /// kind of data the kernel expects there, so that its paths are exercised.
 fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, plane_cells: u32) -> Vec<u8> {
@@ -942,7 +986,10 @@ fn every_family_sample_matches_the_cpu() {
             _ => 1,
         };
         for u in &uses {
-            let data = sample_contents(&mut rng, u.param, u.bytes, plane_cells);
+            let data = match is_producer(launch.kernel) {
+                true => producer_contents(&mut rng, launch, u.param, u.bytes),
+                false => sample_contents(&mut rng, u.param, u.bytes, plane_cells),
+            };
             twin.cpu.upload(u.buffer.id, 0, &data).unwrap();
             twin.gpu.upload(u.buffer.id, 0, &data).unwrap();
         }
@@ -950,6 +997,11 @@ fn every_family_sample_matches_the_cpu() {
         for u in uses.iter().filter(|u| u.access != lbm_core::kernels::Access::Read) {
             let what = format!("{} sample, {}", launch.kernel, u.param);
             match u.align {
+                // Bytes moved and control words: exact.
+                _ if is_producer(launch.kernel) => {
+                    let (cpu, gpu) = twin.download::<u8>(u.buffer.id, u.bytes);
+                    assert!(cpu == gpu, "{what}: the bytes differ");
+                }
                 // Cell indices, which an f32 comparison would take for tiny
                 // denormals all within tolerance of each other.
                 _ if launch.kernel == Kernel::CheckHealth => {

@@ -16,6 +16,7 @@ pub mod boundary;
 pub mod exchange;
 pub mod health;
 pub mod lbm;
+pub mod producer;
 pub mod refine;
 pub mod reflux;
 
@@ -132,6 +133,10 @@ pub fn dispatch<V: FamilyVisitor>(launch: &Launch, visitor: V) -> V::Output {
         Kernel::AccumulateExchange => visitor.visit::<exchange::AccumulateExchange>(launch),
         Kernel::UpdateBoundaryState => visitor.visit::<boundary::UpdateBoundaryState>(launch),
         Kernel::CheckHealth => visitor.visit::<health::CheckHealth>(launch),
+        Kernel::ProduceStatic => visitor.visit::<producer::ProduceStatic>(launch),
+        Kernel::ProducePrefix => visitor.visit::<producer::ProducePrefix>(launch),
+        Kernel::ProduceChunked => visitor.visit::<producer::ProduceChunked>(launch),
+        Kernel::ProduceRecord => visitor.visit::<producer::ProduceRecord>(launch),
     }
 }
 
@@ -145,4 +150,16 @@ pub fn uses_of(launch: &Launch) -> Result<Vec<BufferUse>> {
         }
     }
     dispatch(launch, Uses)
+}
+
+/// The work items the grid of `launch` must cover, from its family.
+pub fn work_items_of(launch: &Launch) -> Result<usize> {
+    struct Items;
+    impl FamilyVisitor for Items {
+        type Output = Result<usize>;
+        fn visit<K: KernelArgs>(self, launch: &Launch) -> Self::Output {
+            Ok(K::decode(launch)?.work_items())
+        }
+    }
+    dispatch(launch, Items)
 }
