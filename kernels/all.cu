@@ -11,3 +11,4 @@
 #include "boundary.cu"
 #include "health.cu"
 #include "moments.cu"
+#include "producer.cu"

@@ -27,3 +27,24 @@
 #define LBM_INLET_SAMPLES_PER_ROW 3  // order::INLET_SAMPLES_PER_ROW
 // order::inlet_sample: the sample a population arriving in `row` along a direction with y component `cy` takes.
 #define LBM_INLET_SAMPLE(row, cy) (LBM_INLET_SAMPLES_PER_ROW * (row) + 1 - (cy))
+#define LBM_RING_HEAD 0u  // producer::CONTROL_HEAD
+#define LBM_RING_TAIL 8u  // producer::CONTROL_TAIL
+#define LBM_RING_SEQUENCE 16u  // producer::CONTROL_SEQUENCE
+#define LBM_RING_ARRIVAL 24u  // producer::CONTROL_ARRIVAL
+#define LBM_RING_FLAGS 28u  // producer::CONTROL_FLAGS
+#define LBM_RING_CONTROL_BYTES 32u  // producer::CONTROL_BYTES
+#define LBM_RING_CHUNK_ENTRY_BYTES 16u  // producer::CHUNK_ENTRY_BYTES
+#define LBM_RECORD_KIND_AT 4u  // producer::RECORD_KIND_AT
+#define LBM_RECORD_SEQUENCE_AT 8u  // producer::RECORD_SEQUENCE_AT
+#define LBM_RECORD_STEP_AT 16u  // producer::RECORD_STEP_AT
+#define LBM_RECORD_PAYLOAD_AT 24u  // producer::RECORD_PAYLOAD_AT
+#define LBM_RECORD_BYTES_AT 32u  // producer::RECORD_BYTES_AT
+#define LBM_RECORD_CHECK_AT 40u  // producer::RECORD_CHECK_AT
+#define LBM_RING_FLAG_PREFIX_CLAMPED 1u  // producer::FLAG_PREFIX_CLAMPED
+#define LBM_RING_FLAG_BAD_CHUNKS 2u  // producer::FLAG_BAD_CHUNKS
+#define LBM_RING_MAX_CHUNKS 64u  // producer::MAX_CHUNKS
+#define LBM_RECORD_MAGIC 0x524d424cu  // producer::RECORD_MAGIC ("LBMR")
+#define LBM_RECORD_HEADER_BYTES 48ull  // producer::RECORD_HEADER_BYTES
+#define LBM_RECORD_ALIGN 16ull  // producer::RECORD_ALIGN
+#define LBM_FNV_OFFSET 0xcbf29ce484222325ull  // producer::FNV_OFFSET
+#define LBM_FNV_PRIME 0x100000001b3ull  // producer::FNV_PRIME

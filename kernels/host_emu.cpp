@@ -30,7 +30,7 @@
 struct EmuIndex {
     unsigned int x, y, z;
 };
-static thread_local EmuIndex threadIdx, blockIdx, blockDim;
+static thread_local EmuIndex threadIdx, blockIdx, blockDim, gridDim;
 static thread_local std::barrier<>* emu_block_barrier = nullptr;
 static thread_local bool emu_sync_missing = false;
 
@@ -56,6 +56,25 @@ static inline unsigned int atomicMin(unsigned int* address, unsigned int value) 
     *address = old < value ? old : value;
     return old;
 }
+// The producers' arrival counter: only thread 0 of the one block in flight
+// touches it, so plain reads and writes stand in for the atomics.
+static inline unsigned int atomicAdd(unsigned int* address, unsigned int value) {
+    const unsigned int old = *address;
+    *address = old + value;
+    return old;
+}
+static inline unsigned int atomicExch(unsigned int* address, unsigned int value) {
+    const unsigned int old = *address;
+    *address = value;
+    return old;
+}
+// Blocks run one after another and a block's threads meet at a real barrier,
+// so there is nothing further to order.
+static inline void __threadfence() {}
+// CUDA's built-in vector type, as the producers copy 16-byte words.
+struct uint4 {
+    unsigned int x, y, z, w;
+};
 
 #define __device__
 #define __forceinline__ inline
@@ -93,6 +112,10 @@ static const EmuKernel EMU_KERNELS[] = {
     {"update_boundary_state", [](void** p) { emu_call(update_boundary_state, p); }, false},
     {"check_health", [](void** p) { emu_call(check_health, p); }, false},
     {"save_moments", [](void** p) { emu_call(save_moments, p); }, false},
+    {"produce_static", [](void** p) { emu_call(produce_static, p); }, true},
+    {"produce_prefix", [](void** p) { emu_call(produce_prefix, p); }, true},
+    {"produce_chunked", [](void** p) { emu_call(produce_chunked, p); }, true},
+    {"produce_record", [](void** p) { emu_call(produce_record, p); }, true},
 };
 
 // `__shared__` statics and the block barrier allow one block in flight.
@@ -118,6 +141,7 @@ extern "C" int lbm_emu_launch(const char* name, unsigned int grid, unsigned int 
                 blockIdx = {b, 0, 0};
                 threadIdx = {t, 0, 0};
                 blockDim = {block, 1, 1};
+                gridDim = {grid, 1, 1};
                 emu_sync_missing = false;
                 kernel->call(params);
                 sync_missing = sync_missing || emu_sync_missing;
@@ -132,6 +156,7 @@ extern "C" int lbm_emu_launch(const char* name, unsigned int grid, unsigned int 
                 blockIdx = {b, 0, 0};
                 threadIdx = {t, 0, 0};
                 blockDim = {block, 1, 1};
+                gridDim = {grid, 1, 1};
                 emu_block_barrier = &barrier;
                 kernel->call(params);
             });

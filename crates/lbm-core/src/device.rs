@@ -99,10 +99,18 @@ pub enum Kernel {
     CheckHealth,
     /// A patch's density and velocity into staging, for the outputs.
     SaveMoments,
+    /// Ring producer: a fixed byte count from one source.
+    ProduceStatic,
+    /// Ring producer: a row count read on the device, up to an upper bound.
+    ProducePrefix,
+    /// Ring producer: several byte ranges of one source, back to back.
+    ProduceChunked,
+    /// Ring producer: a record header written on the device, then a payload.
+    ProduceRecord,
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 9] = [
+    pub const ALL: [Kernel; 13] = [
         Kernel::StreamCollide,
         Kernel::FillGhost,
         Kernel::RestrictToParent,
@@ -112,6 +120,10 @@ impl Kernel {
         Kernel::UpdateBoundaryState,
         Kernel::CheckHealth,
         Kernel::SaveMoments,
+        Kernel::ProduceStatic,
+        Kernel::ProducePrefix,
+        Kernel::ProduceChunked,
+        Kernel::ProduceRecord,
     ];
 
     /// The name of the `__global__` function in `kernels/`.
@@ -126,13 +138,17 @@ impl Kernel {
             Kernel::UpdateBoundaryState => "update_boundary_state",
             Kernel::CheckHealth => "check_health",
             Kernel::SaveMoments => "save_moments",
+            Kernel::ProduceStatic => "produce_static",
+            Kernel::ProducePrefix => "produce_prefix",
+            Kernel::ProduceChunked => "produce_chunked",
+            Kernel::ProduceRecord => "produce_record",
         }
     }
 
     /// The parameter names of the `__global__` function, in order: what a
     /// launch log prints beside each argument.
     pub fn params(self) -> &'static [&'static str] {
-        use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, moments, refine, reflux};
+        use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, moments, producer, refine, reflux};
         match self {
             Kernel::StreamCollide => lbm::StreamCollide::PARAMS,
             Kernel::FillGhost => refine::FillGhost::PARAMS,
@@ -143,6 +159,10 @@ impl Kernel {
             Kernel::UpdateBoundaryState => boundary::UpdateBoundaryState::PARAMS,
             Kernel::CheckHealth => health::CheckHealth::PARAMS,
             Kernel::SaveMoments => moments::SaveMoments::PARAMS,
+            Kernel::ProduceStatic => producer::ProduceStatic::PARAMS,
+            Kernel::ProducePrefix => producer::ProducePrefix::PARAMS,
+            Kernel::ProduceChunked => producer::ProduceChunked::PARAMS,
+            Kernel::ProduceRecord => producer::ProduceRecord::PARAMS,
         }
     }
 }

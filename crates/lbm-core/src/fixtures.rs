@@ -18,6 +18,7 @@ use crate::kernels::exchange::AccumulateExchange;
 use crate::kernels::health::CheckHealth;
 use crate::kernels::lbm::StreamCollide;
 use crate::kernels::moments::SaveMoments;
+use crate::kernels::producer::{ProduceChunked, ProducePrefix, ProduceRecord, ProduceStatic, RingTarget};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
 use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use crate::lattice::{Collision, Q, Relaxation};
@@ -69,7 +70,9 @@ pub fn benchmark_physics() -> LevelPhysics {
 /// One sample launch per kernel, in [`Kernel::ALL`] order, over buffers named
 /// by `buffer(k)` (k counts a sample's buffers from 0). Each sample exercises
 /// the kernel's less common paths: tiles, a wall side, an inlet, a window, a
-/// speed limit that random flows exceed here and there.
+/// speed limit that random flows exceed here and there; producers into a ring
+/// of odd capacity (so a random head wraps), on grids that do not match their
+/// bytes, the chunked one with fewer blocks than chunks.
 pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
     let b = &buffer;
     let coarse = Layout {
@@ -185,7 +188,51 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
             force: [1e-5, -2e-5],
         }
         .launch(),
+        ProduceStatic {
+            src: b(0),
+            ring: sample_ring(b(1), b(2)),
+            nbytes: 700,
+            blocks: 3,
+        }
+        .launch(),
+        ProducePrefix {
+            src: b(0),
+            row_count: b(1),
+            ring: sample_ring(b(2), b(3)),
+            row_bytes: 12,
+            max_rows: 40,
+            blocks: 2,
+        }
+        .launch(),
+        ProduceChunked {
+            src: b(0),
+            chunks: b(1),
+            ring: sample_ring(b(2), b(3)),
+            src_bytes: 600,
+            n_chunks: 5,
+            total_bytes: 500,
+            blocks: 3,
+        }
+        .launch(),
+        ProduceRecord {
+            payload: b(0),
+            ring: sample_ring(b(1), b(2)),
+            payload_bytes: 300,
+            kind: 7,
+            step: 123_456_789,
+            blocks: 2,
+        }
+        .launch(),
     ]
+}
+
+/// The samples' ring: 777 bytes, so that positions wrap at an odd place.
+fn sample_ring(data: BufferRef, control: BufferRef) -> RingTarget {
+    RingTarget {
+        data,
+        control,
+        capacity: 777,
+    }
 }
 
 /// [`sample_launches`] over buffers allocated on `driver` (zeroed), each as
@@ -241,14 +288,31 @@ fn reduces_in_blocks(kernel: Kernel) -> bool {
     matches!(kernel, Kernel::CorrectInterfaceMass | Kernel::AccumulateExchange)
 }
 
+/// Index of the first buffer argument whose use needs more than byte alignment.
+fn aligned_buffer_arg(launch: &Launch) -> Option<usize> {
+    let uses = crate::kernels::uses_of(launch).ok()?;
+    launch.args.iter().position(|a| match a {
+        Arg::Buffer { id, .. } => uses.iter().any(|u| u.buffer.id == *id && u.align > 1),
+        _ => false,
+    })
+}
+
+/// Index of the `capacity` argument of a producer launch.
+fn capacity_arg(launch: &Launch) -> Option<usize> {
+    launch.kernel.params().iter().position(|p| *p == "capacity")
+}
+
 /// The ways [`spoiled_launches`] spoils a launch.
 const SPOILINGS: &[(&str, Spoil)] = &[
     ("a zero grid", |l| with(l, |l| l.grid = [0, 1, 1])),
     ("a block over 1024 threads", |l| with(l, |l| l.block = [2048, 1, 1])),
     ("a grid short of the work", |l| {
         // Only kernels with more than one block of work can be short; a
-        // reduction's grid is spoiled below.
-        (l.threads() > u64::from(BLOCK_THREADS) && !reduces_in_blocks(l.kernel))
+        // grid-stride kernel covers its work with any grid; a reduction's
+        // grid is spoiled below.
+        let one_less = l.threads() - u64::from(l.block[0]);
+        let items = crate::kernels::work_items_of(l).ok()? as u64;
+        (l.threads() > u64::from(BLOCK_THREADS) && !reduces_in_blocks(l.kernel) && items > one_less)
             .then(|| with(l, |l| l.grid[0] -= 1))
             .flatten()
     }),
@@ -279,7 +343,7 @@ const SPOILINGS: &[(&str, Spoil)] = &[
         with(l, |l| l.args[at] = Arg::from(BufferRef::from(BufferId(9999))))
     }),
     ("a misaligned offset", |l| {
-        let at = buffer_arg(l, 0)?;
+        let at = aligned_buffer_arg(l)?;
         with(l, |l| {
             if let Arg::Buffer { byte_offset, .. } = &mut l.args[at] {
                 *byte_offset = 2;
@@ -314,6 +378,10 @@ const SPOILINGS: &[(&str, Spoil)] = &[
         Kernel::StreamCollide => with(l, |l| l.args[4] = Arg::NoBuffer),
         Kernel::UpdateBoundaryState => with(l, |l| l.args[1] = Arg::NoBuffer),
         _ => None,
+    }),
+    ("a producer moving more than its ring holds", |l| {
+        let at = capacity_arg(l)?;
+        with(l, |l| l.args[at] = Arg::U64(1))
     }),
     ("a presence flag that contradicts its buffer", |l| match l.kernel {
         Kernel::StreamCollide | Kernel::AccumulateExchange => with(l, |l| *l.args.last_mut().unwrap() = Arg::U32(0)),

@@ -1,5 +1,6 @@
 //! GPU tests: every kernel on `CudaDriver` against the `CpuDriver` reference on
-//! random inputs, and a whole refined run with a body on both backends.
+//! random inputs, a whole refined run with a body on both backends, and the
+//! ring producers' case matrix (`ring_producer::fixtures`) byte for byte.
 //!
 //! They need an NVIDIA GPU and are `#[ignore]`d so that plain `cargo test` passes
 //! everywhere; run them on the device machine with `--include-ignored` (as
@@ -34,6 +35,7 @@ use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS};
 use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::StreamCollide;
 use lbm_core::kernels::moments::SaveMoments;
+use lbm_core::kernels::producer::{ProduceChunked, RingControl};
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
 use lbm_core::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use lbm_core::lattice::{self, Collision, Moments, Q};
@@ -971,6 +973,50 @@ struct LinkSpace {
     n_slots: u32,
 }
 
+
+/// Whether `kernel` is a ring producer, whose buffers are bytes.
+fn is_producer(kernel: Kernel) -> bool {
+    matches!(
+        kernel,
+        Kernel::ProduceStatic | Kernel::ProducePrefix | Kernel::ProduceChunked | Kernel::ProduceRecord
+    )
+}
+
+/// Random contents for buffer `param` of a producer's sample `launch`: any
+/// bytes to move, a control block with a large head and a counter at 0 (as
+/// between launches), a row count now and then over the bound, and a valid
+/// chunk table (a spoiled one is a case of `producers_match_the_cpu`).
+fn producer_contents(rng: &mut Rng, launch: &Launch, param: &str, bytes: usize) -> Vec<u8> {
+    match param {
+        "control" => RingControl {
+            head: rng.next() >> 24,
+            tail: 0,
+            sequence: rng.next() >> 8,
+            arrival: 0,
+            flags: rng.below(4),
+        }
+        .to_bytes()
+        .to_vec(),
+        "row_count" => rng.below(50).to_le_bytes().to_vec(),
+        "chunks" => {
+            let k = ProduceChunked::decode(launch).unwrap();
+            // Random cuts of total_bytes into n_chunks pieces, each placed
+            // anywhere in the source it fits.
+            let mut cuts: Vec<u64> = (1..k.n_chunks).map(|_| rng.next() % (k.total_bytes + 1)).collect();
+            cuts.extend([0, k.total_bytes]);
+            cuts.sort_unstable();
+            cuts.windows(2)
+                .flat_map(|w| {
+                    let size = w[1] - w[0];
+                    [rng.next() % (k.src_bytes - size + 1), size]
+                })
+                .flat_map(u64::to_le_bytes)
+                .collect()
+        }
+        _ => (0..bytes).map(|_| rng.next() as u8).collect(),
+    }
+}
+
 /// Random contents for buffer `param` of a sample launch (`bytes` long): the
 /// kind of data the kernel expects there, so that its paths are exercised.
 fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, table: &LinkSpace) -> Vec<u8> {
@@ -1050,7 +1096,10 @@ fn every_family_sample_matches_the_cpu() {
             },
         };
         for u in &uses {
-            let data = sample_contents(&mut rng, u.param, u.bytes, &table);
+            let data = match is_producer(launch.kernel) {
+                true => producer_contents(&mut rng, launch, u.param, u.bytes),
+                false => sample_contents(&mut rng, u.param, u.bytes, &table),
+            };
             twin.cpu.upload(u.buffer.id, 0, &data).unwrap();
             twin.gpu.upload(u.buffer.id, 0, &data).unwrap();
         }
@@ -1058,6 +1107,11 @@ fn every_family_sample_matches_the_cpu() {
         for u in uses.iter().filter(|u| u.access != lbm_core::kernels::Access::Read) {
             let what = format!("{} sample, {}", launch.kernel, u.param);
             match u.align {
+                // Bytes moved and control words: exact.
+                _ if is_producer(launch.kernel) => {
+                    let (cpu, gpu) = twin.download::<u8>(u.buffer.id, u.bytes);
+                    assert!(cpu == gpu, "{what}: the bytes differ");
+                }
                 // Cell indices, which an f32 comparison would take for tiny
                 // denormals all within tolerance of each other.
                 _ if launch.kernel == Kernel::CheckHealth => {
@@ -1074,4 +1128,100 @@ fn every_family_sample_matches_the_cpu() {
             }
         }
     }
+}
+
+/// The first byte at which two rings differ, for the message.
+fn first_difference(cpu: &[u8], gpu: &[u8]) -> Option<usize> {
+    cpu.iter().zip(gpu).position(|(c, g)| c != g)
+}
+
+/// Every producer case of `ring_producer::fixtures` (static copies at the
+/// 16 KiB boundaries and wrapping, prefixes of 0, 1 and a few rows under a
+/// large bound, 1, 3 and 64 chunks and a spoiled table, records across the
+/// ring's end, mixed grids on one counter, a counter left behind) on the
+/// device and on the CPU, rings poisoned: after every launch the whole ring
+/// and its control block agree byte for byte, and with the case's
+/// expectation. Then the widest static and chunked grids alternate on one
+/// ring, many times on a GPU, where blocks really race to arrive.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn producers_match_the_cpu_byte_for_byte() {
+    let mut twin = Twin::new();
+    for case in ring_producer::fixtures::producer_cases() {
+        let cpu = case.run(&mut twin.cpu).unwrap();
+        let gpu = case.run(&mut *twin.gpu).unwrap();
+        for (k, ((c, g), (control, data))) in cpu.iter().zip(&gpu).zip(case.expected()).enumerate() {
+            let what = format!("{}, launch {k} of {}", case.name, c.launch.kernel);
+            assert_eq!(g.launch, c.launch, "{what}: the launches");
+            assert_eq!(g.control, c.control, "{what}: the control block");
+            if let Some(at) = first_difference(&c.data, &g.data) {
+                panic!(
+                    "{what}: ring byte {at} is {} on the device, {} on the CPU",
+                    g.data[at], c.data[at]
+                );
+            }
+            assert_eq!(c.control, control, "{what}: the CPU's control block");
+            assert!(c.data == data, "{what}: the CPU's ring");
+        }
+        let grids: Vec<u32> = cpu.iter().map(|p| p.launch.grid[0]).collect();
+        eprintln!("{}: grids {grids:?}, rings and control blocks identical", case.name);
+    }
+    let repeats = if twin.is_cuda { 200 } else { 2 };
+    race_the_widest_grids(&mut twin, repeats);
+}
+
+/// `repeats` pairs of a 264-block static copy and a 256-block chunked copy of
+/// 64 chunks on one ring, with no wait between them; then the counter is at
+/// 0, every launch was published once, and the ring is the CPU's.
+fn race_the_widest_grids(twin: &mut Twin, repeats: u64) {
+    use ring_producer::{Chunk, ChunkTable, PRODUCER_BYTES_PER_BLOCK, Ring};
+    let nbytes = 264 * PRODUCER_BYTES_PER_BLOCK + 5;
+    let chunk_bytes = 4 * PRODUCER_BYTES_PER_BLOCK + 3;
+    let chunks: Vec<Chunk> = (0..64)
+        .map(|k| Chunk {
+            offset: k * chunk_bytes,
+            bytes: chunk_bytes,
+        })
+        .collect();
+    let mut cpu_and_gpu = Vec::new();
+    for d in [&mut twin.cpu as &mut dyn Driver, &mut *twin.gpu] {
+        let ring = Ring::new(d, "race", 3 * nbytes + 11).unwrap();
+        let src = d.alloc("race.src", nbytes as usize).unwrap();
+        d.upload(src, 0, &ring_producer::fixtures::pattern(9, nbytes as usize))
+            .unwrap();
+        let table = ChunkTable::new(d, "race.chunks", nbytes, &chunks).unwrap();
+        let launches = [
+            ring.static_launch(src.into(), nbytes).unwrap(),
+            ring.chunked_launch(src.into(), &table).unwrap(),
+        ];
+        assert_eq!([launches[0].grid[0], launches[1].grid[0]], [264, 256]);
+        for _ in 0..repeats {
+            for launch in &launches {
+                d.launch(launch).unwrap();
+            }
+        }
+        d.synchronize().unwrap();
+        let control = ring.read_control(d).unwrap();
+        let mut data = vec![0u8; ring.capacity() as usize];
+        d.download(ring.data(), 0, &mut data).unwrap();
+        cpu_and_gpu.push((control, data));
+    }
+    let (cpu, gpu) = (&cpu_and_gpu[0], &cpu_and_gpu[1]);
+    let want = RingControl {
+        head: repeats * (nbytes + 64 * chunk_bytes),
+        sequence: 2 * repeats,
+        ..RingControl::default()
+    };
+    assert_eq!(gpu.0, want, "the control block after {repeats} races");
+    assert_eq!(cpu.0, want, "the CPU's control block");
+    if let Some(at) = first_difference(&cpu.1, &gpu.1) {
+        panic!(
+            "race: ring byte {at} is {} on the device, {} on the CPU",
+            gpu.1[at], cpu.1[at]
+        );
+    }
+    eprintln!(
+        "race: {} launches of 264 and 256 blocks, each published once, the counter at 0",
+        2 * repeats
+    );
 }

@@ -85,6 +85,12 @@ impl<'a> ArgReader<'a> {
             (i, other) => Err(self.kind_error(i, "u32", &format!("{other:?}"))),
         }
     }
+    pub(super) fn u64(&mut self) -> Result<u64> {
+        match self.take() {
+            (_, Arg::U64(v)) => Ok(*v),
+            (i, other) => Err(self.kind_error(i, "u64", &format!("{other:?}"))),
+        }
+    }
     /// A u32 flag that must say whether `buffer` is present.
     pub(super) fn presence(&mut self, param: &'static str, present: bool) -> Result<()> {
         let value = self.u32()?;

@@ -5,7 +5,7 @@
 use crate::domain::sides::PatchSide;
 use crate::lattice::Q;
 
-use super::{exchange, refine};
+use super::{exchange, producer, refine};
 
 /// The text of `kernels/constants.cuh`: every constant the kernels share with
 /// Rust, generated from the Rust values (`cargo xtask ptx` writes the file; the
@@ -92,5 +92,56 @@ pub fn cuda_constants() -> String {
             .to_owned(),
     );
     lines.push("#define LBM_INLET_SAMPLE(row, cy) (LBM_INLET_SAMPLES_PER_ROW * (row) + 1 - (cy))".to_owned());
+    ring_constants(&mut lines);
     lines.join("\n") + "\n"
+}
+
+/// The ring's control block and record header layouts and the producers'
+/// limits (`kernels::producer`).
+fn ring_constants(lines: &mut Vec<String>) {
+    use producer::*;
+    let mut define = |name: &str, value: String, from: &str| {
+        lines.push(format!("#define {name} {value}  // producer::{from}"));
+    };
+    for (name, value, from) in [
+        ("LBM_RING_HEAD", CONTROL_HEAD, "CONTROL_HEAD"),
+        ("LBM_RING_TAIL", CONTROL_TAIL, "CONTROL_TAIL"),
+        ("LBM_RING_SEQUENCE", CONTROL_SEQUENCE, "CONTROL_SEQUENCE"),
+        ("LBM_RING_ARRIVAL", CONTROL_ARRIVAL, "CONTROL_ARRIVAL"),
+        ("LBM_RING_FLAGS", CONTROL_FLAGS, "CONTROL_FLAGS"),
+        ("LBM_RING_CONTROL_BYTES", CONTROL_BYTES, "CONTROL_BYTES"),
+        ("LBM_RING_CHUNK_ENTRY_BYTES", CHUNK_ENTRY_BYTES, "CHUNK_ENTRY_BYTES"),
+        ("LBM_RECORD_KIND_AT", RECORD_KIND_AT, "RECORD_KIND_AT"),
+        ("LBM_RECORD_SEQUENCE_AT", RECORD_SEQUENCE_AT, "RECORD_SEQUENCE_AT"),
+        ("LBM_RECORD_STEP_AT", RECORD_STEP_AT, "RECORD_STEP_AT"),
+        ("LBM_RECORD_PAYLOAD_AT", RECORD_PAYLOAD_AT, "RECORD_PAYLOAD_AT"),
+        ("LBM_RECORD_BYTES_AT", RECORD_BYTES_AT, "RECORD_BYTES_AT"),
+        ("LBM_RECORD_CHECK_AT", RECORD_CHECK_AT, "RECORD_CHECK_AT"),
+    ] {
+        define(name, format!("{value}u"), from);
+    }
+    define(
+        "LBM_RING_FLAG_PREFIX_CLAMPED",
+        format!("{FLAG_PREFIX_CLAMPED}u"),
+        "FLAG_PREFIX_CLAMPED",
+    );
+    define(
+        "LBM_RING_FLAG_BAD_CHUNKS",
+        format!("{FLAG_BAD_CHUNKS}u"),
+        "FLAG_BAD_CHUNKS",
+    );
+    define("LBM_RING_MAX_CHUNKS", format!("{MAX_CHUNKS}u"), "MAX_CHUNKS");
+    define(
+        "LBM_RECORD_MAGIC",
+        format!("{RECORD_MAGIC:#010x}u"),
+        "RECORD_MAGIC (\"LBMR\")",
+    );
+    define(
+        "LBM_RECORD_HEADER_BYTES",
+        format!("{RECORD_HEADER_BYTES}ull"),
+        "RECORD_HEADER_BYTES",
+    );
+    define("LBM_RECORD_ALIGN", format!("{RECORD_ALIGN}ull"), "RECORD_ALIGN");
+    define("LBM_FNV_OFFSET", format!("{FNV_OFFSET:#018x}ull"), "FNV_OFFSET");
+    define("LBM_FNV_PRIME", format!("{FNV_PRIME:#x}ull"), "FNV_PRIME");
 }

@@ -17,6 +17,7 @@ pub mod exchange;
 pub mod health;
 pub mod lbm;
 pub mod moments;
+pub mod producer;
 pub mod refine;
 pub mod reflux;
 
@@ -163,6 +164,10 @@ pub fn dispatch<V: FamilyVisitor>(launch: &Launch, visitor: V) -> V::Output {
         Kernel::UpdateBoundaryState => visitor.visit::<boundary::UpdateBoundaryState>(launch),
         Kernel::CheckHealth => visitor.visit::<health::CheckHealth>(launch),
         Kernel::SaveMoments => visitor.visit::<moments::SaveMoments>(launch),
+        Kernel::ProduceStatic => visitor.visit::<producer::ProduceStatic>(launch),
+        Kernel::ProducePrefix => visitor.visit::<producer::ProducePrefix>(launch),
+        Kernel::ProduceChunked => visitor.visit::<producer::ProduceChunked>(launch),
+        Kernel::ProduceRecord => visitor.visit::<producer::ProduceRecord>(launch),
     }
 }
 
@@ -176,4 +181,16 @@ pub fn uses_of(launch: &Launch) -> Result<Vec<BufferUse>> {
         }
     }
     dispatch(launch, Uses)
+}
+
+/// The work items the grid of `launch` must cover, from its family.
+pub fn work_items_of(launch: &Launch) -> Result<usize> {
+    struct Items;
+    impl FamilyVisitor for Items {
+        type Output = Result<usize>;
+        fn visit<K: KernelArgs>(self, launch: &Launch) -> Self::Output {
+            Ok(K::decode(launch)?.work_items())
+        }
+    }
+    dispatch(launch, Items)
 }
