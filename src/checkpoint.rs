@@ -264,6 +264,33 @@ mod tests {
         std::fs::remove_dir_all(out).unwrap();
     }
 
+    /// The runner's state goes through JSON: every f64 must come back with
+    /// its bits (serde_json's default parser is off by an ulp now and then,
+    /// which turned a resumed run's `time_s` from 0.9500000000000001 to 0.95).
+    #[test]
+    fn floats_come_back_with_their_bits() {
+        let out = scratch("floats");
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let values: Vec<f64> = (0..20_000)
+            .map(|k| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                match k % 2 {
+                    0 => f64::from_bits(x >> 2),
+                    _ => (k as f64) * 1.6666666666666666e-3,
+                }
+            })
+            .filter(|v| v.is_finite())
+            .collect();
+        write(&out, &plan(), &snapshot(1), &values).unwrap();
+        let (found, _) = latest::<Vec<f64>>(&out);
+        let back = found.unwrap().run;
+        let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&back), bits(&values));
+        std::fs::remove_dir_all(out).unwrap();
+    }
+
     #[test]
     fn a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
         let out = scratch("damaged");

@@ -973,7 +973,6 @@ struct LinkSpace {
     n_slots: u32,
 }
 
-
 /// Whether `kernel` is a ring producer, whose buffers are bytes.
 fn is_producer(kernel: Kernel) -> bool {
     matches!(
