@@ -47,9 +47,18 @@ impl Signals {
 
 struct Watch {
     last_progress: Instant,
+    /// The summary a stall writes, as of `summary_at`; its interval count
+    /// and checkpoint are brought up to date from the beats.
     summary: Summary,
+    summary_at: Instant,
+    completed_intervals: u64,
+    checkpoint: Option<String>,
     done: bool,
 }
+
+/// How often a beat rebuilds the summary a stall would write: the summary
+/// walks the run's force history, too much for every chunk of a small case.
+const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 
 /// The watchdog thread of one run; see the module documentation.
 pub struct Watchdog {
@@ -62,7 +71,10 @@ impl Watchdog {
     pub fn start(out: PathBuf, period: Duration, summary: Summary) -> Watchdog {
         let watch = Arc::new(Mutex::new(Watch {
             last_progress: Instant::now(),
+            completed_intervals: summary.completed_intervals,
+            checkpoint: summary.checkpoint.clone(),
             summary,
+            summary_at: Instant::now(),
             done: false,
         }));
         let shared = watch.clone();
@@ -77,6 +89,8 @@ impl Watchdog {
                 if watch.last_progress.elapsed() >= period {
                     let mut summary = watch.summary.clone();
                     summary.ended = Ending::Stalled;
+                    summary.completed_intervals = watch.completed_intervals;
+                    summary.checkpoint = watch.checkpoint.clone();
                     let last = summary.completed_intervals;
                     let error = format!(
                         "the run stalled: no interval completed for {:.0} s after interval {last} \
@@ -100,12 +114,18 @@ impl Watchdog {
         Watchdog { watch }
     }
 
-    /// Intervals completed: the stall clock restarts, and `summary` is what
-    /// a stall from now on would report.
-    pub fn beat(&self, summary: Summary) {
+    /// `completed_intervals` are done and the newest checkpoint is
+    /// `checkpoint`: the stall clock restarts. `summary` (called at most once
+    /// a second) is what a stall from now on would report.
+    pub fn beat(&self, completed_intervals: u64, checkpoint: Option<&String>, summary: impl FnOnce() -> Summary) {
         let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
         watch.last_progress = Instant::now();
-        watch.summary = summary;
+        watch.completed_intervals = completed_intervals;
+        watch.checkpoint = checkpoint.cloned();
+        if watch.summary_at.elapsed() >= SUMMARY_EVERY {
+            watch.summary = summary();
+            watch.summary_at = Instant::now();
+        }
     }
 }
 

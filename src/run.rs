@@ -852,7 +852,9 @@ impl<D: Driver> Session<'_, D> {
                 last_checkpoint = Instant::now();
             }
             progress.update(done, &self.state.coefficients);
-            watchdog.beat(self.summary(Ending::Stalled, None, None));
+            watchdog.beat(done, self.last_checkpoint.as_ref(), || {
+                self.summary(Ending::Stalled, None, None)
+            });
             if signals.raised() {
                 return Ok(Ending::Interrupted);
             }

@@ -22,6 +22,13 @@ fn steps() -> u64 {
     std::env::var("LBM_TEST_STEPS").map_or(120, |s| s.parse().expect("LBM_TEST_STEPS is a count"))
 }
 
+/// The wall limit of the runs that stop at one: two seconds on the CPU; a
+/// GPU run starting with others on the same device needs longer before its
+/// first interval.
+fn wall_limit() -> f64 {
+    std::env::var("LBM_TEST_WALL_SECONDS").map_or(2.0, |s| s.parse().expect("LBM_TEST_WALL_SECONDS is seconds"))
+}
+
 fn backend() -> String {
     std::env::var("LBM_TEST_BACKEND").unwrap_or_else(|_| "cpu".into())
 }
@@ -231,9 +238,7 @@ fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
     let root = scratch("wall");
     let case = write_case(&root, &case_text());
     let out = root.join("out");
-    // Two seconds on the CPU; a GPU run starting with others on the same
-    // device needs longer before its first interval (LBM_TEST_WALL_SECONDS).
-    let limit: f64 = std::env::var("LBM_TEST_WALL_SECONDS").map_or(2.0, |s| s.parse().expect("seconds"));
+    let limit = wall_limit();
     let limit_text = limit.to_string();
     let start = Instant::now();
     let output = spawn_run(&case, &out, &["--max-wall-seconds", &limit_text])
@@ -260,7 +265,7 @@ fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
     // Resumed with a limit again until it completes.
     let mut rounds = 0;
     while summary(&out)["ended"] != "completed" {
-        let resumed = resume(&out, &["--max-wall-seconds", "3"]);
+        let resumed = resume(&out, &["--max-wall-seconds", &(limit + 1.0).to_string()]);
         assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
         rounds += 1;
         assert!(rounds < 40, "no progress");
@@ -342,7 +347,8 @@ fn a_damaged_checkpoint_falls_back_to_the_one_before() {
     let root = scratch("damaged");
     let case = write_case(&root, &case_text());
     let out = root.join("out");
-    let output = spawn_run(&case, &out, &["--max-wall-seconds", "3"])
+    let limit = (wall_limit() + 1.0).to_string();
+    let output = spawn_run(&case, &out, &["--max-wall-seconds", &limit])
         .wait_with_output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
