@@ -102,6 +102,14 @@ pub enum AppError {
         command: String,
     },
 
+    /// The output ring refused a launch or lost its place.
+    #[error("output ring: {source}")]
+    Ring { source: ring_producer::RingError },
+
+    /// A record drained from the output ring that is not what was sent.
+    #[error("output ring record {sequence}: {reason}")]
+    RingRecord { sequence: u64, reason: String },
+
     /// `lbm resume DIR` on a directory it cannot continue.
     #[error("cannot resume {dir}: {reason}")]
     Resume { dir: String, reason: String },

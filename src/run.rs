@@ -20,12 +20,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use lbm_core::case::{Case, LevelParameters, Resolved};
+use lbm_core::ledger::ExchangeRecord;
 use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
 use crate::backend::{BackendChoice, Device, ptx_sha256};
 use crate::checkpoint;
 use crate::guard::{EXIT_FAILED, EXIT_INTERRUPTED, Signals, Watchdog};
+use crate::output::ring::{OutputRing, RingStats};
 use crate::output::{Writer, WriterState, Written, fields, write_atomic};
 use crate::plan::{PilotChoice, PilotRecord, Plan, check_pilot, pilot_intervals};
 use crate::progress::Progress;
@@ -157,6 +159,9 @@ pub struct Summary {
     pub checkpoint: Option<String>,
     /// The command that continues the run, when it can be continued.
     pub resume: Option<String>,
+    /// What the output ring carried in this segment, and how often a
+    /// record waited for room.
+    pub ring: RingStats,
     pub written: Written,
     #[serde(skip)]
     pub out: PathBuf,
@@ -344,6 +349,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
         pilot,
         backend,
+        ring: OutputRing::new(&stepper, None)?,
         stepper,
         writer,
         case: &case,
@@ -434,6 +440,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         stop: resolved.steps,
         pilot: None,
         backend,
+        ring: OutputRing::new(&stepper, None)?,
         stepper,
         writer,
         case: &case,
@@ -511,6 +518,8 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
 struct Session<'a, D: Driver> {
     backend: &'static str,
     stepper: Stepper<D>,
+    /// Everything written leaves the device through it.
+    ring: OutputRing,
     writer: Writer,
     case: &'a Case,
     resolved: &'a Resolved,
@@ -579,8 +588,7 @@ impl<D: Driver> Session<'_, D> {
         let done = self.state.done;
         if self.pilot.is_some() {
             // A pilot vouches for finite fields at its end, saved or not.
-            let bodies = &self.resolved.lattice.bodies;
-            let patches = fields::gather(&self.stepper, &self.resolved.units, bodies)?;
+            let (patches, _) = self.observe(true)?;
             let saved = self.resolved.output.save_points.contains(&done);
             if !saved {
                 self.writer.save(done, &patches)?;
@@ -615,8 +623,7 @@ impl<D: Driver> Session<'_, D> {
         };
         let done = self.state.done;
         if !saved {
-            let bodies = &self.resolved.lattice.bodies;
-            let patches = fields::gather(&self.stepper, &self.resolved.units, bodies)?;
+            let (patches, _) = self.observe(true)?;
             self.writer.save(done, &patches)?;
         }
         let [x, y] = found.position.map(|v| v * self.resolved.units.dx);
@@ -637,6 +644,31 @@ impl<D: Driver> Session<'_, D> {
             ),
             self.out,
         ))
+    }
+
+    /// This interval's fields in physical units (when `fields`) and each
+    /// body's exchange window, through the output ring.
+    fn observe(&mut self, fields: bool) -> Result<(Vec<fields::PatchFields>, Vec<ExchangeRecord>), AppError> {
+        let observation = self.ring.observe(&self.stepper, fields)?;
+        let done = self.state.done;
+        let patches = match fields {
+            true => {
+                let mut lattice = observation.fields.into_iter();
+                let bodies = &self.resolved.lattice.bodies;
+                fields::physical(&self.stepper.hierarchy(), &self.resolved.units, bodies, |_, _| {
+                    Ok::<_, AppError>(lattice.next().expect("the ring brought every patch"))
+                })?
+            }
+            false => Vec::new(),
+        };
+        let mut records: Vec<ExchangeRecord> = match observation.window_start {
+            Some(start) => (self.ring.windows().iter().zip(&observation.windows))
+                .flat_map(|(w, words)| w.records(words, start, done))
+                .collect(),
+            None => Vec::new(),
+        };
+        records.sort_by_key(|r| r.body);
+        Ok((patches, records))
     }
 
     fn check_finite(&self, patches: &[fields::PatchFields]) -> Result<(), AppError> {
@@ -698,6 +730,7 @@ impl<D: Driver> Session<'_, D> {
             coefficients_last_tenth,
             checkpoint: self.last_checkpoint.clone(),
             resume: resumable.then(|| format!("lbm resume {}", self.out.display())),
+            ring: self.ring.stats(),
             written: self.writer.written(),
             out: self.out.to_owned(),
         }
@@ -796,11 +829,15 @@ impl<D: Driver> Session<'_, D> {
             self.state.done += n;
             let done = self.state.done;
             let time = done as f64 * resolved.units.dt;
-            if samples_needed && (done % sample == 0 || done == resolved.steps) {
+            let sampling = samples_needed && (done % sample == 0 || done == resolved.steps);
+            let saving = done == next_save;
+            let observe_start = Instant::now();
+            let (patches, records) = match sampling || saving {
+                true => self.observe(saving || !plan.probes.is_empty())?,
+                false => (Vec::new(), Vec::new()),
+            };
+            if sampling {
                 if !bodies.is_empty() {
-                    let records = (0..bodies.len())
-                        .map(|b| self.stepper.read_exchange_window(b))
-                        .collect::<lbm_core::Result<Vec<_>>>()?;
                     let coefficients = self.writer.forces(time, &records)?;
                     self.state.history.push((done, coefficients.clone()));
                     self.state.coefficients = coefficients;
@@ -821,29 +858,21 @@ impl<D: Driver> Session<'_, D> {
                     self.stepper.start_exchange_window()?;
                 }
                 if !plan.probes.is_empty() {
-                    self.writer
-                        .probes(time, &fields::gather(&self.stepper, &resolved.units, bodies)?)?;
+                    self.writer.probes(time, &patches)?;
                 }
             }
-            let saving = done == next_save;
-            let saved = match saving {
-                true => {
-                    let save_start = Instant::now();
-                    let patches = fields::gather(&self.stepper, &resolved.units, bodies)?;
-                    // What was computed is written first, so the blow-up can be looked at.
-                    self.writer.save(done, &patches)?;
-                    save_seconds = save_start.elapsed().as_secs_f64();
-                    Some(patches)
-                }
-                false => None,
-            };
+            if saving {
+                // What was computed is written first, so the blow-up can be looked at.
+                self.writer.save(done, &patches)?;
+                save_seconds = observe_start.elapsed().as_secs_f64();
+            }
             if saving || done == self.stop || done % HEALTH_EVERY_INTERVALS == 0 {
                 // The device check names the cell; the fields' own check
                 // below is what remains if a moment alone went wrong.
                 self.check_health(saving)?;
             }
-            if let Some(patches) = &saved {
-                self.check_finite(patches)?;
+            if saving {
+                self.check_finite(&patches)?;
             }
             let due = every_intervals.is_some_and(|k| done % k == 0)
                 || last_checkpoint.elapsed().as_secs_f64() >= every_seconds;

@@ -84,7 +84,14 @@ fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
     };
     let stepper = Stepper::new(CpuDriver::new(), resolved.lattice.clone(), exec).unwrap();
     stepper.step(200).unwrap();
-    let patches = lbm::output::fields::gather(&stepper, &resolved.units, &resolved.lattice.bodies).unwrap();
+    // Read by a direct download, where the run's files came through the ring.
+    let patches = lbm::output::fields::physical(
+        &stepper.hierarchy(),
+        &resolved.units,
+        &resolved.lattice.bodies,
+        |_, p| stepper.fields(p.level, p.index),
+    )
+    .unwrap();
     for p in &patches {
         let [nx, ny] = p.size;
         let (x, y) = (nx / 2, ny / 2);

@@ -1,12 +1,15 @@
 //! The fields of every patch in physical units, with the masks the writers
 //! need: which cells are solid (inside a body) and which a finer patch covers.
 //!
-//! Values are computed from the stepper's density and velocity; this module
-//! downloads through the stepper and writes nothing.
+//! Values are computed from the stepper's density and velocity, as the
+//! output ring brings them off the device; this module writes nothing.
 
 use lbm_core::domain::geometry::Body;
+use lbm_core::domain::hierarchy::{Hierarchy, Patch};
 use lbm_core::output::FieldName;
+use lbm_core::stepper::Fields;
 use lbm_core::units::UnitSystem;
+#[cfg(test)]
 use lbm_core::{Driver, Stepper};
 use ndarray::Array2;
 
@@ -108,14 +111,17 @@ impl PatchFields {
 }
 
 /// The fields of every patch, coarsest level first.
-pub fn gather<D: Driver>(
-    stepper: &Stepper<D>,
+/// Every patch of `hierarchy` in physical units, from `fields(k)`, the
+/// lattice fields of the k-th patch in hierarchy order.
+pub fn physical<E>(
+    hierarchy: &Hierarchy,
     units: &UnitSystem,
     bodies: &[Body],
-) -> lbm_core::Result<Vec<PatchFields>> {
-    let hierarchy = stepper.hierarchy();
+    mut fields: impl FnMut(usize, &Patch) -> Result<Fields, E>,
+) -> Result<Vec<PatchFields>, E> {
     let velocity = units.dx / units.dt;
     let mut out = Vec::new();
+    let mut k = 0;
     for (level, patches) in hierarchy.levels.iter().enumerate() {
         let scale = 2f64.powi(level as i32);
         let spacing = units.dx / scale;
@@ -129,7 +135,8 @@ pub fn gather<D: Driver>(
             })
             .unwrap_or_default();
         for patch in patches {
-            let fields = stepper.fields(level, patch.index)?;
+            let fields = fields(k, patch)?;
+            k += 1;
             let [gx0, gy0, _, _] = patch.global_active();
             let (ny, nx) = fields.delta_rho.dim();
             let mut solid = Array2::from_elem((ny, nx), false);
@@ -159,6 +166,19 @@ pub fn gather<D: Driver>(
         }
     }
     Ok(out)
+}
+
+/// [`physical`] from direct downloads of the stepper's populations: what
+/// the ring's files are compared with.
+#[cfg(test)]
+pub fn gather<D: Driver>(
+    stepper: &Stepper<D>,
+    units: &UnitSystem,
+    bodies: &[Body],
+) -> lbm_core::Result<Vec<PatchFields>> {
+    physical(&stepper.hierarchy(), units, bodies, |_, p| {
+        stepper.fields(p.level, p.index)
+    })
 }
 
 /// The finest patch holding physical `point`.

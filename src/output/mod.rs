@@ -11,6 +11,7 @@ pub mod fields;
 pub mod npy;
 pub mod picture;
 pub mod plot;
+pub mod ring;
 pub mod vtk;
 
 use std::io::Write as _;

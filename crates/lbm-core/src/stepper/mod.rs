@@ -30,12 +30,15 @@ pub use health::{HealthProblem, Unhealthy};
 pub use observe::Fields;
 
 use crate::config::{ExecConfig, LatticeConfig, LevelPhysics};
-use crate::device::{Action, Driver, PlanId};
+use crate::device::{Action, BufferId, BufferRef, Driver, Launch, PlanId};
 use crate::domain::hierarchy::Hierarchy;
 use crate::error::{Error, Result};
+use crate::kernels::KernelArgs;
+use crate::kernels::exchange::EXCHANGE_WORDS;
+use crate::kernels::moments::SaveMoments;
 use crate::lattice::Moments;
 use crate::ledger::{ExchangeRecord, MemoryLedger};
-use crate::schedule::plan::{HopPlan, PlanInputs, parity_at_interval_start};
+use crate::schedule::plan::{HopPlan, PlanInputs, current_buffer, parity_at_interval_start};
 use crate::schedule::resources::Resources;
 
 /// The complete changing state of a stepper between intervals; see
@@ -55,6 +58,89 @@ pub enum Status {
     Advancing,
     Failed,
     Closed,
+}
+
+/// What the outputs may read of a stepper's device state; see
+/// [`Stepper::with_device`].
+pub struct DeviceView<'a> {
+    state: &'a State,
+}
+
+/// A level's exchange window accumulator: [`EXCHANGE_WORDS`] f64 per body
+/// slot, in the order of `bodies`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowBuffer {
+    pub level: usize,
+    pub buffer: BufferRef,
+    pub bytes: usize,
+    /// Body indices in slot order.
+    pub bodies: Vec<usize>,
+}
+
+impl DeviceView<'_> {
+    pub fn step_count(&self) -> u64 {
+        self.state.step_count
+    }
+
+    /// Where the exchange window opened, while it is open.
+    pub fn window_start(&self) -> Option<u64> {
+        self.state.window_start.filter(|_| self.state.window_valid)
+    }
+
+    /// One `save_moments` per patch, in hierarchy order, of its current
+    /// populations into `arena` at `offsets[k]` bytes (the k-th patch).
+    pub fn moments_launches(&self, arena: BufferId, offsets: &[usize]) -> Vec<Launch> {
+        let state = self.state;
+        state
+            .hierarchy
+            .patches()
+            .zip(offsets)
+            .map(|(p, offset)| {
+                SaveMoments {
+                    f: current_buffer(&state.resources, p.level, p.index, state.step_count).into(),
+                    out: BufferRef {
+                        id: arena,
+                        byte_offset: *offset as u64,
+                    },
+                    layout: p.layout,
+                    active: p.active,
+                    force: state.physics[p.level].force,
+                }
+                .launch()
+            })
+            .collect()
+    }
+
+    /// The window accumulators, when the stepper observes the window.
+    pub fn windows(&self) -> Vec<WindowBuffer> {
+        let r = &self.state.resources;
+        r.accumulators
+            .iter()
+            .filter_map(|a| {
+                a.window.map(|w| WindowBuffer {
+                    level: a.level,
+                    buffer: w.into(),
+                    bytes: a.bytes,
+                    bodies: r.body_slots[a.level].clone(),
+                })
+            })
+            .collect()
+    }
+}
+
+impl WindowBuffer {
+    /// Each body's record from the accumulator's `words` over base
+    /// intervals `start..end`.
+    pub fn records(&self, words: &[f64], start: u64, end: u64) -> Vec<ExchangeRecord> {
+        self.bodies
+            .iter()
+            .enumerate()
+            .map(|(slot, body)| {
+                let at = slot * EXCHANGE_WORDS;
+                observe::exchange_record(*body, self.level, &words[at..at + EXCHANGE_WORDS], start, end)
+            })
+            .collect()
+    }
 }
 
 /// Everything a stepper knows besides its driver.
@@ -380,6 +466,23 @@ impl<D: Driver> Stepper<D> {
         inner.state.require_ready("check health")?;
         let Inner { driver, state } = &mut *inner;
         let result = health::check_health(driver, state, limit);
+        if result.is_err() {
+            state.fail();
+        }
+        result
+    }
+
+    /// Runs `work` with the driver between intervals, for outputs that share
+    /// the stepper's device and main stream (the output ring): `view` builds
+    /// the launches that read the current state. A failure fails the stepper.
+    pub fn with_device<R, E: From<Error>>(
+        &self,
+        work: impl FnOnce(&mut D, &DeviceView<'_>) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        let mut inner = self.lock();
+        inner.state.require_ready("work on its device")?;
+        let Inner { driver, state } = &mut *inner;
+        let result = work(driver, &DeviceView { state });
         if result.is_err() {
             state.fail();
         }

@@ -163,8 +163,14 @@ pub(super) fn read_exchange<D: Driver>(
         state.fail();
         return Err(e);
     }
+    Ok(exchange_record(body, level, &words, start, end))
+}
+
+/// The record of `body` on `level` from its accumulator slot's `words`
+/// (hop sums of Fx, Fy, torque) over base intervals `start..end`.
+pub(super) fn exchange_record(body: usize, level: usize, words: &[f64], start: u64, end: u64) -> ExchangeRecord {
     let hop = 0.5f64.powi(level as i32);
-    Ok(ExchangeRecord {
+    ExchangeRecord {
         body,
         level,
         time_start: start,
@@ -172,7 +178,7 @@ pub(super) fn read_exchange<D: Driver>(
         sample_count: (end - start) << level,
         force: [words[0] * hop, words[1] * hop],
         torque: words[2] * hop,
-    })
+    }
 }
 
 /// Density minus one at `point` (base lattice units) on a body surface or a

@@ -1,0 +1,370 @@
+//! The output ring: everything a run writes leaves the device through a ring
+//! of device-to-device producers (`ring-producer`), never through a download
+//! of the populations.
+//!
+//! At each observation (a force sample, a probe sample, a save point) the
+//! stepper's main stream gets, after the interval that ends there:
+//! `save_moments` of every patch into one staging arena (three f32 per active
+//! cell), then one self-describing record per patch and one per exchange
+//! window. The bytes published since the last drain come off the device in
+//! one asynchronous copy per batch, on the ring's own stream, into pinned
+//! staging; each record's header is checked (magic, check, sequence, step,
+//! kind, length) before its payload is used.
+//!
+//! Back-pressure: a record is never enqueued where it would overwrite bytes
+//! not yet drained. When the ring is too full for the next record, the
+//! records before it are drained first; each such wait is counted in
+//! [`RingStats`]. Nothing is dropped or duplicated: the sequence numbers of
+//! the drained records must follow one another. The decisions that depend on
+//! what comes out (a non-finite force stops the run) are taken when the
+//! observation returns, at the same interval on every backend and machine.
+
+use serde::Serialize;
+
+use lbm_core::device::{EventId, StagingId, StreamId};
+use lbm_core::domain::hierarchy::Rect;
+use lbm_core::kernels::moments::SaveMoments;
+use lbm_core::kernels::producer::record_bytes;
+use lbm_core::stepper::Fields;
+use lbm_core::{BufferId, Driver, Stepper, WindowBuffer};
+use ring_producer::{Ring, RingError, parse_records};
+
+use crate::AppError;
+
+/// Record kinds: the high half says what, the low half which one.
+const KIND_FIELDS: u32 = 1 << 16;
+const KIND_WINDOW: u32 = 2 << 16;
+
+/// What the ring carried over a run, for `summary.json`.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct RingStats {
+    pub capacity_bytes: u64,
+    pub records: u64,
+    pub bytes: u64,
+    /// Device-to-host copies, one per drained batch.
+    pub batches: u64,
+    /// Times a record had to wait for the ring to be drained first.
+    pub waits: u64,
+}
+
+/// One observation as it came out of the ring.
+pub struct Observation {
+    /// Where the exchange windows opened, if they are open.
+    pub window_start: Option<u64>,
+    /// Every patch's lattice fields in hierarchy order (empty when the
+    /// observation did not ask for fields).
+    pub fields: Vec<Fields>,
+    /// Every exchange window's accumulator words, in the order of
+    /// [`OutputRing::windows`].
+    pub windows: Vec<Vec<f64>>,
+}
+
+/// A ring and its staging on a stepper's device; see the module documentation.
+pub struct OutputRing {
+    ring: Ring,
+    arena: BufferId,
+    /// Byte offset of each patch's moments in the arena, hierarchy order.
+    offsets: Vec<usize>,
+    actives: Vec<Rect>,
+    windows: Vec<WindowBuffer>,
+    staging: StagingId,
+    stream: StreamId,
+    event: EventId,
+    /// Bytes drained so far: the consumer's tail.
+    tail: u64,
+    /// The sequence number of the last record drained.
+    sequence: u64,
+    stats: RingStats,
+}
+
+fn ring_error(e: RingError) -> AppError {
+    AppError::Ring { source: e }
+}
+
+impl OutputRing {
+    /// A ring of `capacity` bytes (`None`: room for one whole observation)
+    /// with its arena and staging, on the stepper's device.
+    pub fn new<D: Driver>(stepper: &Stepper<D>, capacity: Option<u64>) -> Result<OutputRing, AppError> {
+        let hierarchy = stepper.hierarchy();
+        let actives: Vec<Rect> = hierarchy.patches().map(|p| p.active).collect();
+        let mut offsets = Vec::with_capacity(actives.len());
+        let mut arena_bytes = 0usize;
+        for a in &actives {
+            offsets.push(arena_bytes);
+            // 16-byte aligned records copy in 16-byte words.
+            arena_bytes += SaveMoments::out_bytes(a).next_multiple_of(16);
+        }
+        stepper.with_device(|driver, view| {
+            let windows = view.windows();
+            let observation: u64 = actives
+                .iter()
+                .map(|a| SaveMoments::out_bytes(a) as u64)
+                .chain(windows.iter().map(|w| w.bytes as u64))
+                .map(|b| record_bytes(b).expect("a record of a patch fits u64"))
+                .sum();
+            let capacity = capacity.unwrap_or(observation);
+            let ring = Ring::new(driver, "output.ring", capacity).map_err(ring_error)?;
+            let arena = driver.alloc("output.moments", arena_bytes.max(16))?;
+            let staging = driver.alloc_staging("output.ring.staging", capacity as usize)?;
+            let stream = driver.create_stream()?;
+            let event = driver.create_event()?;
+            Ok(OutputRing {
+                ring,
+                arena,
+                offsets,
+                actives: actives.clone(),
+                windows,
+                staging,
+                stream,
+                event,
+                tail: 0,
+                sequence: 0,
+                stats: RingStats {
+                    capacity_bytes: capacity,
+                    ..RingStats::default()
+                },
+            })
+        })
+    }
+
+    pub fn stats(&self) -> RingStats {
+        self.stats
+    }
+
+    /// The exchange windows whose words [`Observation::windows`] holds.
+    pub fn windows(&self) -> &[WindowBuffer] {
+        &self.windows
+    }
+
+    /// Sends this interval's fields (when `fields`) and exchange windows
+    /// through the ring and returns them.
+    pub fn observe<D: Driver>(&mut self, stepper: &Stepper<D>, fields: bool) -> Result<Observation, AppError> {
+        stepper.with_device(|driver, view| {
+            let step = view.step_count();
+            let mut sources = Vec::new();
+            if fields {
+                for launch in view.moments_launches(self.arena, &self.offsets) {
+                    driver.launch(&launch)?;
+                }
+                for (k, (offset, active)) in self.offsets.iter().zip(&self.actives).enumerate() {
+                    let src = lbm_core::BufferRef {
+                        id: self.arena,
+                        byte_offset: *offset as u64,
+                    };
+                    sources.push((KIND_FIELDS | k as u32, src, SaveMoments::out_bytes(active) as u64));
+                }
+            }
+            for (k, w) in self.windows.iter().enumerate() {
+                sources.push((KIND_WINDOW | k as u32, w.buffer, w.bytes as u64));
+            }
+            let mut out = Observation {
+                window_start: view.window_start(),
+                fields: Vec::new(),
+                windows: Vec::new(),
+            };
+            for (kind, src, bytes) in sources {
+                let launch = self.ring.record_launch(src, bytes, kind, step).map_err(ring_error)?;
+                let need = record_bytes(bytes).expect("a record of a patch fits u64");
+                if self.ring.would_overwrite(need, self.tail) {
+                    self.stats.waits += 1;
+                    self.drain(driver, step, &mut out)?;
+                }
+                self.ring.enqueue(driver, &launch, self.tail).map_err(ring_error)?;
+            }
+            self.drain(driver, step, &mut out)?;
+            let expected = [if fields { self.actives.len() } else { 0 }, self.windows.len()];
+            if [out.fields.len(), out.windows.len()] != expected {
+                return Err(AppError::RingRecord {
+                    sequence: self.sequence,
+                    reason: format!(
+                        "interval {step} brought {} field and {} window records, not {} and {}",
+                        out.fields.len(),
+                        out.windows.len(),
+                        expected[0],
+                        expected[1]
+                    ),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Copies what was published since the last drain off the device in one
+    /// batch and checks and sorts its records into `out`.
+    fn drain<D: Driver>(&mut self, driver: &mut D, step: u64, out: &mut Observation) -> Result<(), AppError> {
+        let head = self.ring.reserved_head();
+        if head == self.tail {
+            return Ok(());
+        }
+        let spans = self.ring.spans(self.tail, head).map_err(ring_error)?;
+        driver.record_event(self.event, StreamId::MAIN)?;
+        driver.wait_event(self.stream, self.event)?;
+        let mut at = 0usize;
+        for span in spans.iter().filter(|s| !s.is_empty()) {
+            let len = (span.end - span.start) as usize;
+            driver.download_async(
+                self.stream,
+                self.ring.data(),
+                span.start as usize,
+                self.staging,
+                at,
+                len,
+            )?;
+            at += len;
+        }
+        driver.record_event(self.event, self.stream)?;
+        driver.synchronize_event(self.event)?;
+        let mut bytes = vec![0u8; at];
+        driver.read_staging(self.staging, 0, &mut bytes)?;
+        let records = parse_records(&bytes, self.sequence + 1).map_err(ring_error)?;
+        for r in &records {
+            let (what, index) = (r.header.kind & 0xFFFF_0000, (r.header.kind & 0xFFFF) as usize);
+            let refuse = |reason: String| AppError::RingRecord {
+                sequence: r.header.sequence,
+                reason,
+            };
+            if r.header.step != step {
+                return Err(refuse(format!("it is of interval {}, not {step}", r.header.step)));
+            }
+            match what {
+                KIND_FIELDS if index == out.fields.len() && index < self.actives.len() => {
+                    let planes: Vec<f32> = r
+                        .payload
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes(b.try_into().expect("four bytes")))
+                        .collect();
+                    out.fields.push(Fields::from_planes(&self.actives[index], &planes));
+                }
+                KIND_WINDOW if index == out.windows.len() && index < self.windows.len() => {
+                    let words = r.payload.chunks_exact(8);
+                    out.windows.push(
+                        words
+                            .map(|b| f64::from_le_bytes(b.try_into().expect("eight bytes")))
+                            .collect(),
+                    );
+                }
+                _ => {
+                    return Err(refuse(format!(
+                        "its kind {:#x} is not the one expected next",
+                        r.header.kind
+                    )));
+                }
+            }
+            self.stats.records += 1;
+        }
+        self.sequence += records.len() as u64;
+        self.stats.bytes += head - self.tail;
+        self.stats.batches += 1;
+        self.tail = head;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendChoice;
+    use crate::output::fields::{gather, physical};
+    use lbm_core::ExecConfig;
+    use lbm_core::case::Case;
+
+    /// DFG 2D-1 (two levels, a cylinder), on CUDA where there is a device.
+    fn stepper() -> (Stepper<Box<dyn Driver>>, lbm_core::case::Resolved) {
+        let resolved = Case::from_toml(include_str!("../../cases/dfg-2d1.toml"))
+            .and_then(|c| c.resolve())
+            .unwrap();
+        let (driver, _) = BackendChoice::Auto.open(None).unwrap();
+        let exec = ExecConfig {
+            tiles: resolved.tiles.clone(),
+            observe_window_exchange: true,
+            ..ExecConfig::default()
+        };
+        (Stepper::new(driver, resolved.lattice.clone(), exec).unwrap(), resolved)
+    }
+
+    fn bits(f: &Fields) -> Vec<u32> {
+        f.delta_rho
+            .iter()
+            .chain(&f.ux)
+            .chain(&f.uy)
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
+    /// What the ring brings equals a direct download bit for bit, fields and
+    /// windows, with a ring of room for one observation and with one so
+    /// small that records wait for it to drain (nothing lost, counted); the
+    /// files written from either are the same bytes.
+    #[test]
+    fn the_ring_brings_what_a_direct_download_reads_bit_for_bit() {
+        // The largest record, a patch of DFG 2D-1 at its defaults, is 275568 bytes.
+        for capacity in [None, Some(280_000)] {
+            let (stepper, resolved) = stepper();
+            let mut ring = OutputRing::new(&stepper, capacity).unwrap();
+            stepper.step(23).unwrap();
+            stepper.start_exchange_window().unwrap();
+            for round in 0..3 {
+                stepper.step(5 + round).unwrap();
+                let observation = ring.observe(&stepper, true).unwrap();
+                let hierarchy = stepper.hierarchy();
+                assert_eq!(observation.fields.len(), hierarchy.patches().count());
+                for (f, p) in observation.fields.iter().zip(hierarchy.patches()) {
+                    let direct = stepper.fields(p.level, p.index).unwrap();
+                    assert!(
+                        bits(f) == bits(&direct),
+                        "{capacity:?} round {round}: patch {}",
+                        p.name()
+                    );
+                }
+                let start = observation.window_start.unwrap();
+                let records: Vec<_> = ring
+                    .windows()
+                    .iter()
+                    .zip(&observation.windows)
+                    .flat_map(|(w, words)| w.records(words, start, stepper.step_count()))
+                    .collect();
+                let direct = stepper.read_exchange_window(0).unwrap();
+                assert_eq!(format!("{:?}", records), format!("{:?}", [direct]));
+                let units = &resolved.units;
+                let bodies = &resolved.lattice.bodies;
+                let mut lattice = observation.fields.into_iter();
+                let from_ring = physical(&hierarchy, units, bodies, |_, _| {
+                    Ok::<_, AppError>(lattice.next().unwrap())
+                })
+                .unwrap();
+                let from_download = gather(&stepper, units, bodies).unwrap();
+                for (a, b) in from_ring.iter().zip(&from_download) {
+                    for field in [
+                        lbm_core::output::FieldName::Pressure,
+                        lbm_core::output::FieldName::Vorticity,
+                    ] {
+                        let (a, b) = (a.values(field), b.values(field));
+                        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+                    }
+                }
+                // Windows only: the fields stay on the device.
+                let windows_only = ring.observe(&stepper, false).unwrap();
+                assert!(windows_only.fields.is_empty() && windows_only.windows.len() == 1);
+            }
+            let stats = ring.stats();
+            let patches = stepper.hierarchy().patches().count() as u64;
+            assert_eq!(stats.records, 3 * (patches + 1) + 3, "{stats:?}");
+            match capacity {
+                None => assert_eq!(stats.waits, 0, "{stats:?}"),
+                Some(_) => assert!(stats.waits >= 3 && stats.batches > 6, "{stats:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_ring_too_small_for_one_record_is_refused() {
+        let (stepper, _) = stepper();
+        let mut ring = OutputRing::new(&stepper, Some(4096)).unwrap();
+        stepper.step(1).unwrap();
+        let error = ring
+            .observe(&stepper, true)
+            .err()
+            .expect("a patch's record exceeds 4 KiB");
+        assert!(error.to_string().contains("output ring"), "{error}");
+    }
+}
