@@ -110,6 +110,10 @@ pub enum AppError {
     #[error("output ring record {sequence}: {reason}")]
     RingRecord { sequence: u64, reason: String },
 
+    /// The writer thread ended before it was told to.
+    #[error("the thread writing the run's files ended early (it panicked); what it wrote is on disk")]
+    WriterGone,
+
     /// `lbm resume DIR` on a directory it cannot continue.
     #[error("cannot resume {dir}: {reason}")]
     Resume { dir: String, reason: String },

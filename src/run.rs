@@ -15,6 +15,7 @@
 //! Splitting changes no result: `step(a)` then `step(b)` is `step(a + b)`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -28,7 +29,8 @@ use crate::backend::{BackendChoice, Device, ptx_sha256};
 use crate::checkpoint;
 use crate::guard::{EXIT_FAILED, EXIT_INTERRUPTED, Signals, Watchdog};
 use crate::output::ring::{OutputRing, RingStats};
-use crate::output::{Writer, WriterState, Written, fields, write_atomic};
+use crate::output::thread::WriterThread;
+use crate::output::{ForceScale, Writer, WriterState, Written, fields, write_atomic};
 use crate::plan::{PilotChoice, PilotRecord, Plan, check_pilot, pilot_intervals};
 use crate::progress::Progress;
 
@@ -162,6 +164,8 @@ pub struct Summary {
     /// What the output ring carried in this segment, and how often a
     /// record waited for room.
     pub ring: RingStats,
+    /// Times this segment waited for the writer thread's queue.
+    pub writer_waits: u64,
     pub written: Written,
     #[serde(skip)]
     pub out: PathBuf,
@@ -351,7 +355,9 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         backend,
         ring: OutputRing::new(&stepper, None)?,
         stepper,
-        writer,
+        written: writer.written(),
+        force_scale: writer.force_scale(),
+        writer: WriterThread::spawn(writer),
         case: &case,
         resolved: &resolved,
         plan: &plan,
@@ -442,7 +448,9 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         backend,
         ring: OutputRing::new(&stepper, None)?,
         stepper,
-        writer,
+        written: writer.written(),
+        force_scale: writer.force_scale(),
+        writer: WriterThread::spawn(writer),
         case: &case,
         resolved: &resolved,
         plan: &plan,
@@ -520,7 +528,10 @@ struct Session<'a, D: Driver> {
     stepper: Stepper<D>,
     /// Everything written leaves the device through it.
     ring: OutputRing,
-    writer: Writer,
+    writer: WriterThread,
+    /// What the writer had written at its last flush, for summaries.
+    written: Written,
+    force_scale: ForceScale,
     case: &'a Case,
     resolved: &'a Resolved,
     plan: &'a Plan,
@@ -573,6 +584,14 @@ impl<D: Driver> Session<'_, D> {
                     AppError::Diverged { .. } => Ending::Diverged,
                     _ => Ending::Failed,
                 };
+                // What was handed to the writer (the fields of a divergence
+                // among it) is on disk before the run says it failed.
+                if self.writer.is_running() {
+                    match self.writer.finish() {
+                        Ok(written) => self.written = written,
+                        Err(second) => eprintln!("error: {second}"),
+                    }
+                }
                 let summary = self.summary(ending, Some(e.to_string()), None);
                 if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
                     eprintln!("error: {second}");
@@ -591,7 +610,7 @@ impl<D: Driver> Session<'_, D> {
             let (patches, _) = self.observe(true)?;
             let saved = self.resolved.output.save_points.contains(&done);
             if !saved {
-                self.writer.save(done, &patches)?;
+                self.writer.save(done, patches.clone())?;
             }
             self.check_finite(&patches)?;
             self.check_health(true)?;
@@ -600,6 +619,7 @@ impl<D: Driver> Session<'_, D> {
         }
         let mass = self.stepper.total_mass()?;
         let written = self.writer.finish()?;
+        self.written = written.clone();
         let mut summary = self.summary(ending, None, Some(mass));
         summary.written = written;
         if ending != Ending::Completed {
@@ -624,7 +644,7 @@ impl<D: Driver> Session<'_, D> {
         let done = self.state.done;
         if !saved {
             let (patches, _) = self.observe(true)?;
-            self.writer.save(done, &patches)?;
+            self.writer.save(done, patches)?;
         }
         let [x, y] = found.position.map(|v| v * self.resolved.units.dx);
         let problem = match found.problem {
@@ -648,7 +668,7 @@ impl<D: Driver> Session<'_, D> {
 
     /// This interval's fields in physical units (when `fields`) and each
     /// body's exchange window, through the output ring.
-    fn observe(&mut self, fields: bool) -> Result<(Vec<fields::PatchFields>, Vec<ExchangeRecord>), AppError> {
+    fn observe(&mut self, fields: bool) -> Result<(Arc<Vec<fields::PatchFields>>, Vec<ExchangeRecord>), AppError> {
         let observation = self.ring.observe(&self.stepper, fields)?;
         let done = self.state.done;
         let patches = match fields {
@@ -668,7 +688,7 @@ impl<D: Driver> Session<'_, D> {
             None => Vec::new(),
         };
         records.sort_by_key(|r| r.body);
-        Ok((patches, records))
+        Ok((Arc::new(patches), records))
     }
 
     fn check_finite(&self, patches: &[fields::PatchFields]) -> Result<(), AppError> {
@@ -731,7 +751,8 @@ impl<D: Driver> Session<'_, D> {
             checkpoint: self.last_checkpoint.clone(),
             resume: resumable.then(|| format!("lbm resume {}", self.out.display())),
             ring: self.ring.stats(),
-            written: self.writer.written(),
+            writer_waits: self.writer.waits(),
+            written: self.written.clone(),
             out: self.out.to_owned(),
         }
     }
@@ -742,10 +763,9 @@ impl<D: Driver> Session<'_, D> {
         let snapshot = self.stepper.snapshot()?;
         let mut run = self.state.clone();
         run.wall_seconds += self.started.elapsed().as_secs_f64();
-        let state = Checkpointed {
-            run,
-            writer: self.writer.state(),
-        };
+        let writer = self.writer.state()?;
+        self.written = writer.written().clone();
+        let state = Checkpointed { run, writer };
         let path = checkpoint::write(self.out, self.plan, &snapshot, &state)?;
         self.last_checkpoint = Some(relative(self.out, &path));
         self.checkpoint_seconds = Some(start.elapsed().as_secs_f64());
@@ -788,7 +808,6 @@ impl<D: Driver> Session<'_, D> {
         };
         let mut last_checkpoint = Instant::now();
         let mut seconds_per_interval: Option<f64> = None;
-        let mut save_seconds = 0.0f64;
         while self.state.done < self.stop {
             let done = self.state.done;
             let next_sample = match samples_needed {
@@ -812,6 +831,7 @@ impl<D: Driver> Session<'_, D> {
                 // The last checkpoint, and the plots and summary: about what a
                 // save point costs; twice that when this chunk ends at one.
                 let saving = done + n == next_save;
+                let save_seconds = self.writer.save_seconds();
                 let reserve = self.checkpoint_reserve() + save_seconds * if saving { 2.0 } else { 1.0 };
                 let left = limit - self.started.elapsed().as_secs_f64() - reserve;
                 let fits = match seconds_per_interval {
@@ -831,14 +851,14 @@ impl<D: Driver> Session<'_, D> {
             let time = done as f64 * resolved.units.dt;
             let sampling = samples_needed && (done % sample == 0 || done == resolved.steps);
             let saving = done == next_save;
-            let observe_start = Instant::now();
             let (patches, records) = match sampling || saving {
                 true => self.observe(saving || !plan.probes.is_empty())?,
-                false => (Vec::new(), Vec::new()),
+                false => (Arc::new(Vec::new()), Vec::new()),
             };
             if sampling {
                 if !bodies.is_empty() {
-                    let coefficients = self.writer.forces(time, &records)?;
+                    let coefficients = self.force_scale.coefficients(&records);
+                    self.writer.forces(time, records)?;
                     self.state.history.push((done, coefficients.clone()));
                     self.state.coefficients = coefficients;
                     if let Some(b) = self
@@ -858,13 +878,12 @@ impl<D: Driver> Session<'_, D> {
                     self.stepper.start_exchange_window()?;
                 }
                 if !plan.probes.is_empty() {
-                    self.writer.probes(time, &patches)?;
+                    self.writer.probes(time, patches.clone())?;
                 }
             }
             if saving {
                 // What was computed is written first, so the blow-up can be looked at.
-                self.writer.save(done, &patches)?;
-                save_seconds = observe_start.elapsed().as_secs_f64();
+                self.writer.save(done, patches.clone())?;
             }
             if saving || done == self.stop || done % HEALTH_EVERY_INTERVALS == 0 {
                 // The device check names the cell; the fields' own check

@@ -12,6 +12,7 @@ pub mod npy;
 pub mod picture;
 pub mod plot;
 pub mod ring;
+pub mod thread;
 pub mod vtk;
 
 use std::io::Write as _;
@@ -173,6 +174,38 @@ pub struct Writer {
     state: WriterState,
 }
 
+/// Physical units and the dynamic force `½ ρ U² L` of a run's coefficients.
+#[derive(Clone, Copy, Debug)]
+pub struct ForceScale {
+    units: UnitSystem,
+    /// `½ ρ U² L`, N/m.
+    dynamic_force: f64,
+}
+
+impl ForceScale {
+    /// (fx, fy) N/m, torque N, cd, cl of one body's exchange record.
+    pub fn load(&self, r: &ExchangeRecord) -> [f64; 5] {
+        let [fx, fy] = r.mean_force().map(|f| self.units.force_to_physical(r.level, f));
+        let span = (r.time_end - r.time_start) as f64;
+        let lever = self.units.dx * 0.5f64.powi(r.level as i32);
+        let torque = self.units.force_to_physical(r.level, r.torque / span) * lever;
+        let [cd, cl] = [fx, fy].map(|f| f / self.dynamic_force);
+        [fx, fy, torque, cd, cl]
+    }
+
+    /// Each body's (cd, cl).
+    pub fn coefficients(&self, records: &[ExchangeRecord]) -> Vec<[f64; 2]> {
+        records.iter().map(|r| self.load(r)).map(|l| [l[3], l[4]]).collect()
+    }
+}
+
+impl WriterState {
+    /// What had been written when the state was taken.
+    pub fn written(&self) -> &Written {
+        &self.written
+    }
+}
+
 /// Opens a run's CSV files: created with their header, or, resuming, cut
 /// back to the length the checkpoint saw.
 struct CsvOpener {
@@ -290,7 +323,7 @@ impl Writer {
         })
     }
 
-    /// What a checkpoint keeps of this writer now.
+    /// What a checkpoint keeps of this writer now (see [`WriterState::written`]).
     pub fn state(&self) -> WriterState {
         let mut state = self.state.clone();
         state.csv_lengths = self
@@ -307,26 +340,32 @@ impl Writer {
         &self.plan
     }
 
+    /// What turns a body's exchange into forces and coefficients, apart from
+    /// the writer so that the run can judge them before they are written.
+    pub fn force_scale(&self) -> ForceScale {
+        ForceScale {
+            units: self.units,
+            dynamic_force: self.dynamic_force,
+        }
+    }
+
     /// One row of `forces.csv` from each body's exchange over the last sample
-    /// period; returns each body's (cd, cl).
-    pub fn forces(&mut self, time: f64, records: &[ExchangeRecord]) -> Result<Vec<[f64; 2]>, AppError> {
+    /// period.
+    pub fn forces(&mut self, time: f64, records: &[ExchangeRecord]) -> Result<(), AppError> {
+        let scale = self.force_scale();
         let Some(csv) = self.forces.as_mut() else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let mut row = format!("{time:.9e}");
         let mut coefficients = Vec::new();
         for r in records {
-            let [fx, fy] = r.mean_force().map(|f| self.units.force_to_physical(r.level, f));
-            let span = (r.time_end - r.time_start) as f64;
-            let lever = self.units.dx * 0.5f64.powi(r.level as i32);
-            let torque = self.units.force_to_physical(r.level, r.torque / span) * lever;
-            let [cd, cl] = [fx, fy].map(|f| f / self.dynamic_force);
+            let [fx, fy, torque, cd, cl] = scale.load(r);
             row.push_str(&format!(",{fx:.9e},{fy:.9e},{torque:.9e},{cd:.9e},{cl:.9e}"));
             coefficients.push([cd, cl]);
         }
         csv.line(&row)?;
-        self.state.coefficient_history.push((time, coefficients.clone()));
-        Ok(coefficients)
+        self.state.coefficient_history.push((time, coefficients));
+        Ok(())
     }
 
     /// One row of each point probe's CSV: NaN where the probe reads a solid

@@ -17,7 +17,9 @@
 //! [`RingStats`]. Nothing is dropped or duplicated: the sequence numbers of
 //! the drained records must follow one another. The decisions that depend on
 //! what comes out (a non-finite force stops the run) are taken when the
-//! observation returns, at the same interval on every backend and machine.
+//! observation returns, at the same interval on every backend and machine;
+//! the files are then written by [`super::thread::WriterThread`] while the
+//! next intervals run.
 
 use serde::Serialize;
 

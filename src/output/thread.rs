@@ -1,0 +1,225 @@
+//! The writer thread: a run's files are written on a thread of their own
+//! while the next intervals run.
+//!
+//! The run drains the output ring, judges what came out (a non-finite force
+//! or field stops it, at the same interval on every machine) and hands the
+//! writing to this thread in order, over a bounded queue. A full queue makes
+//! the run wait, and each wait is counted. The thread writes in the order it
+//! was given, so the files are the bytes the run would write itself; a
+//! checkpoint takes the writer's state only once everything before it is on
+//! disk ([`WriterThread::state`]). The first error stops the writing, and is
+//! reported at the next flush.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use lbm_core::ledger::ExchangeRecord;
+
+use super::fields::PatchFields;
+use super::{Writer, WriterState, Written};
+use crate::AppError;
+
+/// Jobs the run may queue ahead of the thread.
+const QUEUE: usize = 4;
+
+enum Job {
+    Forces(f64, Vec<ExchangeRecord>),
+    Probes(f64, Arc<Vec<PatchFields>>),
+    Save(u64, Arc<Vec<PatchFields>>),
+    State(mpsc::Sender<Result<WriterState, AppError>>),
+    Finish(mpsc::Sender<Result<Written, AppError>>),
+}
+
+/// A [`Writer`] on its own thread; see the module documentation.
+pub struct WriterThread {
+    jobs: SyncSender<Job>,
+    handle: Option<JoinHandle<()>>,
+    /// How long the thread took over its last save point, ns.
+    save_nanos: Arc<AtomicU64>,
+    waits: u64,
+}
+
+fn gone() -> AppError {
+    AppError::WriterGone
+}
+
+impl WriterThread {
+    pub fn spawn(writer: Writer) -> WriterThread {
+        let (jobs, queue) = sync_channel(QUEUE);
+        let save_nanos = Arc::new(AtomicU64::new(0));
+        let timing = save_nanos.clone();
+        let handle = std::thread::spawn(move || work(writer, queue, &timing));
+        WriterThread {
+            jobs,
+            handle: Some(handle),
+            save_nanos,
+            waits: 0,
+        }
+    }
+
+    fn send(&mut self, job: Job) -> Result<(), AppError> {
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(job)) => {
+                self.waits += 1;
+                self.jobs.send(job).map_err(|_| gone())
+            }
+            Err(TrySendError::Disconnected(_)) => Err(gone()),
+        }
+    }
+
+    /// A row of `forces.csv`.
+    pub fn forces(&mut self, time: f64, records: Vec<ExchangeRecord>) -> Result<(), AppError> {
+        self.send(Job::Forces(time, records))
+    }
+
+    /// A row of each point probe's CSV.
+    pub fn probes(&mut self, time: f64, patches: Arc<Vec<PatchFields>>) -> Result<(), AppError> {
+        self.send(Job::Probes(time, patches))
+    }
+
+    /// The fields of a save point.
+    pub fn save(&mut self, step: u64, patches: Arc<Vec<PatchFields>>) -> Result<(), AppError> {
+        self.send(Job::Save(step, patches))
+    }
+
+    /// Waits until everything queued is written, and returns the writer's
+    /// state, or the first error the thread met.
+    pub fn state(&mut self) -> Result<WriterState, AppError> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Job::State(reply))?;
+        answer.recv().map_err(|_| gone())?
+    }
+
+    /// Writes what is queued and the plots, and ends the thread.
+    pub fn finish(&mut self) -> Result<Written, AppError> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Job::Finish(reply))?;
+        let written = answer.recv().map_err(|_| gone())?;
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+        written
+    }
+
+    /// Whether [`WriterThread::finish`] has not been called yet.
+    pub fn is_running(&self) -> bool {
+        self.handle.is_some()
+    }
+
+    /// Times the run waited for the thread.
+    pub fn waits(&self) -> u64 {
+        self.waits
+    }
+
+    /// Seconds the thread took over its last save point.
+    pub fn save_seconds(&self) -> f64 {
+        self.save_nanos.load(Ordering::Relaxed) as f64 * 1e-9
+    }
+}
+
+fn work(mut writer: Writer, queue: Receiver<Job>, save_nanos: &AtomicU64) {
+    let mut failed: Option<AppError> = None;
+    for job in queue {
+        let result = match job {
+            _ if failed.is_some() && !matches!(job, Job::State(_) | Job::Finish(_)) => Ok(()),
+            Job::Forces(time, records) => writer.forces(time, &records),
+            Job::Probes(time, patches) => writer.probes(time, &patches),
+            Job::Save(step, patches) => {
+                let start = Instant::now();
+                let saved = writer.save(step, &patches);
+                save_nanos.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                saved
+            }
+            Job::State(reply) => {
+                let _ = reply.send(match failed.take() {
+                    Some(e) => Err(e),
+                    None => Ok(writer.state()),
+                });
+                Ok(())
+            }
+            Job::Finish(reply) => {
+                let _ = reply.send(match failed.take() {
+                    Some(e) => Err(e),
+                    None => writer.finish(),
+                });
+                return;
+            }
+        };
+        if let Err(e) = result {
+            failed.get_or_insert(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lbm_core::case::Case;
+
+    fn writer(name: &str) -> (std::path::PathBuf, Writer) {
+        let out = std::env::temp_dir().join(format!("lbm-writer-thread-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).unwrap();
+        let case = Case::from_toml(include_str!("../../cases/dfg-2d1.toml")).unwrap();
+        let resolved = case.resolve().unwrap();
+        let writer = Writer::create(&out, &case, &resolved, None).unwrap();
+        (out, writer)
+    }
+
+    fn record(end: u64) -> ExchangeRecord {
+        ExchangeRecord {
+            body: 0,
+            level: 2,
+            time_start: end - 1,
+            time_end: end,
+            sample_count: 4,
+            force: [1e-3, -2e-5],
+            torque: 1e-7,
+        }
+    }
+
+    /// A flush returns only once every queued row is in the file, in order,
+    /// however far the run got ahead of the thread.
+    #[test]
+    fn a_flush_waits_for_every_row_queued_before_it() {
+        let (out, writer) = writer("flush");
+        let mut thread = WriterThread::spawn(writer);
+        for k in 1..=50 {
+            thread.forces(k as f64 * 0.01, vec![record(k)]).unwrap();
+        }
+        let state = thread.state().unwrap();
+        let text = std::fs::read_to_string(out.join("forces.csv")).unwrap();
+        assert_eq!(text.lines().count(), 51, "a header and fifty rows");
+        assert_eq!(state.csv_lengths[0], text.len() as u64);
+        let times: Vec<f64> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "in the order given");
+        thread.finish().unwrap();
+        assert!(!thread.is_running());
+        std::fs::remove_dir_all(out).unwrap();
+    }
+
+    /// A write that fails stops the writing and is reported at the next
+    /// flush, naming the file.
+    #[test]
+    fn a_failed_write_is_reported_at_the_next_flush() {
+        let (out, writer) = writer("failed");
+        let mut thread = WriterThread::spawn(writer);
+        std::fs::remove_dir_all(out.join("fields")).unwrap();
+        std::fs::write(out.join("fields"), b"in the way").unwrap();
+        thread.save(60, Arc::new(Vec::new())).unwrap();
+        thread.forces(0.1, vec![record(60)]).unwrap();
+        let error = thread.state().err().expect("the save could not write");
+        assert!(error.to_string().contains("fields"), "{error}");
+        let rows = std::fs::read_to_string(out.join("forces.csv")).unwrap().lines().count();
+        assert_eq!(rows, 1, "nothing is written after the failure");
+        std::fs::remove_dir_all(out).unwrap();
+    }
+}
