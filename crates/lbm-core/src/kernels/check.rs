@@ -5,7 +5,7 @@
 //! It reads no buffer contents.
 
 use crate::device::{Action, BufferId, Launch, MAX_BLOCK_THREADS, PlanId};
-use crate::domain::hierarchy::Layout;
+use crate::domain::hierarchy::{Layout, Rect};
 use crate::error::{Error, LaunchProblem, Result};
 
 use super::{Access, FamilyVisitor, KernelArgs, dispatch};
@@ -154,6 +154,19 @@ pub(super) fn check_layout(what: &str, layout: &Layout) -> std::result::Result<(
         return Err(LaunchProblem::Shape(format!(
             "{what} layout {}x{} with tile {:?}: sizes and tile sides must be at least 1",
             layout.nx, layout.ny, layout.tile
+        )));
+    }
+    Ok(())
+}
+
+/// [`check_layout`] of a patch and that its `active` region lies inside it.
+pub(super) fn check_patch(layout: &Layout, active: &Rect) -> std::result::Result<(), LaunchProblem> {
+    check_layout("the patch", layout)?;
+    let (a, l) = (active, layout);
+    if a.x0 > a.x1 || a.y0 > a.y1 || a.x1 > l.nx || a.y1 > l.ny {
+        return Err(LaunchProblem::Shape(format!(
+            "active region {a} is not inside the {}x{} allocation",
+            l.nx, l.ny
         )));
     }
     Ok(())

@@ -16,7 +16,7 @@ use crate::error::{LaunchProblem, Result};
 use crate::lattice::{self, Q};
 
 use super::{
-    ArgReader, BufferUse, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect, read_cell,
+    ArgReader, BufferUse, HostViews, KernelArgs, check_patch, population_bytes, push_layout, push_rect, read_cell,
 };
 
 /// u32 words of one patch's result: the active-region index (row-major, x
@@ -83,15 +83,7 @@ impl KernelArgs for CheckHealth {
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
-        check_layout("the patch", &self.layout)?;
-        let (a, l) = (self.active, self.layout);
-        if a.x0 > a.x1 || a.y0 > a.y1 || a.x1 > l.nx || a.y1 > l.ny {
-            return Err(LaunchProblem::Shape(format!(
-                "active region {a} is not inside the {}x{} allocation",
-                l.nx, l.ny
-            )));
-        }
-        Ok(())
+        check_patch(&self.layout, &self.active)
     }
 
     fn buffer_uses(&self) -> Vec<BufferUse> {

@@ -15,7 +15,7 @@ use crate::error::{Error, LaunchProblem, Result};
 use crate::lattice::{self, C, CS2, OPP, Q, W};
 
 use super::{
-    ArgReader, BufferUse, HostViews, KernelArgs, check_layout, par_row_bands, population_bytes, push_layout, push_rect,
+    ArgReader, BufferUse, HostViews, KernelArgs, check_patch, par_row_bands, population_bytes, push_layout, push_rect,
     read_cell,
 };
 
@@ -184,14 +184,8 @@ impl KernelArgs for StreamCollide {
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
-        check_layout("the patch", &self.layout)?;
+        check_patch(&self.layout, &self.active)?;
         let (a, l) = (self.active, self.layout);
-        if a.x0 > a.x1 || a.y0 > a.y1 || a.x1 > l.nx || a.y1 > l.ny {
-            return Err(LaunchProblem::Shape(format!(
-                "active region {a} is not inside the {}x{} allocation",
-                l.nx, l.ny
-            )));
-        }
         // An interface side reads one cell beyond the active region.
         let room = [a.x0, l.nx - a.x1, a.y0, l.ny - a.y1];
         for (side, (b, room)) in self.boundaries.iter().zip(room).enumerate() {

@@ -37,7 +37,7 @@ pub use constants::cuda_constants;
 pub use host::{HostViews, ReadViews, WriteViews};
 
 use args::{ArgReader, push_layout, push_rect, push_sides};
-use check::check_layout;
+use check::{check_layout, check_patch};
 use host::{par_row_bands, read_cell};
 
 /// How a kernel touches one buffer.

@@ -15,7 +15,7 @@ use crate::error::{LaunchProblem, Result};
 use crate::lattice;
 
 use super::{
-    ArgReader, BufferUse, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect, read_cell,
+    ArgReader, BufferUse, HostViews, KernelArgs, check_patch, population_bytes, push_layout, push_rect, read_cell,
 };
 
 /// f32 values per active cell in the output: delta_rho, ux, uy, each a plane
@@ -73,15 +73,7 @@ impl KernelArgs for SaveMoments {
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
-        check_layout("the patch", &self.layout)?;
-        let (a, l) = (self.active, self.layout);
-        if a.x0 > a.x1 || a.y0 > a.y1 || a.x1 > l.nx || a.y1 > l.ny {
-            return Err(LaunchProblem::Shape(format!(
-                "active region {a} is not inside the {}x{} allocation",
-                l.nx, l.ny
-            )));
-        }
-        Ok(())
+        check_patch(&self.layout, &self.active)
     }
 
     fn buffer_uses(&self) -> Vec<BufferUse> {
