@@ -12,8 +12,6 @@
 //! through it unconsumed (flow control is not what is measured) and none is
 //! split at its end.
 
-use std::time::{Duration, Instant};
-
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use lbm_core::Driver;
 use lbm_core::kernels::KernelArgs;
@@ -21,16 +19,9 @@ use lbm_core::kernels::producer::ProduceStatic;
 use lbm_cuda::CudaDriver;
 use ring_producer::{Ring, legacy_tier_blocks, producer_grid_blocks};
 
-/// Times `iters` enqueues of `work` with one wait at the end.
-fn timed(driver: &mut CudaDriver, iters: u64, mut work: impl FnMut(&mut CudaDriver)) -> Duration {
-    driver.synchronize().unwrap();
-    let start = Instant::now();
-    for _ in 0..iters {
-        work(driver);
-    }
-    driver.synchronize().unwrap();
-    start.elapsed()
-}
+mod common;
+
+use common::timed;
 
 fn bench(c: &mut Criterion) {
     if !lbm_cuda::device_available() {

@@ -7,23 +7,14 @@
 //! `bash gpu-pack/run.sh benches`. Criterion's "elements/s" is cells per second,
 //! so Gelem/s x 1000 reads as MLUPS.
 
-use std::time::{Duration, Instant};
-
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use lbm_core::Driver;
 use lbm_core::fixtures::{PeriodicBenchmark, benchmark_physics};
 use lbm_cuda::CudaDriver;
 
-/// Times `iters` enqueues of `work` with one wait at the end.
-fn timed(driver: &mut CudaDriver, iters: u64, mut work: impl FnMut(&mut CudaDriver)) -> Duration {
-    driver.synchronize().unwrap();
-    let start = Instant::now();
-    for _ in 0..iters {
-        work(driver);
-    }
-    driver.synchronize().unwrap();
-    start.elapsed()
-}
+mod common;
+
+use common::timed;
 
 fn bench(c: &mut Criterion) {
     if !lbm_cuda::device_available() {
