@@ -56,8 +56,9 @@ static inline unsigned int atomicMin(unsigned int* address, unsigned int value) 
     *address = old < value ? old : value;
     return old;
 }
-// The producers' arrival counter: only thread 0 of the one block in flight
-// touches it, so plain reads and writes stand in for the atomics.
+// The arrival counters of the producers and of accumulate_exchange: only
+// thread 0 of the one block in flight touches them, so plain reads and writes
+// stand in for the atomics.
 static inline unsigned int atomicAdd(unsigned int* address, unsigned int value) {
     const unsigned int old = *address;
     *address = old + value;

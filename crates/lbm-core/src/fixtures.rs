@@ -156,11 +156,15 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
             f: b(0),
             plane_cells: coarse.plane_cells() as u32,
             links: b(1),
-            // More links than a block has threads, over several slots.
+            // More links than a slot's two blocks have threads, over several
+            // slots: the first block takes a second stride.
             n_links: 600,
             n_slots: 3,
-            interval: b(2),
-            window: Some(b(3)),
+            blocks_per_slot: 2,
+            partials: b(2),
+            arrivals: b(3),
+            interval: b(4),
+            window: Some(b(5)),
         }
         .launch(),
         UpdateBoundaryState::new(

@@ -31,7 +31,7 @@ use lbm_core::domain::hierarchy::{HierarchySpec, Layout, Rect};
 use lbm_core::domain::order::{fine_covered, inlet_samples, ring_cells};
 use lbm_core::kernels::KernelArgs;
 use lbm_core::kernels::boundary::UpdateBoundaryState;
-use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS};
+use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS, PARTIAL_WORDS, blocks_per_slot};
 use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::StreamCollide;
 use lbm_core::kernels::moments::SaveMoments;
@@ -486,11 +486,15 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
 }
 
 /// `accumulate_exchange` on random tables over several body slots (and a
-/// slot beyond them, whose links count for no body), with fewer links than a
-/// block has threads, exactly as many and more, from accumulators poisoned
-/// with garbage: both must hold the CPU's bits, a closed window must stay
-/// untouched, and a second launch from the same start must give the same
-/// bits again (no order left to chance).
+/// slot beyond them, whose links count for no body), with one and several
+/// blocks per slot and fewer links than a block has threads, exactly as many
+/// and more, and below, at and above the threads of all a slot's blocks, from
+/// accumulators and partials poisoned with garbage and arrival counters at 0:
+/// the accumulators, the partials and the counters (back at 0) must hold the
+/// CPU's bits, a closed window must stay untouched, and a second launch from
+/// the same start, over the partials the first left and other garbage, must
+/// give the same bits again (no order left to chance, the scratch's contents
+/// on entry of no account).
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn accumulate_exchange_matches_the_cpu() {
@@ -500,15 +504,23 @@ fn accumulate_exchange_matches_the_cpu() {
     let n_slots = 3u32;
     let block = BLOCK_THREADS;
     let cases = [
-        (0, "own"),
-        (1, "own"),
-        (block - 1, "own"),
-        (block, "own"),
-        (block + 1, "closed"),
-        (5000, "own"),
-        (5000, "closed"),
+        (0, 1, "own"),
+        (1, 1, "own"),
+        (block - 1, 1, "own"),
+        (block, 1, "own"),
+        (block + 1, 1, "closed"),
+        (5000, 1, "own"),
+        (5000, 1, "closed"),
+        (1, 3, "own"),
+        (block + 1, 3, "own"),
+        (3 * block - 1, 3, "own"),
+        (3 * block, 3, "closed"),
+        (3 * block + 1, 3, "own"),
+        (5000, 3, "own"),
+        (10_000, blocks_per_slot(10_000), "own"),
+        (40_000, 64, "closed"),
     ];
-    for (n_links, window) in cases {
+    for (n_links, blocks_per_slot, window) in cases {
         let f = twin.buffer("f", &random_populations(&mut rng, plane));
         let links: Vec<u32> = (0..n_links)
             .flat_map(|_| {
@@ -534,18 +546,33 @@ fn accumulate_exchange_matches_the_cpu() {
         let interval = twin.buffer("interval", &start);
         // A closed window is absent from the launch; its buffer must stay untouched.
         let window_buffer = twin.buffer("window", &start);
+        let n_partials = (n_slots * blocks_per_slot) as usize * PARTIAL_WORDS;
+        let poison = |rng: &mut Rng| -> Vec<f64> {
+            (0..n_partials)
+                .map(|i| match i % 3 {
+                    0 => f64::NAN,
+                    1 => rng.range(-1e6, 1e6) as f64,
+                    _ => f64::INFINITY,
+                })
+                .collect()
+        };
+        let partials = twin.buffer("partials", &poison(&mut rng));
+        let arrivals = twin.buffer("arrivals", &vec![0u32; n_slots as usize]);
         let launch = AccumulateExchange {
             f: f.into(),
             plane_cells: plane as u32,
             links: links.into(),
             n_links,
             n_slots,
+            blocks_per_slot,
+            partials: partials.into(),
+            arrivals: arrivals.into(),
             interval: interval.into(),
             window: (window == "own").then_some(window_buffer.into()),
         }
         .launch();
         twin.launch(&launch);
-        let what = format!("{n_links} links, window {window}");
+        let what = format!("{n_links} links, {blocks_per_slot} blocks per slot, window {window}");
         let (cpu, first) = twin.download::<f64>(interval, words);
         assert_bitwise(&format!("exchange interval, {what}"), &cpu, &first);
         let (cpu, gpu) = twin.download::<f64>(window_buffer, words);
@@ -553,12 +580,28 @@ fn accumulate_exchange_matches_the_cpu() {
         if window == "closed" {
             assert_bitwise(&format!("closed window, {what}"), &start, &gpu);
         }
+        let (cpu, gpu) = twin.download::<f64>(partials, n_partials);
+        assert_bitwise(&format!("exchange partials, {what}"), &cpu, &gpu);
+        let (cpu, gpu) = twin.download::<u32>(arrivals, n_slots as usize);
+        assert_eq!(gpu, vec![0; n_slots as usize], "{what}: the counters left behind");
+        assert_eq!(cpu, gpu, "{what}: counters");
+        // Again from the same start, the first run's counters and fresh garbage
+        // in the partials.
         twin.gpu.upload(interval, 0, bytemuck::cast_slice(&start)).unwrap();
         twin.gpu.upload(window_buffer, 0, bytemuck::cast_slice(&start)).unwrap();
+        twin.gpu
+            .upload(partials, 0, bytemuck::cast_slice(&poison(&mut rng)))
+            .unwrap();
         twin.gpu.launch(&launch).unwrap();
         twin.gpu.synchronize().unwrap();
         let (_, again) = twin.download::<f64>(interval, words);
         assert_bitwise(&format!("exchange interval run again, {what}"), &first, &again);
+        let (_, again) = twin.download::<u32>(arrivals, n_slots as usize);
+        assert_eq!(
+            again,
+            vec![0; n_slots as usize],
+            "{what}: the counters left behind again"
+        );
     }
 }
 
@@ -1052,6 +1095,17 @@ fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, table: &LinkSpace) 
                 ]
             })
             .collect(),
+        // What the allocation leaves and every launch leaves behind.
+        "arrivals" => vec![0; floats],
+        // Scratch: garbage on entry must not matter.
+        "partials" => {
+            return (0..bytes / 8)
+                .flat_map(|k| match k % 2 {
+                    0 => f64::NAN.to_le_bytes(),
+                    _ => (rng.range(-1e6, 1e6) as f64).to_le_bytes(),
+                })
+                .collect();
+        }
         "interval" | "window" => {
             return (0..bytes / 8)
                 .flat_map(|_| (rng.range(-1.0, 1.0) as f64).to_le_bytes())

@@ -51,6 +51,18 @@ impl<'a> WriteViews<'a> {
     pub fn get<T: bytemuck::Pod>(&mut self, param: &str) -> &mut [T] {
         self.pair::<T, T>(param, None).0
     }
+    /// The view of `param` taken out of the set, so that it can be held beside
+    /// the views of other parameters (kernels that write more than two).
+    pub fn take<T: bytemuck::Pod>(&mut self, param: &str) -> &'a mut [T] {
+        let at = self
+            .0
+            .iter()
+            .position(|(p, _)| *p == param)
+            .unwrap_or_else(|| panic!("the launch check passed, so `{param}` is writable"));
+        let bytes = self.0.swap_remove(at).1;
+        let n = whole::<T>(bytes.len());
+        bytemuck::cast_slice_mut(&mut bytes[..n])
+    }
     /// Two written views at once (kernels that write two buffers).
     pub fn get2<T: bytemuck::Pod>(&mut self, a: &str, b: &str) -> (&mut [T], &mut [T]) {
         let (first, second) = self.pair::<T, T>(a, Some(b));

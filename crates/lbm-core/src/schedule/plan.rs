@@ -32,7 +32,7 @@ use crate::domain::hierarchy::{GHOST, Hierarchy, Patch, Rect};
 use crate::domain::sides::PatchSides;
 use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
-use crate::kernels::exchange::AccumulateExchange;
+use crate::kernels::exchange::{AccumulateExchange, blocks_per_slot};
 use crate::kernels::health::{CheckHealth, HEALTH_WORDS};
 use crate::kernels::lbm::StreamCollide;
 use crate::kernels::refine::{FillGhost, RestrictToParent};
@@ -246,6 +246,9 @@ impl Builder<'_> {
                     links: ex.links.into(),
                     n_links: ex.n_links,
                     n_slots: self.resources.body_slots[level].len() as u32,
+                    blocks_per_slot: blocks_per_slot(ex.n_links),
+                    partials: ex.partials.expect("observed exchange has scratch").into(),
+                    arrivals: ex.arrivals.expect("observed exchange has scratch").into(),
                     interval: acc.interval.into(),
                     window: acc.window.map(Into::into),
                 }

@@ -15,7 +15,7 @@ use crate::domain::hierarchy::{Hierarchy, Patch};
 use crate::domain::order::{fine_covered, inlet_samples, ring_cells};
 use crate::domain::sides::PatchSides;
 use crate::error::Result;
-use crate::kernels::exchange::EXCHANGE_WORDS;
+use crate::kernels::exchange::{EXCHANGE_WORDS, arrivals_bytes, partials_bytes};
 use crate::kernels::health::HEALTH_WORDS;
 use crate::lattice::Q;
 use crate::ledger::MemoryLedger;
@@ -68,6 +68,7 @@ pub fn estimate(
     exec: &ExecConfig,
 ) -> MemoryLedger {
     let mut ledger = MemoryLedger::default();
+    let observe = exec.observe_raw_exchange || exec.observe_window_exchange;
     if let Some(inlet) = &lattice.inlet {
         ledger.add(
             "boundary.inlet_profile",
@@ -102,9 +103,14 @@ pub fn estimate(
         if links > 0.0 {
             ledger.add(format!("{name}.wall_distance"), wall_distance_bytes(patch) as u64);
             ledger.add(format!("{name}.links"), link_bytes(links.round() as usize) as u64);
+            if observe {
+                let slots = lattice.bodies.iter().filter(|b| b.level == patch.level).count();
+                ledger.add(format!("{name}.exchange.partials"), partials_bytes(slots) as u64);
+                ledger.add(format!("{name}.exchange.arrivals"), arrivals_bytes(slots) as u64);
+            }
         }
     }
-    if exec.observe_raw_exchange || exec.observe_window_exchange {
+    if observe {
         for level in 0..hierarchy.n_levels() {
             let bodies = lattice.bodies.iter().filter(|b| b.level == level).count();
             if bodies == 0 {
@@ -149,13 +155,19 @@ pub struct InletBuffers {
     pub table: Option<BufferId>,
 }
 
-/// Body links of one patch.
+/// Body links of one patch, and the scratch of its `accumulate_exchange`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ExchangeBuffers {
     pub level: usize,
     pub patch: usize,
     pub links: BufferId,
     pub n_links: u32,
+    /// The per-block partial sums, sized for the most blocks per slot
+    /// (present while exchange is observed, so launched).
+    pub partials: Option<BufferId>,
+    /// The per-slot arrival counters, zero from the allocation on (present
+    /// with `partials`).
+    pub arrivals: Option<BufferId>,
 }
 
 /// Per-level interval and window accumulators.
@@ -284,10 +296,10 @@ impl Resources {
         for (b, body) in lattice.bodies.iter().enumerate() {
             self.body_slots[body.level].push(b);
         }
-        for patch in hierarchy.patches() {
-            self.fill_patch(driver, patch, sides[patch.level][patch.index], lattice)?;
-        }
         let observe = exec.observe_raw_exchange || exec.observe_window_exchange;
+        for patch in hierarchy.patches() {
+            self.fill_patch(driver, patch, sides[patch.level][patch.index], lattice, observe)?;
+        }
         for level in 0..hierarchy.n_levels() {
             if !observe || self.body_slots[level].is_empty() {
                 continue;
@@ -316,6 +328,7 @@ impl Resources {
         patch: &Patch,
         sides: PatchSides,
         lattice: &LatticeConfig,
+        observe: bool,
     ) -> Result<()> {
         let name = patch.name();
         let f_bytes = population_bytes(patch);
@@ -363,11 +376,24 @@ impl Resources {
         if !tables.links.is_empty() {
             debug_assert_eq!(tables.links.len() * 4, link_bytes(tables.links.len() / LINK_WORDS));
             let links = self.upload(driver, format!("{name}.links"), bytemuck::cast_slice(&tables.links))?;
+            let n_slots = self.body_slots[patch.level].len();
+            // Scratch, not state: the kernel writes the partials before it
+            // reads them and leaves the counters at 0, so a snapshot need not
+            // hold them and a resume finds them as allocated.
+            let (partials, arrivals) = match observe {
+                true => (
+                    Some(self.alloc(driver, format!("{name}.exchange.partials"), partials_bytes(n_slots))?),
+                    Some(self.alloc(driver, format!("{name}.exchange.arrivals"), arrivals_bytes(n_slots))?),
+                ),
+                false => (None, None),
+            };
             self.exchange.push(ExchangeBuffers {
                 level: patch.level,
                 patch: patch.index,
                 links,
                 n_links: (tables.links.len() / LINK_WORDS) as u32,
+                partials,
+                arrivals,
             });
         }
         Ok(())
