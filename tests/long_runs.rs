@@ -56,6 +56,15 @@ fn write_case(dir: &Path, text: &str) -> String {
     path.display().to_string()
 }
 
+/// A scratch directory `name` holding the test case, and the run's output
+/// directory in it: (root, case path, output directory).
+fn setup(name: &str) -> (PathBuf, String, PathBuf) {
+    let root = scratch(name);
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    (root, case, out)
+}
+
 fn binary() -> PathBuf {
     std::env::var_os("LBM_BIN").map_or_else(|| env!("CARGO_BIN_EXE_lbm").into(), PathBuf::from)
 }
@@ -97,9 +106,7 @@ fn summary(out: &Path) -> serde_json::Value {
 fn straight() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let root = scratch("straight");
-        let case = write_case(&root, &case_text());
-        let out = root.join("out");
+        let (_, case, out) = setup("straight");
         let output = spawn_run(&case, &out, &[]).wait_with_output().unwrap();
         assert!(output.status.success(), "{}", stderr(&output));
         assert_eq!(summary(&out)["ended"], "completed");
@@ -208,9 +215,7 @@ fn assert_complete(dir: &Path) {
 
 #[test]
 fn a_killed_run_keeps_whole_files_and_resumes_bit_for_bit() {
-    let root = scratch("killed");
-    let case = write_case(&root, &case_text());
-    let out = root.join("out");
+    let (root, case, out) = setup("killed");
     let mut child = spawn_run(&case, &out, &[]);
     // Between the save points at 30 and 60.
     wait_for_checkpoint(&out, 40, &mut child);
@@ -235,9 +240,7 @@ fn a_killed_run_keeps_whole_files_and_resumes_bit_for_bit() {
 
 #[test]
 fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
-    let root = scratch("wall");
-    let case = write_case(&root, &case_text());
-    let out = root.join("out");
+    let (root, case, out) = setup("wall");
     let limit = wall_limit();
     let limit_text = limit.to_string();
     let start = Instant::now();
@@ -276,9 +279,7 @@ fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
 
 #[test]
 fn sigint_checkpoints_and_says_interrupted() {
-    let root = scratch("sigint");
-    let case = write_case(&root, &case_text());
-    let out = root.join("out");
+    let (root, case, out) = setup("sigint");
     let mut child = spawn_run(&case, &out, &[]);
     wait_for_checkpoint(&out, 20, &mut child);
     let killed = Command::new("kill")
@@ -305,9 +306,7 @@ fn sigint_checkpoints_and_says_interrupted() {
 
 #[test]
 fn a_stalled_device_ends_the_run_as_stalled() {
-    let root = scratch("stall");
-    let case = write_case(&root, &case_text());
-    let out = root.join("out");
+    let (root, case, out) = setup("stall");
     let output = Command::new(binary())
         .args([
             "run",
@@ -344,9 +343,7 @@ fn a_stalled_device_ends_the_run_as_stalled() {
 
 #[test]
 fn a_damaged_checkpoint_falls_back_to_the_one_before() {
-    let root = scratch("damaged");
-    let case = write_case(&root, &case_text());
-    let out = root.join("out");
+    let (root, case, out) = setup("damaged");
     let limit = (wall_limit() + 1.0).to_string();
     let output = spawn_run(&case, &out, &["--max-wall-seconds", &limit])
         .wait_with_output()
@@ -379,9 +376,7 @@ fn a_damaged_checkpoint_falls_back_to_the_one_before() {
 
 #[test]
 fn resume_refuses_a_directory_without_a_whole_checkpoint() {
-    let root = scratch("no-checkpoint");
-    let case = write_case(&root, &case_text());
-    let out = root.join("out");
+    let (root, case, out) = setup("no-checkpoint");
     let mut child = spawn_run(&case, &out, &[]);
     wait_for_checkpoint(&out, 20, &mut child);
     child.kill().unwrap();
@@ -481,9 +476,7 @@ fn a_full_run_follows_only_a_completed_pilot_of_its_own_plan() {
 
 #[test]
 fn run_bounds_out_of_range_are_refused_before_any_work() {
-    let root = scratch("bounds");
-    let case = write_case(&root, &case_text());
-    let out = root.join("out");
+    let (root, case, out) = setup("bounds");
     for (flags, expect) in [
         (vec!["--max-wall-seconds", "0"], "--max-wall-seconds"),
         (vec!["--max-wall-seconds=-5"], "--max-wall-seconds"),
