@@ -105,6 +105,7 @@ struct EmuKernel {
 
 static const EmuKernel EMU_KERNELS[] = {
     {"stream_collide", [](void** p) { emu_call(stream_collide, p); }, false},
+    {"stream_collide_bulk", [](void** p) { emu_call(stream_collide_bulk, p); }, false},
     {"fill_ghost", [](void** p) { emu_call(fill_ghost, p); }, false},
     {"restrict_to_parent", [](void** p) { emu_call(restrict_to_parent, p); }, false},
     {"accumulate_fine_flux", [](void** p) { emu_call(accumulate_fine_flux, p); }, false},
@@ -122,9 +123,11 @@ static const EmuKernel EMU_KERNELS[] = {
 // `__shared__` statics and the block barrier allow one block in flight.
 static std::mutex emu_lock;
 
-// Runs a one-dimensional launch of `name`: 0 on success, 1 for an unknown
-// kernel, 2 for a kernel that synchronises but is not marked threaded.
-extern "C" int lbm_emu_launch(const char* name, unsigned int grid, unsigned int block, void** params) {
+// Runs a launch of `name` on a grid of grid_x x grid_y one-dimensional
+// blocks: 0 on success, 1 for an unknown kernel, 2 for a kernel that
+// synchronises but is not marked threaded.
+extern "C" int lbm_emu_launch(const char* name, unsigned int grid_x, unsigned int grid_y, unsigned int block,
+                              void** params) {
     const EmuKernel* kernel = nullptr;
     for (const EmuKernel& k : EMU_KERNELS) {
         if (std::strcmp(k.name, name) == 0) {
@@ -136,34 +139,36 @@ extern "C" int lbm_emu_launch(const char* name, unsigned int grid, unsigned int 
     }
     std::lock_guard<std::mutex> guard(emu_lock);
     bool sync_missing = false;
-    for (unsigned int b = 0; b < grid; ++b) {
-        if (!kernel->threaded) {
-            for (unsigned int t = 0; t < block; ++t) {
-                blockIdx = {b, 0, 0};
-                threadIdx = {t, 0, 0};
-                blockDim = {block, 1, 1};
-                gridDim = {grid, 1, 1};
-                emu_sync_missing = false;
-                kernel->call(params);
-                sync_missing = sync_missing || emu_sync_missing;
+    for (unsigned int by = 0; by < grid_y; ++by) {
+        for (unsigned int b = 0; b < grid_x; ++b) {
+            if (!kernel->threaded) {
+                for (unsigned int t = 0; t < block; ++t) {
+                    blockIdx = {b, by, 0};
+                    threadIdx = {t, 0, 0};
+                    blockDim = {block, 1, 1};
+                    gridDim = {grid_x, grid_y, 1};
+                    emu_sync_missing = false;
+                    kernel->call(params);
+                    sync_missing = sync_missing || emu_sync_missing;
+                }
+                continue;
             }
-            continue;
-        }
-        std::barrier<> barrier((std::ptrdiff_t)block);
-        std::vector<std::thread> threads;
-        threads.reserve(block);
-        for (unsigned int t = 0; t < block; ++t) {
-            threads.emplace_back([&, t, b] {
-                blockIdx = {b, 0, 0};
-                threadIdx = {t, 0, 0};
-                blockDim = {block, 1, 1};
-                gridDim = {grid, 1, 1};
-                emu_block_barrier = &barrier;
-                kernel->call(params);
-            });
-        }
-        for (std::thread& thread : threads) {
-            thread.join();
+            std::barrier<> barrier((std::ptrdiff_t)block);
+            std::vector<std::thread> threads;
+            threads.reserve(block);
+            for (unsigned int t = 0; t < block; ++t) {
+                threads.emplace_back([&, t, b, by] {
+                    blockIdx = {b, by, 0};
+                    threadIdx = {t, 0, 0};
+                    blockDim = {block, 1, 1};
+                    gridDim = {grid_x, grid_y, 1};
+                    emu_block_barrier = &barrier;
+                    kernel->call(params);
+                });
+            }
+            for (std::thread& thread : threads) {
+                thread.join();
+            }
         }
     }
     return sync_missing ? 2 : 0;

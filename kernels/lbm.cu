@@ -1,9 +1,16 @@
-// lbm.cu: `stream_collide`, the per-hop update of one patch (pull streaming with
-// boundaries, then TRT collision with Guo forcing), `current -> spare`.
+// lbm.cu: the per-hop update of one patch (pull streaming with boundaries, then
+// TRT collision with Guo forcing), `current -> spare`, as two kernels:
+// `stream_collide_bulk` over the interior of a row-major patch, with no flag
+// and no side rule, and `stream_collide`, the general update, over every
+// active cell or over a list of cells (the patch's rim and the cells next to a
+// body: lbm_core::kernels::lbm::boundary_cells). The bulk kernel computes
+// every interior cell as if its neighbourhood were fluid; the list kernel,
+// enqueued after it, overwrites the cells where that is not so, so that the
+// pair writes exactly what the general kernel alone writes.
 //
-// It mirrors lbm_core::kernels::lbm::{stream_collide, pull, body_wall,
+// `stream_collide` mirrors lbm_core::kernels::lbm::{stream_collide, pull, body_wall,
 // anti_bounce_back} cell by cell: one thread per active cell, row-major over
-// the active region; solid cells are copied unchanged. A population that would
+// the active region, or per listed cell; solid cells are copied unchanged. A population that would
 // come from beyond a side of the active region takes that side's rule, the first
 // match in this order winning at a corner: inlet (bounce-back with the inlet
 // profile's sample for the row and direction, domain::order::inlet_sample, times the
@@ -103,7 +110,8 @@ __device__ __forceinline__ void outflow_velocity(const float* __restrict__ src, 
 extern "C" __global__ void stream_collide(
     const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
     const float* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
-    const float* __restrict__ boundary_state, unsigned int nx, unsigned int ny, unsigned int tile_x,
+    const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,
+    unsigned int nx, unsigned int ny, unsigned int tile_x,
     unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
     unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
     float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
@@ -112,14 +120,27 @@ extern "C" __global__ void stream_collide(
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     const unsigned long long t = thread_index();
-    if (t >= (unsigned long long)width * height) {
+    // A listed cell is a number in the active region's row-major order; one
+    // that lies outside it is skipped, as on the CPU.
+    unsigned int cell;
+    if (cells != nullptr) {
+        if (t >= n_cells) {
+            return;
+        }
+        cell = cells[t];
+    } else {
+        if (t >= (unsigned long long)width * height) {
+            return;
+        }
+        cell = (unsigned int)t;
+    }
+    if ((unsigned long long)cell >= (unsigned long long)width * height) {
         return;
     }
     const Layout layout = make_layout(nx, ny, tile_x, tile_y);
     const size_t plane = plane_cells(layout);
     // 32-bit division: far cheaper than 64-bit, and an active region never
     // holds 2^32 cells (its nine planes would not fit in device memory).
-    const unsigned int cell = (unsigned int)t;
     const unsigned int x = x0 + cell % width;
     const unsigned int y = y0 + cell / width;
     const size_t index = cell_index(layout, x, y);
@@ -237,4 +258,37 @@ extern "C" __global__ void stream_collide(
     }
     collide(f, omega_plus, omega_minus, force_x, force_y);
     write_cell(dst, plane, index, f);
+}
+
+// stream_collide_bulk: the update of the cells of [x0, x1) x [y0, y1), the
+// interior of a patch stored row-major (one tile column, so a neighbour is a
+// fixed offset away), computed as if the cell and its eight neighbours were
+// fluid: no flag, no side rule, 32-bit indices (the launch check bounds nine
+// planes by 2^32 cells). One block row of 256 threads per grid row and one grid
+// row per cell row, so no thread divides. The cells where the assumption fails
+// are `stream_collide`'s, over the patch's list, enqueued after this one.
+// lbm_core::kernels::lbm::stream_collide_bulk is its CPU reference.
+extern "C" __global__ void stream_collide_bulk(const float* __restrict__ src, float* __restrict__ dst,
+                                               unsigned int nx, unsigned int ny, unsigned int tile_x,
+                                               unsigned int tile_y, unsigned int x0, unsigned int y0,
+                                               unsigned int x1, unsigned int y1, float omega_plus,
+                                               float omega_minus, float force_x, float force_y) {
+    const unsigned int x = x0 + blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned int y = y0 + blockIdx.y;
+    if (x >= x1 || y >= y1) {
+        return;
+    }
+    const unsigned int plane = (unsigned int)plane_cells(make_layout(nx, ny, tile_x, tile_y));
+    const unsigned int index = y * tile_x + x;
+    float f[LBM_Q];
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        const unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
+        f[i] = src[(unsigned int)i * plane + source];
+    }
+    collide(f, omega_plus, omega_minus, force_x, force_y);
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        dst[(unsigned int)i * plane + index] = f[i];
+    }
 }

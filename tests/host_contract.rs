@@ -38,6 +38,9 @@ struct Fixture {
     patches: &'static [Rect],
     /// Circle centre and radius in base lattice units, on the finest level.
     body: ([f64; 2], f64),
+    /// Every level's storage tile; `None`: row-major, so large patches take
+    /// the split update (bulk kernel, then the boundary cells).
+    tile: Option<[u32; 2]>,
 }
 
 /// 48x48 base and three nested patches; level 3 covers base cells 14..18.
@@ -50,6 +53,7 @@ const FOUR_LEVEL: Fixture = Fixture {
         Rect::new(56, 56, 72, 72),
     ],
     body: ([16.0, 16.0], 0.6),
+    tile: Some([4, 4]),
 };
 
 /// 32x32 base and one patch covering base cells 8..24.
@@ -58,6 +62,17 @@ const TWO_LEVEL: Fixture = Fixture {
     base: [32, 32],
     patches: &[Rect::new(8, 8, 24, 24)],
     body: ([16.0, 16.0], 1.5),
+    tile: Some([4, 4]),
+};
+
+/// Row-major storage and both levels large enough for the split update:
+/// 300x300 base, a patch over base cells 40..260 with the body.
+const SPLIT: Fixture = Fixture {
+    name: "split",
+    base: [300, 300],
+    patches: &[Rect::new(40, 40, 260, 260)],
+    body: ([150.0, 150.0], 6.0),
+    tile: None,
 };
 
 impl Fixture {
@@ -96,7 +111,7 @@ impl Fixture {
 
     fn exec(&self, window: bool) -> ExecConfig {
         ExecConfig {
-            tiles: vec![Some([4, 4]); self.n_levels()],
+            tiles: vec![self.tile; self.n_levels()],
             observe_raw_exchange: true,
             observe_window_exchange: window,
         }
@@ -685,7 +700,7 @@ fn an_inlet_updates_its_state_once_per_interval_right_after_the_zeroing() {
             } => {
                 // Only a patch with an inlet side reads the inlet's buffers.
                 let labels: Vec<String> = args.iter().map(ToString::to_string).collect();
-                if labels[14] == "boundary_x_min = 3u32" {
+                if labels[16] == "boundary_x_min = 3u32" {
                     assert!(labels[4].contains("\"boundary.inlet_profile\""), "{event}");
                     assert!(labels[5].contains("\"boundary.state\""), "{event}");
                 } else {
@@ -770,6 +785,7 @@ fn construction(fixture: Fixture) -> String {
 fn launch_plan_snapshots() {
     insta::assert_snapshot!("two_level_step1", annotated_step1(TWO_LEVEL));
     insta::assert_snapshot!("four_level_step1", annotated_step1(FOUR_LEVEL));
+    insta::assert_snapshot!("split_step1", annotated_step1(SPLIT));
     insta::assert_snapshot!("two_level_construction", construction(TWO_LEVEL));
     insta::assert_snapshot!("two_level_health_after_step1", health_after_step1(TWO_LEVEL));
 }

@@ -1,6 +1,9 @@
-//! CPU backend throughput: `stream_collide` on a uniform periodic grid in million
-//! lattice updates per second, next to a plain copy of the same bytes (read and
-//! write one population set per cell) measured in the same run as the ceiling.
+//! CPU backend throughput on a uniform periodic grid in million lattice updates
+//! per second: `stream_collide` as the stepper enqueues it (the vectorised bulk
+//! kernel, then the general one over the rim) and `stream_collide_general`
+//! (the general kernel over every cell), next to a plain copy of the same bytes
+//! (read and write one population set per cell) measured in the same run as
+//! the ceiling.
 //!
 //! Run: `cargo bench -p lbm-core --bench stream_collide`. Criterion reports
 //! "elements/s"; one element is one cell, so Melem/s reads as MLUPS.
@@ -18,9 +21,13 @@ fn bench(c: &mut Criterion) {
         let mut driver = CpuDriver::new();
         let bench = PeriodicBenchmark::allocate(&mut driver, n, benchmark_physics()).unwrap();
         let (src, dst, bytes) = (bench.src, bench.dst, bench.population_bytes);
-        let launch = bench.launches[0].clone();
-        group.bench_with_input(BenchmarkId::new("stream_collide", n), &launch, |b, launch| {
-            b.iter(|| driver.launch(launch).unwrap())
+        let split = bench.launches[0].clone();
+        group.bench_with_input(BenchmarkId::new("stream_collide", n), &split, |b, split| {
+            b.iter(|| split.iter().for_each(|l| driver.launch(l).unwrap()))
+        });
+        let whole = bench.whole[0].clone();
+        group.bench_with_input(BenchmarkId::new("stream_collide_general", n), &whole, |b, whole| {
+            b.iter(|| driver.launch(whole).unwrap())
         });
         group.bench_function(BenchmarkId::new("copy_same_bytes", n), |b| {
             b.iter(|| driver.copy_async(src, 0, dst, 0, bytes).unwrap())

@@ -83,6 +83,10 @@ pub struct PlanId(pub u32);
 pub enum Kernel {
     /// Pull streaming, boundaries and collision of one patch: `current -> spare`.
     StreamCollide,
+    /// The same update on a row-major patch's interior, as if every cell
+    /// there and its neighbours were fluid; `stream_collide` over the
+    /// patch's boundary cells follows it.
+    StreamCollideBulk,
     /// Coarse-to-fine: fill a patch's ghost band from its parent in space and time.
     FillGhost,
     /// Fine-to-coarse: overwrite the parent cells a patch covers.
@@ -110,8 +114,9 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 13] = [
+    pub const ALL: [Kernel; 14] = [
         Kernel::StreamCollide,
+        Kernel::StreamCollideBulk,
         Kernel::FillGhost,
         Kernel::RestrictToParent,
         Kernel::AccumulateFineFlux,
@@ -130,6 +135,7 @@ impl Kernel {
     pub fn cuda_name(self) -> &'static str {
         match self {
             Kernel::StreamCollide => "stream_collide",
+            Kernel::StreamCollideBulk => "stream_collide_bulk",
             Kernel::FillGhost => "fill_ghost",
             Kernel::RestrictToParent => "restrict_to_parent",
             Kernel::AccumulateFineFlux => "accumulate_fine_flux",
@@ -151,6 +157,7 @@ impl Kernel {
         use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, moments, producer, refine, reflux};
         match self {
             Kernel::StreamCollide => lbm::StreamCollide::PARAMS,
+            Kernel::StreamCollideBulk => lbm::StreamCollideBulk::PARAMS,
             Kernel::FillGhost => refine::FillGhost::PARAMS,
             Kernel::RestrictToParent => refine::RestrictToParent::PARAMS,
             Kernel::AccumulateFineFlux => reflux::AccumulateFineFlux::PARAMS,

@@ -16,7 +16,7 @@ use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::AccumulateExchange;
 use crate::kernels::health::CheckHealth;
-use crate::kernels::lbm::StreamCollide;
+use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, boundary_cells, bulk_interior};
 use crate::kernels::moments::SaveMoments;
 use crate::kernels::producer::{ProduceChunked, ProducePrefix, ProduceRecord, ProduceStatic, RingTarget};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
@@ -24,15 +24,19 @@ use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use crate::lattice::{Collision, Q, Relaxation};
 
 /// A periodic `n` x `n` grid on a driver: two population buffers (`src`
-/// filled with small deterministic noise), flags, and the two ping-pong
-/// launches, `src -> dst` then `dst -> src`.
+/// filled with small deterministic noise), flags, the boundary cells of a
+/// split update (the rim), and the ping-pong steps, `src -> dst` then
+/// `dst -> src`, each as the stepper enqueues it (the bulk kernel, then the
+/// general one over the rim) and as the general kernel over every cell.
 pub struct PeriodicBenchmark {
     pub src: BufferId,
     pub dst: BufferId,
     pub flags: BufferId,
+    pub cells: BufferId,
     /// Bytes of one population buffer.
     pub population_bytes: usize,
-    pub launches: [Launch; 2],
+    pub launches: [Vec<Launch>; 2],
+    pub whole: [Launch; 2],
 }
 
 impl PeriodicBenchmark {
@@ -46,15 +50,41 @@ impl PeriodicBenchmark {
             .map(|i| 1e-3 * ((i * 7919 % 1000) as f32 / 1000.0 - 0.5))
             .collect();
         driver.upload(src, 0, bytemuck::cast_slice(&noise))?;
-        let step = |from: BufferId, to: BufferId| {
-            StreamCollide::periodic(from.into(), to.into(), flags.into(), [n, n], physics).launch()
+        let general = |from: BufferId, to: BufferId| {
+            StreamCollide::periodic(from.into(), to.into(), flags.into(), [n, n], physics)
+        };
+        let sample = general(src, dst);
+        let rim = boundary_cells(&vec![0; cells], &sample.layout, &sample.active);
+        let list = driver.alloc("cells", rim.len() * 4)?;
+        driver.upload(list, 0, bytemuck::cast_slice(&rim))?;
+        let interior = bulk_interior(&sample.layout, &sample.active).expect("a row-major grid of at least 3 x 3");
+        let split = |from: BufferId, to: BufferId| {
+            let bulk = StreamCollideBulk {
+                src: from.into(),
+                dst: to.into(),
+                layout: sample.layout,
+                interior,
+                omega_plus: sample.omega_plus,
+                omega_minus: sample.omega_minus,
+                force: sample.force,
+            };
+            let boundary = StreamCollide {
+                cells: Some(CellList {
+                    cells: list.into(),
+                    count: rim.len() as u32,
+                }),
+                ..general(from, to)
+            };
+            vec![bulk.launch(), boundary.launch()]
         };
         Ok(PeriodicBenchmark {
             src,
             dst,
             flags,
+            cells: list,
             population_bytes: bytes,
-            launches: [step(src, dst), step(dst, src)],
+            launches: [split(src, dst), split(dst, src)],
+            whole: [general(src, dst).launch(), general(dst, src).launch()],
         })
     }
 }
@@ -106,6 +136,20 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
             force: [1e-6, -2e-6],
             layout: coarse,
             ..StreamCollide::periodic(b(0), b(1), b(2), [coarse.nx, coarse.ny], physics)
+        }
+        .launch(),
+        StreamCollideBulk {
+            src: b(0),
+            dst: b(1),
+            layout: Layout {
+                nx: 24,
+                ny: 20,
+                tile: [24, 20],
+            },
+            interior: Rect::new(3, 3, 21, 17),
+            omega_plus: physics.relaxation.omega_plus(),
+            omega_minus: physics.relaxation.omega_minus(),
+            force: [1e-6, -2e-6],
         }
         .launch(),
         FillGhost {
@@ -287,9 +331,13 @@ fn buffer_arg(launch: &Launch, n: usize) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// Whether `kernel` reduces inside its blocks, so takes one exact shape.
-fn reduces_in_blocks(kernel: Kernel) -> bool {
-    matches!(kernel, Kernel::CorrectInterfaceMass | Kernel::AccumulateExchange)
+/// Whether `kernel` takes one exact shape (it reduces inside its blocks, or
+/// its threads find their cell from the grid's dimensions).
+fn exact_shape(kernel: Kernel) -> bool {
+    matches!(
+        kernel,
+        Kernel::CorrectInterfaceMass | Kernel::AccumulateExchange | Kernel::StreamCollideBulk
+    )
 }
 
 /// Index of the first buffer argument whose use needs more than byte alignment.
@@ -312,17 +360,17 @@ const SPOILINGS: &[(&str, Spoil)] = &[
     ("a block over 1024 threads", |l| with(l, |l| l.block = [2048, 1, 1])),
     ("a grid short of the work", |l| {
         // Only kernels with more than one block of work can be short; a
-        // grid-stride kernel covers its work with any grid; a reduction's
-        // grid is spoiled below.
+        // grid-stride kernel covers its work with any grid; an exact
+        // shape's grid is spoiled below.
         let one_less = l.threads() - u64::from(l.block[0]);
         let items = crate::kernels::work_items_of(l).ok()? as u64;
-        (l.threads() > u64::from(BLOCK_THREADS) && !reduces_in_blocks(l.kernel) && items > one_less)
+        (l.threads() > u64::from(BLOCK_THREADS) && !exact_shape(l.kernel) && items > one_less)
             .then(|| with(l, |l| l.grid[0] -= 1))
             .flatten()
     }),
-    ("a reduction's block of another size", |l| {
-        // Enough threads in all, but the tree is written for its block.
-        reduces_in_blocks(l.kernel)
+    ("an exact shape's block of another size", |l| {
+        // Enough threads in all, but the tree or the cell mapping is written for its block.
+        exact_shape(l.kernel)
             .then(|| {
                 with(l, |l| {
                     l.block[0] /= 2;
@@ -331,10 +379,8 @@ const SPOILINGS: &[(&str, Spoil)] = &[
             })
             .flatten()
     }),
-    ("a reduction's grid of another size", |l| {
-        reduces_in_blocks(l.kernel)
-            .then(|| with(l, |l| l.grid[0] += 1))
-            .flatten()
+    ("an exact shape's grid of another size", |l| {
+        exact_shape(l.kernel).then(|| with(l, |l| l.grid[0] += 1)).flatten()
     }),
     ("one argument too few", |l| {
         with(l, |l| {

@@ -110,7 +110,7 @@ impl Relaxation {
 
 /// Density and velocity from shifted populations (`u = j / ρ0`); `force` is the
 /// body-force density whose half step Guo forcing adds to the momentum.
-#[inline]
+#[inline(always)]
 pub fn moments(f: &[f32; Q], force: [f32; 2]) -> Moments {
     let mut delta_rho = 0.0f32;
     let mut jx = 0.0f32;
@@ -129,7 +129,7 @@ pub fn moments(f: &[f32; Q], force: [f32; 2]) -> Moments {
 
 /// Shifted incompressible equilibrium `f_i^eq - w_i = w_i [δρ + 3 c·u + 4.5 (c·u)²
 /// - 1.5 u²]`.
-#[inline]
+#[inline(always)]
 pub fn equilibrium(m: Moments) -> [f32; Q] {
     let usq = m.ux * m.ux + m.uy * m.uy;
     let mut feq = [0.0f32; Q];
@@ -204,8 +204,10 @@ pub fn non_equilibrium_odd_curvature(tau_plus: f32, tau_minus: f32, d2u: [[f32; 
 }
 
 /// One TRT collision (BGK when ω⁻ = ω⁺) with Guo forcing, in place on shifted
-/// populations; `force` is the body-force density in lattice units.
-#[inline]
+/// populations; `force` is the body-force density in lattice units. Always
+/// inlined, with what it calls, so that the CPU's row loop
+/// (`kernels::lbm::vector`) vectorises it across cells.
+#[inline(always)]
 pub fn collide(f: &mut [f32; Q], omega_plus: f32, omega_minus: f32, force: [f32; 2]) {
     let m = moments(f, force);
     let feq = equilibrium(m);
@@ -224,7 +226,7 @@ pub fn collide(f: &mut [f32; Q], omega_plus: f32, omega_minus: f32, force: [f32;
 }
 
 /// Guo's forcing term before its relaxation factor.
-#[inline]
+#[inline(always)]
 fn guo_source(m: Moments, force: [f32; 2]) -> [f32; Q] {
     let mut s = [0.0f32; Q];
     if force == [0.0, 0.0] {

@@ -58,7 +58,10 @@
 //! assert!(window.mean_force()[0] > 0.0);
 //! # Ok::<(), lbm_core::Error>(())
 //! ```
-#![forbid(unsafe_code)]
+// The one exception is the CPU row loop's run-time dispatch to AVX2 and
+// AVX-512 (`kernels::lbm::vector`), which calling a function compiled for an
+// instruction set needs.
+#![deny(unsafe_code)]
 
 pub mod case;
 pub mod config;

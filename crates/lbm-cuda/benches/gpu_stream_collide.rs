@@ -1,7 +1,9 @@
-//! GPU throughput: `stream_collide` on a uniform periodic grid in million lattice
-//! updates per second, next to a device-to-device copy of the same bytes (one
-//! population set read and written per cell) measured in the same run as the
-//! ceiling. Prints a skip notice and measures nothing without a CUDA device.
+//! GPU throughput on a uniform periodic grid in million lattice updates per
+//! second: `stream_collide` as the stepper enqueues it (the bulk kernel, then
+//! the general one over the rim) and `stream_collide_general` (the general
+//! kernel over every cell), next to a device-to-device copy of the same bytes
+//! (one population set read and written per cell) measured in the same run as
+//! the ceiling. Prints a skip notice and measures nothing without a CUDA device.
 //!
 //! Run: `cargo xtask gpu-pack`, then on the GPU machine
 //! `bash gpu-pack/run.sh benches`. Criterion's "elements/s" is cells per second,
@@ -24,18 +26,27 @@ fn bench(c: &mut Criterion) {
     let mut driver = CudaDriver::new(0).unwrap();
     let mut group = c.benchmark_group("gpu_uniform");
     group.sample_size(20);
-    for n in [1024u32, 4096] {
+    for n in [1024u32, 4096, 8192] {
         let cells = (n * n) as usize;
         group.throughput(Throughput::Elements(cells as u64));
         // Ping-pong like the stepper, so no launch reads what it writes.
         let bench = PeriodicBenchmark::allocate(&mut driver, n, benchmark_physics()).unwrap();
         let (src, dst, flags, bytes) = (bench.src, bench.dst, bench.flags, bench.population_bytes);
-        let launches = bench.launches;
+        let (launches, whole) = (bench.launches, bench.whole);
         group.bench_function(BenchmarkId::new("stream_collide", n), |b| {
             b.iter_custom(|iters| {
                 let mut k = 0;
                 timed(&mut driver, iters, |d| {
-                    d.launch(&launches[k % 2]).unwrap();
+                    launches[k % 2].iter().for_each(|l| d.launch(l).unwrap());
+                    k += 1;
+                })
+            })
+        });
+        group.bench_function(BenchmarkId::new("stream_collide_general", n), |b| {
+            b.iter_custom(|iters| {
+                let mut k = 0;
+                timed(&mut driver, iters, |d| {
+                    d.launch(&whole[k % 2]).unwrap();
                     k += 1;
                 })
             })
@@ -43,7 +54,7 @@ fn bench(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("copy_same_bytes", n), |b| {
             b.iter_custom(|iters| timed(&mut driver, iters, |d| d.copy_async(src, 0, dst, 0, bytes).unwrap()))
         });
-        for buffer in [src, dst, flags] {
+        for buffer in [src, dst, flags, bench.cells] {
             driver.free(buffer).unwrap();
         }
     }

@@ -15,7 +15,7 @@ use lbm_core::{Arg, BufferId, Driver, Error, Launch, Result};
 
 const BACKEND: &str = "emu";
 
-type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, *mut *mut c_void) -> i32;
+type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, u32, *mut *mut c_void) -> i32;
 
 struct HostBuffer {
     /// u64 words keep every buffer 8-byte aligned, as device allocations are.
@@ -93,6 +93,12 @@ impl EmuDriver {
 
     /// Runs a launch the check has passed through `lbm_emu_launch`.
     fn run(&mut self, launch: &Launch) -> Result<()> {
+        if launch.grid[2] != 1 || launch.block[1] != 1 || launch.block[2] != 1 {
+            return Err(unavailable(format!(
+                "{}: host_emu.cpp runs grids of x by y one-dimensional blocks, not grid {:?} of blocks {:?}",
+                launch.kernel, launch.grid, launch.block
+            )));
+        }
         let mut slots = Vec::with_capacity(launch.args.len());
         for arg in &launch.args {
             slots.push(match *arg {
@@ -112,7 +118,15 @@ impl EmuDriver {
         // the buffers passed, which live in `self.buffers` for the call, and an
         // absent buffer (0) is never read; the parameter slots outlive the call;
         // the launch runs to completion before returning.
-        let rc = unsafe { (self.launch_fn)(name.as_ptr(), launch.grid[0], launch.block[0], params.as_mut_ptr()) };
+        let rc = unsafe {
+            (self.launch_fn)(
+                name.as_ptr(),
+                launch.grid[0],
+                launch.grid[1],
+                launch.block[0],
+                params.as_mut_ptr(),
+            )
+        };
         match rc {
             0 => Ok(()),
             1 => Err(unavailable(format!("host_emu.cpp has no kernel {}", launch.kernel))),

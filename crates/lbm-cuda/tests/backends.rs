@@ -60,11 +60,17 @@ fn prepared_plans_replay_what_their_launches_do(mut d: Box<dyn Driver>) {
     let replayed = PeriodicBenchmark::allocate(&mut d, n, benchmark_physics()).unwrap();
     let bytes = direct.population_bytes;
     for _ in 0..3 {
-        for launch in &direct.launches {
+        for launch in direct.launches.iter().flatten() {
             d.launch(launch).unwrap();
         }
     }
-    let actions: Vec<Action> = replayed.launches.iter().cloned().map(Action::Launch).collect();
+    let actions: Vec<Action> = replayed
+        .launches
+        .iter()
+        .flatten()
+        .cloned()
+        .map(Action::Launch)
+        .collect();
     let plan = d.prepare("pingpong", &actions).unwrap();
     for _ in 0..3 {
         d.replay(plan).unwrap();
@@ -121,7 +127,7 @@ fn byte_offsets_address_inside_a_buffer(mut d: Box<dyn Driver>) {
     )
     .launch();
     d.launch(&launch).unwrap();
-    d.launch(&whole.launches[0]).unwrap();
+    d.launch(&whole.whole[0]).unwrap();
     d.synchronize().unwrap();
     let (mut want, mut got) = (vec![0u8; bytes], vec![0u8; bytes]);
     d.download(whole.dst, 0, &mut want).unwrap();

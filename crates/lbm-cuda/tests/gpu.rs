@@ -33,7 +33,7 @@ use lbm_core::kernels::KernelArgs;
 use lbm_core::kernels::boundary::UpdateBoundaryState;
 use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS, PARTIAL_WORDS, blocks_per_slot};
 use lbm_core::kernels::health::CheckHealth;
-use lbm_core::kernels::lbm::StreamCollide;
+use lbm_core::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, boundary_cells, bulk_interior};
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::{ProduceChunked, RingControl};
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
@@ -273,10 +273,10 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 ([1e-4, -5e-5], false),
                 ([1e-4, -5e-5], true),
             ] {
-                let flags = body_flags(&mut rng, &layout);
+                let flag_bytes = body_flags(&mut rng, &layout);
                 let src = twin.buffer("src", &random_populations(&mut rng, plane));
                 let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
-                let flags = twin.buffer("flags", &flags);
+                let flags = twin.buffer("flags", &flag_bytes);
                 let q: Vec<f32> = if interpolated_walls {
                     (0..Q * plane).map(|_| wall_q(&mut rng)).collect()
                 } else {
@@ -301,6 +301,7 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                     wall_distance: interpolated_walls.then_some(wall_distance.into()),
                     inlet_profile: inlet.then_some(inlet_profile.into()),
                     boundary_state: inlet.then_some(boundary_state.into()),
+                    cells: None,
                     layout,
                     active: *active,
                     boundaries: *edges,
@@ -316,8 +317,117 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                      interpolated {interpolated_walls}"
                 );
                 twin.compare_f32(&what, dst, Q * plane);
+                let general = StreamCollide::decode(&launch).unwrap();
+                let (whole_cpu, whole_gpu) = twin.download::<f32>(dst, Q * plane);
+                // A random ascending list, with numbers beyond the active
+                // region at its end (skipped): only those cells are written.
+                let mut listed: Vec<u32> = (0..active.cells() as u32).filter(|_| rng.below(3) == 0).collect();
+                listed.extend([active.cells() as u32, active.cells() as u32 + 7]);
+                let cells = twin.buffer("cells", &listed);
+                let dst_listed = twin.buffer("dst.listed", &vec![f32::NAN; Q * plane]);
+                let list = CellList {
+                    cells: cells.into(),
+                    count: listed.len() as u32,
+                };
+                twin.launch(
+                    &StreamCollide {
+                        dst: dst_listed.into(),
+                        cells: Some(list),
+                        ..general.clone()
+                    }
+                    .launch(),
+                );
+                twin.compare_f32(&format!("{what}, listed cells"), dst_listed, Q * plane);
+                let (listed_cpu, _) = twin.download::<f32>(dst_listed, Q * plane);
+                let width = active.width();
+                for c in listed.iter().filter(|c| (**c as usize) < active.cells()) {
+                    let index = layout.index(active.x0 + c % width, active.y0 + c / width);
+                    for i in 0..Q {
+                        assert_eq!(
+                            listed_cpu[i * plane + index].to_bits(),
+                            whole_cpu[i * plane + index].to_bits(),
+                            "{what}: listed cell {c} differs from the whole update"
+                        );
+                    }
+                }
+                // The split update of a row-major patch: the bulk kernel, then
+                // the general one over the boundary cells, gives the whole
+                // update's bits on both backends.
+                let Some(interior) = bulk_interior(&layout, active) else {
+                    continue;
+                };
+                let boundary = boundary_cells(&flag_bytes, &layout, active);
+                let cells = twin.buffer("cells.boundary", &boundary);
+                let dst_split = twin.buffer("dst.split", &vec![f32::NAN; Q * plane]);
+                let bulk = StreamCollideBulk {
+                    src: src.into(),
+                    dst: dst_split.into(),
+                    layout,
+                    interior,
+                    omega_plus: general.omega_plus,
+                    omega_minus: general.omega_minus,
+                    force,
+                };
+                twin.launch(&bulk.launch());
+                twin.launch(
+                    &StreamCollide {
+                        dst: dst_split.into(),
+                        cells: Some(CellList {
+                            cells: cells.into(),
+                            count: boundary.len() as u32,
+                        }),
+                        ..general
+                    }
+                    .launch(),
+                );
+                let (split_cpu, split_gpu) = twin.download::<f32>(dst_split, Q * plane);
+                assert_bitwise(&format!("{what}, split on the CPU"), &whole_cpu, &split_cpu);
+                assert_bitwise(&format!("{what}, split on the GPU"), &whole_gpu, &split_gpu);
             }
         }
+    }
+}
+
+/// The bulk kernel over rows several blocks wide, regions that do not start
+/// at a block boundary, with and without a force: the CPU's bits, and nothing
+/// written outside the region.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
+    let mut twin = Twin::new();
+    let mut rng = Rng(23);
+    let layout = Layout {
+        nx: 613,
+        ny: 37,
+        tile: [613, 37],
+    };
+    let plane = layout.plane_cells();
+    for (interior, force) in [
+        (Rect::new(1, 1, 612, 36), [0.0, 0.0]),
+        (Rect::new(5, 2, 530, 30), [1e-4, -5e-5]),
+        (Rect::new(300, 10, 301, 11), [0.0, 0.0]),
+    ] {
+        let src = twin.buffer("src", &random_populations(&mut rng, plane));
+        let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
+        let launch = StreamCollideBulk {
+            src: src.into(),
+            dst: dst.into(),
+            layout,
+            interior,
+            omega_plus: TRT_OMEGA_PLUS,
+            omega_minus: TRT_OMEGA_MINUS,
+            force,
+        }
+        .launch();
+        twin.launch(&launch);
+        let (cpu, gpu) = twin.download::<f32>(dst, Q * plane);
+        let written = cpu.iter().filter(|v| !v.is_nan()).count();
+        assert_eq!(
+            written,
+            Q * interior.cells(),
+            "{interior}: the CPU writes the region only"
+        );
+        assert_bitwise(&format!("stream_collide_bulk {interior} force {force:?}"), &cpu, &gpu);
     }
 }
 
@@ -789,6 +899,42 @@ fn walled_channel_lattice() -> LatticeConfig {
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn stepper_runs_match_the_cpu_with_patches_on_the_channel_walls() {
     check_stepper_runs(walled_channel_lattice);
+}
+
+/// [`channel_lattice`] large enough that both levels take the split update
+/// (bulk kernel, then the boundary cells) when stored row-major: a 300 x 240
+/// channel, the cylinder on a 280 x 240 patch, a small level-2 patch in its
+/// wake.
+fn split_channel_lattice() -> LatticeConfig {
+    let mut lattice = channel_lattice();
+    lattice.hierarchy = HierarchySpec {
+        base: [300, 240],
+        levels: vec![vec![Rect::new(60, 60, 200, 180)], vec![Rect::new(280, 220, 320, 260)]],
+    };
+    lattice.bodies = vec![Body {
+        shape: Shape::Circle {
+            center: [110.0, 121.0],
+            radius: 9.5,
+        },
+        level: 1,
+    }];
+    lattice
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn stepper_runs_match_the_cpu_with_split_updates() {
+    let exec = ExecConfig::default();
+    let plan = Stepper::new(CpuDriver::new(), split_channel_lattice(), exec)
+        .unwrap()
+        .plan();
+    let bulk = plan
+        .interval(0)
+        .iter()
+        .filter(|s| matches!(&s.action, Action::Launch(l) if l.kernel == Kernel::StreamCollideBulk))
+        .count();
+    assert_eq!(bulk, 3, "row-major, levels 0 and 1 split: one bulk launch per hop");
+    check_stepper_runs(split_channel_lattice);
 }
 
 /// Runs `lattice` on both backends for seven intervals in batches and compares

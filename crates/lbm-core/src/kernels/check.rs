@@ -85,13 +85,13 @@ fn check<K: KernelArgs>(
         });
     }
     if let Some(shape) = k.required_shape()
-        && (grid != shape.grid() || block != shape.block())
+        && (grid != shape.grid || block != shape.block)
     {
         return Err(LaunchProblem::ExactShape {
             grid,
             block,
-            required_grid: shape.grid(),
-            required_block: shape.block(),
+            required_grid: shape.grid,
+            required_block: shape.block,
         });
     }
     k.check_shape()?;

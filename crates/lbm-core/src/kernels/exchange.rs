@@ -216,9 +216,7 @@ impl KernelArgs for AccumulateExchange {
 impl AccumulateExchange {
     /// `blocks_per_slot` blocks per body slot.
     fn shape(&self) -> ExactShape {
-        ExactShape {
-            blocks: self.n_slots.saturating_mul(self.blocks_per_slot),
-        }
+        ExactShape::blocks(self.n_slots.saturating_mul(self.blocks_per_slot))
     }
 }
 

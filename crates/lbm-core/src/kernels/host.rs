@@ -104,6 +104,17 @@ impl BandPlanes<'_> {
             plane[index - self.offset] = *value;
         }
     }
+
+    /// The `n` cells from storage index `index` on, in each of the nine planes.
+    #[inline]
+    pub(super) fn row(&mut self, index: usize, n: usize) -> [&mut [f32]; Q] {
+        let start = index - self.offset;
+        let mut planes = self.planes.iter_mut();
+        std::array::from_fn(|_| {
+            let plane = planes.next().expect("nine planes");
+            &mut plane[start..start + n]
+        })
+    }
 }
 
 /// Splits the nine planes of `dst` into bands of rows that are contiguous in

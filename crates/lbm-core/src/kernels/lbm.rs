@@ -1,10 +1,20 @@
-//! `kernels/lbm.cu`: `stream_collide`, the per-hop update of one patch (pull
-//! streaming with boundaries, then TRT collision with Guo forcing),
-//! `current -> spare`: its launch struct and CPU reference.
+//! `kernels/lbm.cu`: the per-hop update of one patch (pull streaming with
+//! boundaries, then TRT collision with Guo forcing), `current -> spare`, as
+//! two kernels: [`StreamCollide`], the general update over every active cell
+//! or over a list of cells, and [`StreamCollideBulk`], the same arithmetic on
+//! a row-major patch's interior with no flag and no side rule. A patch large
+//! enough for the pair runs the bulk kernel over [`bulk_interior`] and then the
+//! general one over [`boundary_cells`]: the second overwrites every cell where
+//! the first's assumption (a fluid cell with fluid neighbours) fails, so the
+//! pair writes the general kernel's bits. Their launch structs and CPU
+//! references live here; the CPU reference of the bulk kernel is vectorised
+//! across the cells of a row ([`vector`]).
 //!
 //! What it does not do: no momentum exchange ([`super::exchange`]), no coupling
 //! between levels ([`super::refine`]), no update of the inlet factor
 //! ([`super::boundary`]).
+
+pub mod vector;
 
 use crate::config::{Boundary, LevelPhysics};
 use crate::device::{Arg, BufferRef, Kernel, Launch};
@@ -15,11 +25,23 @@ use crate::error::{Error, LaunchProblem, Result};
 use crate::lattice::{self, C, CS2, OPP, Q, W};
 
 use super::{
-    ArgReader, BufferUse, HostViews, KernelArgs, check_patch, par_row_bands, population_bytes, push_layout, push_rect,
-    read_cell,
+    ArgReader, BufferUse, ExactShape, HostViews, KernelArgs, check_patch, par_row_bands, population_bytes, push_layout,
+    push_rect, read_cell,
 };
+use crate::device::BLOCK_THREADS;
+use vector::Vector;
 
-/// `stream_collide`: one thread per active cell, row-major over the active region.
+/// Cells of the active region, each a number in its row-major order
+/// (`(y - y0) * width + (x - x0)`), ascending: what [`StreamCollide`] updates
+/// instead of every active cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CellList {
+    pub cells: BufferRef,
+    pub count: u32,
+}
+
+/// `stream_collide`: one thread per active cell, row-major over the active
+/// region, or one per listed cell.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StreamCollide {
     pub src: BufferRef,
@@ -36,6 +58,8 @@ pub struct StreamCollide {
     /// `[u32 interval, f32 inlet factor]`, written by `update_boundary_state`;
     /// present exactly when a side is an inlet.
     pub boundary_state: Option<BufferRef>,
+    /// The cells to update; absent: every active cell.
+    pub cells: Option<CellList>,
     pub layout: Layout,
     pub active: Rect,
     /// Sides in the order x-min, x-max, y-min, y-max.
@@ -63,6 +87,7 @@ impl StreamCollide {
             wall_distance: None,
             inlet_profile: None,
             boundary_state: None,
+            cells: None,
             layout: Layout { nx, ny, tile: [nx, ny] },
             active: Rect::new(0, 0, nx, ny),
             boundaries: [Boundary::Periodic; 4],
@@ -87,6 +112,8 @@ impl KernelArgs for StreamCollide {
         "wall_distance",
         "inlet_profile",
         "boundary_state",
+        "cells",
+        "n_cells",
         "nx",
         "ny",
         "tile_x",
@@ -122,6 +149,8 @@ impl KernelArgs for StreamCollide {
             self.wall_distance.into(),
             self.inlet_profile.into(),
             self.boundary_state.into(),
+            self.cells.map(|c| c.cells).into(),
+            Arg::U32(self.cells.map_or(0, |c| c.count)),
         ];
         push_layout(&mut args, &self.layout);
         push_rect(&mut args, &self.active);
@@ -134,7 +163,7 @@ impl KernelArgs for StreamCollide {
             Arg::F32(self.force[1]),
             Arg::U32(self.wall_distance.is_some() as u32),
         ]);
-        Launch::linear(Kernel::StreamCollide, self.active.cells(), args)
+        Launch::linear(Kernel::StreamCollide, self.work_items(), args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
@@ -142,6 +171,22 @@ impl KernelArgs for StreamCollide {
         let (src, dst, flags) = (r.buffer()?, r.buffer()?, r.buffer()?);
         let wall_distance = r.optional_buffer()?;
         let (inlet_profile, boundary_state) = (r.optional_buffer()?, r.optional_buffer()?);
+        let cells = r.optional_buffer()?;
+        let count = r.u32()?;
+        let cells = match cells {
+            Some(cells) => Some(CellList { cells, count }),
+            None if count == 0 => None,
+            None => {
+                return Err(Error::Launch {
+                    kernel: Self::KERNEL,
+                    problem: LaunchProblem::ArgValue {
+                        param: "n_cells",
+                        value: count,
+                        accepted: "0 (no cell list is passed)",
+                    },
+                });
+            }
+        };
         let layout = r.layout()?;
         let active = r.rect()?;
         let mut boundaries = [Boundary::Periodic; 4];
@@ -150,7 +195,7 @@ impl KernelArgs for StreamCollide {
             *b = Boundary::from_code(code).ok_or(Error::Launch {
                 kernel: Self::KERNEL,
                 problem: LaunchProblem::ArgValue {
-                    param: Self::PARAMS[14 + side],
+                    param: Self::PARAMS[16 + side],
                     value: code,
                     accepted: "a boundary code 0..=5",
                 },
@@ -167,6 +212,7 @@ impl KernelArgs for StreamCollide {
             wall_distance,
             inlet_profile,
             boundary_state,
+            cells,
             layout,
             active,
             boundaries,
@@ -180,7 +226,7 @@ impl KernelArgs for StreamCollide {
     }
 
     fn work_items(&self) -> usize {
-        self.active.cells()
+        self.cells.map_or(self.active.cells(), |c| c.count as usize)
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
@@ -225,6 +271,9 @@ impl KernelArgs for StreamCollide {
             BufferUse::write("dst", self.dst, f, 4),
             BufferUse::read("flags", self.flags, self.layout.plane_cells(), 1),
         ];
+        if let Some(list) = self.cells {
+            uses.push(BufferUse::read("cells", list.cells, list.count as usize * 4, 4));
+        }
         if let Some(q) = self.wall_distance {
             uses.push(BufferUse::read("wall_distance", q, f, 4));
         }
@@ -256,8 +305,9 @@ impl KernelArgs for StreamCollide {
             Some(_) => r.get("wall_distance"),
             None => &[],
         };
+        let cells = self.cells.map(|_| r.get::<u32>("cells"));
         let dst = views.writes.get("dst");
-        stream_collide(self, r.get("src"), dst, r.get("flags"), wall_distance, &inlet);
+        stream_collide(self, r.get("src"), dst, r.get("flags"), wall_distance, &inlet, cells);
     }
 }
 
@@ -269,6 +319,8 @@ pub struct Inlet<'a> {
     pub factor: f32,
 }
 
+/// The general update of every active cell, or of the listed ones (`cells`,
+/// see [`CellList`]; a number beyond the active region is skipped).
 pub fn stream_collide(
     k: &StreamCollide,
     src: &[f32],
@@ -276,39 +328,263 @@ pub fn stream_collide(
     flags: &[u8],
     wall_distance: &[f32],
     inlet: &Inlet,
+    cells: Option<&[u32]>,
 ) {
     let layout = k.layout;
     let plane = layout.plane_cells();
     let a = k.active;
+    if a.cells() == 0 {
+        return;
+    }
     // With one tile column the storage is row-major with stride tile[0], so a
     // neighbour is a fixed offset away; cells off the active edge take the
     // general path that handles walls, wrap-around and the ghost band.
     let stride = (layout.tiles_x() == 1).then_some(layout.tile[0] as isize);
     let offsets: Option<[isize; Q]> =
         stride.map(|s| std::array::from_fn(|i| -(C[i][0] as isize + C[i][1] as isize * s)));
-    par_row_bands(dst, &layout, |first, rows, band| {
-        for y in first.max(a.y0)..(first + rows).min(a.y1) {
-            let interior_row = y > a.y0 && y + 1 < a.y1;
-            for x in a.x0..a.x1 {
-                let index = layout.index(x, y);
-                if flags[index] != FLAG_FLUID {
-                    band.set(index, &read_cell(src, plane, index));
-                    continue;
+    let update = |x: u32, y: u32| -> [f32; Q] {
+        let index = layout.index(x, y);
+        if flags[index] != FLAG_FLUID {
+            return read_cell(src, plane, index);
+        }
+        let interior = y > a.y0 && y + 1 < a.y1 && x > a.x0 && x + 1 < a.x1;
+        let mut f: [f32; Q] = match offsets {
+            Some(offsets) if interior => std::array::from_fn(|i| {
+                let source = (index as isize + offsets[i]) as usize;
+                if flags[source] != FLAG_FLUID {
+                    body_wall(k, src, flags, wall_distance, x, y, i, index, plane)
+                } else {
+                    src[i * plane + source]
                 }
-                let mut f: [f32; Q] = match offsets {
-                    Some(offsets) if interior_row && x > a.x0 && x + 1 < a.x1 => std::array::from_fn(|i| {
-                        let source = (index as isize + offsets[i]) as usize;
-                        if flags[source] != FLAG_FLUID {
-                            body_wall(k, src, flags, wall_distance, x, y, i, index, plane)
-                        } else {
-                            src[i * plane + source]
-                        }
-                    }),
-                    _ => std::array::from_fn(|i| pull(k, src, flags, wall_distance, inlet, x, y, i, index, plane)),
-                };
-                lattice::collide(&mut f, k.omega_plus, k.omega_minus, k.force);
-                band.set(index, &f);
+            }),
+            _ => std::array::from_fn(|i| pull(k, src, flags, wall_distance, inlet, x, y, i, index, plane)),
+        };
+        lattice::collide(&mut f, k.omega_plus, k.omega_minus, k.force);
+        f
+    };
+    let width = a.width();
+    par_row_bands(dst, &layout, |first, rows, band| {
+        let (lo, hi) = (first.max(a.y0), (first + rows).min(a.y1));
+        match cells {
+            None => {
+                for y in lo..hi {
+                    for x in a.x0..a.x1 {
+                        band.set(layout.index(x, y), &update(x, y));
+                    }
+                }
             }
+            // The list ascends, so the cells of this band's rows are one run of it.
+            Some(list) => {
+                let row = |c: u32| a.y0 as u64 + (c / width) as u64;
+                let start = list.partition_point(|&c| row(c) < lo as u64);
+                for &c in list[start..].iter().take_while(|&&c| row(c) < hi as u64) {
+                    let (x, y) = (a.x0 + c % width, a.y0 + c / width);
+                    band.set(layout.index(x, y), &update(x, y));
+                }
+            }
+        }
+    });
+}
+
+/// The number [`CellList`] gives cell `(x, y)` of the active region `a`.
+fn cell_number(a: &Rect, x: u32, y: u32) -> u32 {
+    (y - a.y0) * a.width() + (x - a.x0)
+}
+
+/// The rectangle [`StreamCollideBulk`] may take on a patch: the active
+/// region less its outermost cells, when the layout is one tile column (a
+/// neighbour is then a fixed offset away), nine planes index in 32 bits and
+/// the rows fit one grid dimension; else none.
+pub fn bulk_interior(layout: &Layout, active: &Rect) -> Option<Rect> {
+    let interior = Rect::new(
+        active.x0 + 1,
+        active.y0 + 1,
+        active.x1.saturating_sub(1),
+        active.y1.saturating_sub(1),
+    );
+    let fits = layout.tiles_x() == 1
+        && interior.width() > 0
+        && interior.height() > 0
+        && interior.height() <= MAX_BULK_ROWS
+        && Q as u64 * layout.plane_cells() as u64 <= u32::MAX as u64;
+    fits.then_some(interior)
+}
+
+/// The cells [`StreamCollideBulk`] gets wrong, ascending as [`CellList`]
+/// numbers them: the rim of the active region (its sides' rules) and every
+/// interior cell that is not fluid or has a neighbour that is not (copies and
+/// the bodies' bounce-back).
+pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect) -> Vec<u32> {
+    let a = *active;
+    let mut cells = Vec::new();
+    for y in a.y0..a.y1 {
+        for x in a.x0..a.x1 {
+            let rim = x == a.x0 || y == a.y0 || x + 1 == a.x1 || y + 1 == a.y1;
+            let near_solid = || {
+                C.iter().any(|c| {
+                    let (nx, ny) = ((x as i64 - c[0] as i64) as u32, (y as i64 - c[1] as i64) as u32);
+                    flags[layout.index(nx, ny)] != FLAG_FLUID
+                })
+            };
+            if rim || near_solid() {
+                cells.push(cell_number(&a, x, y));
+            }
+        }
+    }
+    cells
+}
+
+/// Rows a bulk launch covers at most: one grid row each, and a CUDA grid
+/// has at most 65535 rows.
+pub const MAX_BULK_ROWS: u32 = 65535;
+
+/// `stream_collide_bulk`: the update of `interior` as if every cell there and
+/// its eight neighbours were fluid, in blocks of [`BLOCK_THREADS`] along a
+/// row and one grid row per cell row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamCollideBulk {
+    pub src: BufferRef,
+    pub dst: BufferRef,
+    pub layout: Layout,
+    pub interior: Rect,
+    pub omega_plus: f32,
+    pub omega_minus: f32,
+    pub force: [f32; 2],
+}
+
+impl StreamCollideBulk {
+    fn shape(&self) -> ExactShape {
+        ExactShape {
+            grid: [
+                self.interior.width().div_ceil(BLOCK_THREADS).max(1),
+                self.interior.height().max(1),
+                1,
+            ],
+            block: [BLOCK_THREADS, 1, 1],
+        }
+    }
+}
+
+impl KernelArgs for StreamCollideBulk {
+    const KERNEL: Kernel = Kernel::StreamCollideBulk;
+    const PARAMS: &'static [&'static str] = &[
+        "src",
+        "dst",
+        "nx",
+        "ny",
+        "tile_x",
+        "tile_y",
+        "x0",
+        "y0",
+        "x1",
+        "y1",
+        "omega_plus",
+        "omega_minus",
+        "force_x",
+        "force_y",
+    ];
+
+    fn launch(&self) -> Launch {
+        let mut args = vec![self.src.into(), self.dst.into()];
+        push_layout(&mut args, &self.layout);
+        push_rect(&mut args, &self.interior);
+        args.extend([
+            Arg::F32(self.omega_plus),
+            Arg::F32(self.omega_minus),
+            Arg::F32(self.force[0]),
+            Arg::F32(self.force[1]),
+        ]);
+        self.shape().launch(Self::KERNEL, args)
+    }
+
+    fn decode(launch: &Launch) -> Result<Self> {
+        let mut r = ArgReader::new(launch, Self::KERNEL, Self::PARAMS)?;
+        Ok(StreamCollideBulk {
+            src: r.buffer()?,
+            dst: r.buffer()?,
+            layout: r.layout()?,
+            interior: r.rect()?,
+            omega_plus: r.f32()?,
+            omega_minus: r.f32()?,
+            force: [r.f32()?, r.f32()?],
+        })
+    }
+
+    fn work_items(&self) -> usize {
+        self.interior.cells()
+    }
+
+    /// Threads find their cell from the block and the grid row.
+    fn required_shape(&self) -> Option<ExactShape> {
+        Some(self.shape())
+    }
+
+    fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
+        let (l, r) = (self.layout, self.interior);
+        check_patch(&l, &r)?;
+        if l.tiles_x() != 1 {
+            return Err(LaunchProblem::Shape(format!(
+                "the bulk kernel needs one tile column, but tiles of {:?} split {} cells into {} columns",
+                l.tile,
+                l.nx,
+                l.tiles_x()
+            )));
+        }
+        if r.cells() > 0 && (r.x0 == 0 || r.y0 == 0 || r.x1 == l.nx || r.y1 == l.ny) {
+            return Err(LaunchProblem::Shape(format!(
+                "the bulk region {r} reaches a side of the {}x{} allocation: its neighbours would lie outside",
+                l.nx, l.ny
+            )));
+        }
+        if r.height() > MAX_BULK_ROWS {
+            return Err(LaunchProblem::Shape(format!(
+                "the bulk region {r} has {} rows, more than the {MAX_BULK_ROWS} of one grid dimension",
+                r.height()
+            )));
+        }
+        if Q as u64 * l.plane_cells() as u64 > u32::MAX as u64 {
+            return Err(LaunchProblem::Shape(format!(
+                "nine planes of {} cells do not index in 32 bits",
+                l.plane_cells()
+            )));
+        }
+        Ok(())
+    }
+
+    fn buffer_uses(&self) -> Vec<BufferUse> {
+        let f = population_bytes(&self.layout);
+        vec![
+            BufferUse::read("src", self.src, f, 4),
+            BufferUse::write("dst", self.dst, f, 4),
+        ]
+    }
+
+    fn run_on_host(&self, views: &mut HostViews) {
+        let src = views.reads.get("src");
+        stream_collide_bulk(self, src, views.writes.get("dst"), Vector::best());
+    }
+}
+
+/// The bulk update on the CPU with the instruction set `vector`, rayon over
+/// rows: every variant gives the same bits.
+pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], vector: Vector) {
+    let layout = k.layout;
+    let plane = layout.plane_cells();
+    let r = k.interior;
+    if r.cells() == 0 {
+        return;
+    }
+    let stride = layout.tile[0] as isize;
+    let offsets: [isize; Q] = std::array::from_fn(|i| -(C[i][0] as isize + C[i][1] as isize * stride));
+    let n = r.width() as usize;
+    par_row_bands(dst, &layout, |first, rows, band| {
+        for y in first.max(r.y0)..(first + rows).min(r.y1) {
+            let start = layout.index(r.x0, y);
+            let sources: [&[f32]; Q] = std::array::from_fn(|i| {
+                let from = (i * plane) as isize + start as isize + offsets[i];
+                &src[from as usize..from as usize + n]
+            });
+            vector.row(sources, band.row(start, n), k.omega_plus, k.omega_minus, k.force);
         }
     });
 }

@@ -84,27 +84,30 @@ impl BufferUse {
     }
 }
 
-/// The launch shape of a kernel that reduces inside its blocks: `blocks`
-/// one-dimensional blocks of [`BLOCK_THREADS`] threads, the block size its
-/// shared memory and its reduction tree are written for.
+/// The one launch shape a kernel accepts: a kernel that reduces inside its
+/// blocks (its shared memory and summation tree are written for
+/// [`BLOCK_THREADS`] threads and a fixed block count), or one whose threads
+/// find their cell from the grid's own dimensions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExactShape {
-    pub blocks: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
 }
 
 impl ExactShape {
-    pub fn grid(self) -> [u32; 3] {
-        [self.blocks, 1, 1]
-    }
-    pub fn block(self) -> [u32; 3] {
-        [BLOCK_THREADS, 1, 1]
+    /// `blocks` one-dimensional blocks of [`BLOCK_THREADS`] threads.
+    pub const fn blocks(blocks: u32) -> Self {
+        ExactShape {
+            grid: [blocks, 1, 1],
+            block: [BLOCK_THREADS, 1, 1],
+        }
     }
     /// A launch of `kernel` in this shape.
     pub fn launch(self, kernel: Kernel, args: Vec<Arg>) -> Launch {
         Launch {
             kernel,
-            grid: self.grid(),
-            block: self.block(),
+            grid: self.grid,
+            block: self.block,
             args,
         }
     }
@@ -156,6 +159,7 @@ pub trait FamilyVisitor {
 pub fn dispatch<V: FamilyVisitor>(launch: &Launch, visitor: V) -> V::Output {
     match launch.kernel {
         Kernel::StreamCollide => visitor.visit::<lbm::StreamCollide>(launch),
+        Kernel::StreamCollideBulk => visitor.visit::<lbm::StreamCollideBulk>(launch),
         Kernel::FillGhost => visitor.visit::<refine::FillGhost>(launch),
         Kernel::RestrictToParent => visitor.visit::<refine::RestrictToParent>(launch),
         Kernel::AccumulateFineFlux => visitor.visit::<reflux::AccumulateFineFlux>(launch),

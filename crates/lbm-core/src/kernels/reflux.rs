@@ -85,7 +85,7 @@ impl KernelArgs for AccumulateFineFlux {
 }
 
 /// The launch shape of `correct_interface_mass`.
-const ONE_BLOCK: ExactShape = ExactShape { blocks: 1 };
+const ONE_BLOCK: ExactShape = ExactShape::blocks(1);
 
 /// `correct_interface_mass`: one block of 256 threads striding over the parent
 /// ring cells. The mass the parent exchanged with its covered cells over its hop

@@ -34,7 +34,7 @@ use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::{AccumulateExchange, blocks_per_slot};
 use crate::kernels::health::{CheckHealth, HEALTH_WORDS};
-use crate::kernels::lbm::StreamCollide;
+use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
 use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 
@@ -211,6 +211,21 @@ impl Builder<'_> {
                 false => Boundary::Interface,
             });
             let inlet = self.resources.inlet.filter(|_| boundaries.contains(&Boundary::Inlet));
+            // A split update: the bulk first, then the general kernel over the
+            // cells the bulk gets wrong, overwriting them.
+            if let Some(list) = buffers.boundary_cells {
+                let launch = StreamCollideBulk {
+                    src: self.current(patch),
+                    dst: self.spare(patch),
+                    layout: patch.layout,
+                    interior: list.bulk,
+                    omega_plus: physics.relaxation.omega_plus(),
+                    omega_minus: physics.relaxation.omega_minus(),
+                    force: physics.force,
+                }
+                .launch();
+                self.push(format!("{}.stream_collide_bulk", patch.name()), launch);
+            }
             let launch = StreamCollide {
                 src: self.current(patch),
                 dst: self.spare(patch),
@@ -218,6 +233,10 @@ impl Builder<'_> {
                 wall_distance: buffers.wall_distance.map(Into::into),
                 inlet_profile: inlet.map(|i| i.profile.into()),
                 boundary_state: inlet.map(|i| i.state.into()),
+                cells: buffers.boundary_cells.map(|list| CellList {
+                    cells: list.id.into(),
+                    count: list.count,
+                }),
                 layout: patch.layout,
                 active: patch.active,
                 boundaries,
