@@ -83,7 +83,8 @@ impl Page {
 }
 
 /// The records of every `*.jsonl` in `dirs`, directory by directory, files by
-/// name, lines in order.
+/// name, lines in order. A directory without any is refused: it is more
+/// likely the folder above the results than a run that recorded nothing.
 fn read_records(dirs: &[PathBuf]) -> Result<Vec<Record>> {
     let mut records = Vec::new();
     for dir in dirs {
@@ -93,6 +94,9 @@ fn read_records(dirs: &[PathBuf]) -> Result<Vec<Record>> {
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
             .collect();
+        if files.is_empty() {
+            return Err(format!("no *.jsonl in {}", dir.display()));
+        }
         files.sort();
         for file in files {
             let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
@@ -320,6 +324,8 @@ mod tests {
         assert!(!Page::read(&root, &[]).unwrap().is_current());
 
         std::fs::write(root.join("docs").join("PERFORMANCE.md"), &page).unwrap();
+        let err = Page::read(&root, &[root.join("docs")]).err().unwrap();
+        assert!(err.starts_with("no *.jsonl in "), "{err}");
         let newer = record("cpu A", "stream_collide/256", "2026-12-03T10:00:00Z", 5.0e7);
         bench_record::append(&root.join("docs").join("bench"), "stream_collide", &[newer]).unwrap();
         assert!(!Page::read(&root, &[]).unwrap().is_current());
