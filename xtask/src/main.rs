@@ -6,16 +6,21 @@
 //!   `gpu-pack/` with a `run.sh` for the GPU machine (see [`pack`]).
 //! - `kernel-emu [ARGS...]`: the GPU tests on a host build of the kernels, to
 //!   check them against the CPU reference without a GPU (see [`emu`]).
-//! - `bench [ARGS...]`: `cargo bench -p lbm-core`, arguments passed through.
+//! - `bench [--gpu-pack] [ARGS...]`: the CPU benches, each recording its
+//!   figures as JSON lines; `--report [--check]` rebuilds the tables of
+//!   `docs/PERFORMANCE.md` from the committed records (see [`mod@bench`],
+//!   [`report`]).
 //!
 //! It deliberately does not run GPU tests itself (there is no GPU here), does not
 //! touch anything outside the workspace except pip's download cache, and uses no
 //! build-script magic: every step is an ordinary command it prints first.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod emu;
 mod pack;
 mod ptx;
+mod report;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -29,7 +34,13 @@ tasks:
   gpu-pack [--no-strip]  build release test and bench binaries into gpu-pack/ with run.sh
   kernel-emu [ARGS...]   run lbm-cuda's GPU tests on a g++ build of kernels/ (no GPU needed);
                          ARGS go to the test binary (e.g. a test name, --nocapture)
-  bench [ARGS...]        cargo bench -p lbm-core ARGS...
+  bench [--gpu-pack] [ARGS...]
+                         run every CPU bench (cargo bench --workspace --exclude lbm-cuda --bench '*' ARGS),
+                         records appended to target/bench-results/<bench>.jsonl; --gpu-pack then runs
+                         gpu-pack, whose `run.sh benches` records into $OUT/bench-results
+  bench --report [--check] [DIR...]
+                         rebuild the tables of docs/PERFORMANCE.md from docs/bench/*.jsonl and each
+                         DIR's *.jsonl; --check changes nothing and fails if the page differs
 ";
 
 fn main() -> ExitCode {
@@ -42,7 +53,7 @@ fn main() -> ExitCode {
         "ptx" => ptx::run(rest),
         "gpu-pack" => pack::run(rest),
         "kernel-emu" => emu::run(rest),
-        "bench" => bench(rest),
+        "bench" => bench::run(rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())
@@ -93,13 +104,4 @@ pub fn run_status(command: &mut Command) -> Result<()> {
     } else {
         Err(format!("{:?} failed with {status}", command.get_program()))
     }
-}
-
-fn bench(args: &[String]) -> Result<()> {
-    run_status(
-        cargo()
-            .current_dir(workspace_root())
-            .args(["bench", "-p", "lbm-core"])
-            .args(args),
-    )
 }

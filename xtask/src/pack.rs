@@ -13,7 +13,10 @@
 //!   binary can run from it as `cargo test` would;
 //! - `run.sh`: runs every test binary with `--include-ignored` (so the GPU tests
 //!   run) from its package directory, with `INSTA_WORKSPACE_ROOT` and
-//!   `LBM_WORKSPACE_ROOT` set to the pack, then every bench binary with `--bench`.
+//!   `LBM_WORKSPACE_ROOT` set to the pack, then every bench binary with `--bench`,
+//!   its records (`bench_record`) going to `$LBM_BENCH_RESULTS`, else
+//!   `$OUT/bench-results` (the device tool's output folder), else the pack's
+//!   `bench-results/`.
 //!
 //! It does not compile PTX (the checked-in `kernels/lbm.ptx` is embedded in the
 //! binaries) and does not run anything on a GPU.
@@ -273,8 +276,10 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Usage: run.sh [tests|benches|all] [ARGS...]   (default: all)
 # Every test binary runs with --include-ignored, so the GPU tests run too, from
 # its package directory as `cargo test` would; every bench binary runs with
-# --bench. ARGS (a test name filter, --nocapture, ...) go to every binary.
-# It does not build anything and needs no Rust toolchain.
+# --bench and appends its records to $LBM_BENCH_RESULTS/<bench>.jsonl
+# (default: $OUT/bench-results where $OUT is set, else the pack's
+# bench-results/). ARGS (a test name filter, --nocapture, ...) go to every
+# binary. It does not build anything and needs no Rust toolchain.
 set -u
 PACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MODE="${1:-all}"
@@ -288,6 +293,11 @@ export LBM_WORKSPACE_ROOT="$PACK"
 export LBM_BIN="$PACK/bin/lbm"
 export INSTA_UPDATE="${INSTA_UPDATE:-no}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+# Where $OUT is set, what is written under it comes back from the GPU machine.
+if [ -z "${LBM_BENCH_RESULTS:-}" ]; then
+  if [ -n "${OUT:-}" ]; then LBM_BENCH_RESULTS="$OUT/bench-results"; else LBM_BENCH_RESULTS="$PACK/bench-results"; fi
+fi
+export LBM_BENCH_RESULTS
 passed=0
 failed=0
 failures=""
@@ -306,5 +316,6 @@ while IFS=$'\t' read -r kind dir file target; do
   fi
 done < "$PACK/binaries.tsv"
 echo "gpu-pack: $passed binaries passed, $failed failed${failures:+ (failed:$failures)}"
+[ "$MODE" = tests ] || echo "gpu-pack: bench records (if any) in $LBM_BENCH_RESULTS"
 [ "$failed" -eq 0 ]
 "#;

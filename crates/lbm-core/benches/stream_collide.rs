@@ -5,15 +5,27 @@
 //! (read and write one population set per cell) measured in the same run as
 //! the ceiling.
 //!
-//! Run: `cargo bench -p lbm-core --bench stream_collide`. Criterion reports
-//! "elements/s"; one element is one cell, so Melem/s reads as MLUPS.
+//! Run: `cargo bench -p lbm-core --bench stream_collide` (or `cargo xtask
+//! bench`). Criterion reports "elements/s"; one element is one cell, so Melem/s
+//! reads as MLUPS. Each figure and its ceiling are appended to
+//! `stream_collide.jsonl` (see `bench_record`).
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use std::process::ExitCode;
+
+use bench_record::{Group, Run};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use lbm_core::fixtures::{PeriodicBenchmark, benchmark_physics};
 use lbm_core::{CpuDriver, Driver};
 
+const CPU_UNIFORM: Group = Group {
+    name: "cpu_uniform",
+    figures: &["stream_collide"],
+    ceiling: "copy_same_bytes",
+    element_unit: "cells/s",
+};
+
 fn bench(c: &mut Criterion) {
-    let mut group = c.benchmark_group("cpu_uniform");
+    let mut group = c.benchmark_group(CPU_UNIFORM.name);
     group.sample_size(20);
     for n in [256u32, 1024] {
         let cells = (n * n) as usize;
@@ -37,4 +49,11 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// `criterion_main!`, then the records of what it measured.
+fn main() -> ExitCode {
+    let run = Run::start(env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"));
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    run.finish(&bench_record::cpu_device(), &[CPU_UNIFORM])
+}

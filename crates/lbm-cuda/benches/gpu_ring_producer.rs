@@ -6,13 +6,18 @@
 //! notice and measures nothing without a CUDA device.
 //!
 //! Run: `cargo xtask gpu-pack`, then on the GPU machine
-//! `bash gpu-pack/run.sh benches`. Criterion's throughput is in decimal GB/s.
+//! `bash gpu-pack/run.sh benches gpu_ring_static`. Criterion's throughput is in
+//! decimal GB/s. Both grids are recorded against the copy in
+//! `gpu_ring_producer.jsonl` (see `bench_record`).
 //! Sizes and rings are multiples of 16 bytes, so every copy takes the
 //! kernel's 16-byte path; the ring is eight copies long, so the copies cycle
 //! through it unconsumed (flow control is not what is measured) and none is
 //! split at its end.
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use std::process::ExitCode;
+
+use bench_record::Group;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use lbm_core::Driver;
 use lbm_core::kernels::KernelArgs;
 use lbm_core::kernels::producer::ProduceStatic;
@@ -23,13 +28,20 @@ mod common;
 
 use common::timed;
 
+const GPU_RING_STATIC: Group = Group {
+    name: "gpu_ring_static",
+    figures: &["scaled_grid", "legacy_tiers"],
+    ceiling: "copy_same_bytes",
+    element_unit: "bytes/s",
+};
+
 fn bench(c: &mut Criterion) {
     if !lbm_cuda::device_available() {
         eprintln!("gpu_ring_producer: no CUDA device, nothing measured");
         return;
     }
     let mut driver = CudaDriver::new(0).unwrap();
-    let mut group = c.benchmark_group("gpu_ring_static");
+    let mut group = c.benchmark_group(GPU_RING_STATIC.name);
     group.sample_size(30);
     for nbytes in [64 << 10, 256 << 10, 1200 << 10, 4 << 20, 16 << 20u64] {
         group.throughput(Throughput::BytesDecimal(nbytes));
@@ -69,4 +81,7 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() -> ExitCode {
+    common::main(benches, GPU_RING_STATIC)
+}

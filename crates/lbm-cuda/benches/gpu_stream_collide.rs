@@ -6,10 +6,14 @@
 //! the ceiling. Prints a skip notice and measures nothing without a CUDA device.
 //!
 //! Run: `cargo xtask gpu-pack`, then on the GPU machine
-//! `bash gpu-pack/run.sh benches`. Criterion's "elements/s" is cells per second,
-//! so Gelem/s x 1000 reads as MLUPS.
+//! `bash gpu-pack/run.sh benches gpu_uniform`. Criterion's "elements/s" is
+//! cells per second, so Gelem/s x 1000 reads as MLUPS. Each figure and its
+//! ceiling are appended to `gpu_stream_collide.jsonl` (see `bench_record`).
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use std::process::ExitCode;
+
+use bench_record::Group;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use lbm_core::Driver;
 use lbm_core::fixtures::{PeriodicBenchmark, benchmark_physics};
 use lbm_cuda::CudaDriver;
@@ -18,13 +22,20 @@ mod common;
 
 use common::timed;
 
+const GPU_UNIFORM: Group = Group {
+    name: "gpu_uniform",
+    figures: &["stream_collide"],
+    ceiling: "copy_same_bytes",
+    element_unit: "cells/s",
+};
+
 fn bench(c: &mut Criterion) {
     if !lbm_cuda::device_available() {
         eprintln!("gpu_stream_collide: no CUDA device, nothing measured");
         return;
     }
     let mut driver = CudaDriver::new(0).unwrap();
-    let mut group = c.benchmark_group("gpu_uniform");
+    let mut group = c.benchmark_group(GPU_UNIFORM.name);
     group.sample_size(20);
     for n in [1024u32, 4096, 8192] {
         let cells = (n * n) as usize;
@@ -62,4 +73,7 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() -> ExitCode {
+    common::main(benches, GPU_UNIFORM)
+}
