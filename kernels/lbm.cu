@@ -260,35 +260,84 @@ extern "C" __global__ void stream_collide(
     write_cell(dst, plane, index, f);
 }
 
+// lattice::collide operation for operation, with each opposite pair's two
+// results computed together and stored at once: the same expressions in the
+// same order give the same bits, and with few values live the kernel needs
+// 32 registers instead of 48 (full occupancy).
+__device__ __forceinline__ void collide_and_store(const float f[LBM_Q], float omega_plus, float omega_minus,
+                                                  float force_x, float force_y, float* __restrict__ dst,
+                                                  unsigned int plane, unsigned int index) {
+    const Moments m = moments(f, force_x, force_y);
+    const float usq = m.ux * m.ux + m.uy * m.uy;
+    const bool forced = !(force_x == 0.0f && force_y == 0.0f);
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        const int o = lbm_opp(i);
+        if (o < i) {
+            continue;
+        }
+        float feq[2];
+        float source[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const int d = k == 0 ? i : o;
+            const float cx = (float)lbm_cx(d);
+            const float cy = (float)lbm_cy(d);
+            const float cu = cx * m.ux + cy * m.uy;
+            feq[k] = lbm_w(d) * (m.delta_rho + (3.0f * cu + 4.5f * cu * cu - 1.5f * usq));
+            if (forced) {
+                const float term_x = 3.0f * (cx - m.ux) + 9.0f * cu * cx;
+                const float term_y = 3.0f * (cy - m.uy) + 9.0f * cu * cy;
+                source[k] = lbm_w(d) * (term_x * force_x + term_y * force_y);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const int d = k == 0 ? i : o;
+            const int e = k == 0 ? o : i;
+            const float even_neq = 0.5f * ((f[d] - feq[k]) + (f[e] - feq[1 - k]));
+            const float odd_neq = 0.5f * ((f[d] - feq[k]) - (f[e] - feq[1 - k]));
+            const float even_src = 0.5f * (source[k] + source[1 - k]);
+            const float odd_src = 0.5f * (source[k] - source[1 - k]);
+            const float out = f[d] - omega_plus * even_neq - omega_minus * odd_neq +
+                              (1.0f - 0.5f * omega_plus) * even_src + (1.0f - 0.5f * omega_minus) * odd_src;
+            if (k == 0 || o != i) {
+                dst[(unsigned int)d * plane + index] = out;
+            }
+        }
+    }
+}
+
 // stream_collide_bulk: the update of the cells of [x0, x1) x [y0, y1), the
 // interior of a patch stored row-major (one tile column, so a neighbour is a
 // fixed offset away), computed as if the cell and its eight neighbours were
 // fluid: no flag, no side rule, 32-bit indices (the launch check bounds nine
-// planes by 2^32 cells). One block row of 256 threads per grid row and one grid
-// row per cell row, so no thread divides. The cells where the assumption fails
-// are `stream_collide`'s, over the patch's list, enqueued after this one.
-// lbm_core::kernels::lbm::stream_collide_bulk is its CPU reference.
+// planes by 2^32 cells). One grid row per cell row, so no thread divides; each
+// row's blocks start at the storage index below x0 that is a multiple of 32
+// (threads before x0 do nothing), so that every warp's stores, and the loads
+// of the directions without an x component, are whole aligned 128-byte lines:
+// misaligned, each took two L2 requests, and the L2 was the bottleneck. The
+// cells where the assumption fails are `stream_collide`'s, over the patch's
+// list, enqueued after this one. lbm_core::kernels::lbm::stream_collide_bulk
+// is its CPU reference.
 extern "C" __global__ void stream_collide_bulk(const float* __restrict__ src, float* __restrict__ dst,
                                                unsigned int nx, unsigned int ny, unsigned int tile_x,
                                                unsigned int tile_y, unsigned int x0, unsigned int y0,
                                                unsigned int x1, unsigned int y1, float omega_plus,
                                                float omega_minus, float force_x, float force_y) {
-    const unsigned int x = x0 + blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned int y = y0 + blockIdx.y;
-    if (x >= x1 || y >= y1) {
+    const unsigned int lead = (y * tile_x + x0) & 31u;
+    const long long x = (long long)x0 - (long long)lead + (long long)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (x < (long long)x0 || x >= (long long)x1 || y >= y1) {
         return;
     }
     const unsigned int plane = (unsigned int)plane_cells(make_layout(nx, ny, tile_x, tile_y));
-    const unsigned int index = y * tile_x + x;
+    const unsigned int index = y * tile_x + (unsigned int)x;
     float f[LBM_Q];
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
         const unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
         f[i] = src[(unsigned int)i * plane + source];
     }
-    collide(f, omega_plus, omega_minus, force_x, force_y);
-#pragma unroll
-    for (int i = 0; i < LBM_Q; ++i) {
-        dst[(unsigned int)i * plane + index] = f[i];
-    }
+    collide_and_store(f, omega_plus, omega_minus, force_x, force_y, dst, plane, index);
 }

@@ -24,7 +24,7 @@ use common::timed;
 
 const GPU_UNIFORM: Group = Group {
     name: "gpu_uniform",
-    figures: &["stream_collide"],
+    figures: &["stream_collide", "stream_collide_general"],
     ceiling: "copy_same_bytes",
     element_unit: "cells/s",
 };

@@ -406,6 +406,9 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
         (Rect::new(1, 1, 612, 36), [0.0, 0.0]),
         (Rect::new(5, 2, 530, 30), [1e-4, -5e-5]),
         (Rect::new(300, 10, 301, 11), [0.0, 0.0]),
+        // 256 cells from an unaligned start: the lead makes it two blocks.
+        (Rect::new(29, 3, 285, 20), [0.0, 0.0]),
+        (Rect::new(357, 4, 612, 9), [2e-5, 0.0]),
     ] {
         let src = twin.buffer("src", &random_populations(&mut rng, plane));
         let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);

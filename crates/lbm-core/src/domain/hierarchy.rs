@@ -95,6 +95,11 @@ impl Layout {
     #[inline]
     pub fn index(&self, x: u32, y: u32) -> usize {
         let [tx, ty] = self.tile;
+        // One tile column (the default): the formula below reduces exactly to
+        // row-major with the tile's width as stride, without its divisions.
+        if tx >= self.nx {
+            return y as usize * tx as usize + x as usize;
+        }
         let tile = (y / ty) as usize * self.tiles_x() as usize + (x / tx) as usize;
         tile * (tx as usize * ty as usize) + (y % ty) as usize * tx as usize + (x % tx) as usize
     }

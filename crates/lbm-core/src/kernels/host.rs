@@ -117,12 +117,20 @@ impl BandPlanes<'_> {
     }
 }
 
+/// Cells a band of a row-major layout holds at least: a rayon task on fewer
+/// costs more to hand out than the vectorised bulk update spends on them.
+const BAND_CELLS: u32 = 16 * 1024;
+
 /// Splits the nine planes of `dst` into bands of rows that are contiguous in
-/// storage (one row when tiles span the whole width, one tile row otherwise) and
-/// runs `body(first_row, rows, band)` on each band in parallel.
+/// storage (whole rows of at least [`BAND_CELLS`] cells when tiles span the
+/// whole width, one tile row otherwise) and runs `body(first_row, rows, band)`
+/// on each band in parallel.
 pub(super) fn par_row_bands(dst: &mut [f32], layout: &Layout, body: impl Fn(u32, u32, &mut BandPlanes) + Sync) {
     let plane = layout.plane_cells();
-    let band_rows = if layout.tiles_x() == 1 { 1 } else { layout.tile[1] };
+    let band_rows = match layout.tiles_x() {
+        1 => BAND_CELLS.div_ceil(layout.tile[0]).min(layout.tile[1]),
+        _ => layout.tile[1],
+    };
     let band_len = band_rows as usize * layout.tiles_x() as usize * layout.tile[0] as usize;
     let n_bands = layout.ny.div_ceil(band_rows) as usize;
     let mut bands: Vec<BandPlanes> = (0..n_bands)

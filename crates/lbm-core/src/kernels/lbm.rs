@@ -434,13 +434,17 @@ pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect) -> Vec<u32> 
     cells
 }
 
+/// Cells of one aligned 128-byte line, where the bulk kernel starts each row's
+/// blocks (see `kernels/lbm.cu`).
+pub const ALIGN_CELLS: u32 = 32;
+
 /// Rows a bulk launch covers at most: one grid row each, and a CUDA grid
 /// has at most 65535 rows.
 pub const MAX_BULK_ROWS: u32 = 65535;
 
 /// `stream_collide_bulk`: the update of `interior` as if every cell there and
 /// its eight neighbours were fluid, in blocks of [`BLOCK_THREADS`] along a
-/// row and one grid row per cell row.
+/// row, starting at an aligned storage index, and one grid row per cell row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StreamCollideBulk {
     pub src: BufferRef,
@@ -453,13 +457,12 @@ pub struct StreamCollideBulk {
 }
 
 impl StreamCollideBulk {
+    /// A row's blocks start up to [`ALIGN_CELLS`] - 1 cells before the region
+    /// (at an aligned storage index), so they cover that many more.
     fn shape(&self) -> ExactShape {
+        let span = self.interior.width() + ALIGN_CELLS - 1;
         ExactShape {
-            grid: [
-                self.interior.width().div_ceil(BLOCK_THREADS).max(1),
-                self.interior.height().max(1),
-                1,
-            ],
+            grid: [span.div_ceil(BLOCK_THREADS).max(1), self.interior.height().max(1), 1],
             block: [BLOCK_THREADS, 1, 1],
         }
     }
@@ -625,7 +628,10 @@ fn pull(
     } else {
         None
     };
-    let sides = [side_x, side_y];
+    // Plain comparisons rather than iterator adaptors: this runs for every
+    // population of every cell the bulk kernel leaves to the general one.
+    let (kind_x, kind_y) = (side_x.map(|s| k.boundaries[s]), side_y.map(|s| k.boundaries[s]));
+    let either = |b: Boundary| kind_x == Some(b) || kind_y == Some(b);
     // A moving wall or an inlet adds 2 w_i ρ0 (c_i·u_w) / c_s².
     let bounce = |u: [f32; 2]| {
         src[OPP[i] * plane + index] + W[i] * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) / (0.5 * CS2)
@@ -633,63 +639,43 @@ fn pull(
     // At a corner an inlet wins over a wall, so that every row injects exactly
     // its profile's mass flux: with the wall's rule the corner cell would miss
     // a sixth of it, a deficit at the walls of first order in the spacing.
-    if sides
-        .into_iter()
-        .flatten()
-        .any(|side| k.boundaries[side] == Boundary::Inlet)
-    {
+    if either(Boundary::Inlet) {
         let u = inlet.profile[inlet_sample(y - a.y0, C[i][1])] * inlet.factor;
         return bounce([u, 0.0]);
     }
     // Between two walls the y side's velocity wins: a lid's two diagonal terms
     // then cancel in the corner cell, so a moving lid adds no mass there.
-    if let Some(side) = [side_y, side_x]
-        .into_iter()
-        .flatten()
-        .find(|&side| k.boundaries[side] == Boundary::Wall)
-    {
+    let wall = match (kind_y, kind_x) {
+        (Some(Boundary::Wall), _) => side_y,
+        (_, Some(Boundary::Wall)) => side_x,
+        _ => None,
+    };
+    if let Some(side) = wall {
         return bounce(k.wall_velocity[side]);
     }
-    if sides
-        .into_iter()
-        .flatten()
-        .any(|side| k.boundaries[side] == Boundary::Outflow)
-    {
+    if either(Boundary::Outflow) {
         return anti_bounce_back(k, src, x, y, i, index, plane);
     }
     // A free-slip side mirrors the direction's normal component: the arriving
     // population left the same row (or column) towards the wall.
     let mut direction = i;
-    for (axis, side) in sides.into_iter().enumerate() {
-        if let Some(side) = side
-            && k.boundaries[side] == Boundary::FreeSlip
-        {
-            let mut mirrored = C[direction];
-            mirrored[axis] = -mirrored[axis];
-            direction = C
-                .iter()
-                .position(|c| *c == mirrored)
-                .expect("D2Q9 is closed under mirroring");
-            if axis == 0 {
-                sx = x as i64;
-            } else {
-                sy = y as i64;
-            }
-        }
+    if kind_x == Some(Boundary::FreeSlip) {
+        direction = MIRROR_X[direction];
+        sx = x as i64;
     }
-    if let Some(side) = side_x
-        && k.boundaries[side] == Boundary::Periodic
-    {
-        sx += if side == 0 {
+    if kind_y == Some(Boundary::FreeSlip) {
+        direction = MIRROR_Y[direction];
+        sy = y as i64;
+    }
+    if kind_x == Some(Boundary::Periodic) {
+        sx += if side_x == Some(0) {
             a.width() as i64
         } else {
             -(a.width() as i64)
         };
     }
-    if let Some(side) = side_y
-        && k.boundaries[side] == Boundary::Periodic
-    {
-        sy += if side == 2 {
+    if kind_y == Some(Boundary::Periodic) {
+        sy += if side_y == Some(2) {
             a.height() as i64
         } else {
             -(a.height() as i64)
@@ -701,6 +687,26 @@ fn pull(
     } else {
         src[direction * plane + source]
     }
+}
+
+/// The direction with the x (resp. y) component of c_i negated.
+const MIRROR_X: [usize; Q] = mirrored(0);
+const MIRROR_Y: [usize; Q] = mirrored(1);
+
+const fn mirrored(axis: usize) -> [usize; Q] {
+    let mut out = [0; Q];
+    let mut i = 0;
+    while i < Q {
+        let mut want = C[i];
+        want[axis] = -want[axis];
+        let mut j = 0;
+        while C[j][0] != want[0] || C[j][1] != want[1] {
+            j += 1;
+        }
+        out[i] = j;
+        i += 1;
+    }
+    out
 }
 
 /// The population a body returns into (x, y) along `i`, its neighbour
