@@ -18,6 +18,13 @@ fn run_writes_a_summary_and_refuses_to_overwrite_it() {
     assert_eq!(summary["steps"], 30);
     assert_eq!(summary["backend"], "cpu");
     assert!(summary["mlups"].as_f64().unwrap() > 0.0);
+    // Stepping is part of the wall time, so its rate is at least the run's.
+    let (stepping, wall) = (
+        summary["stepping_seconds"].as_f64().unwrap(),
+        summary["wall_seconds"].as_f64().unwrap(),
+    );
+    assert!(stepping > 0.0 && stepping <= wall, "{summary}");
+    assert!(summary["stepping_mlups"].as_f64().unwrap() >= summary["mlups"].as_f64().unwrap());
     assert!(summary["mass_drift"].as_f64().unwrap().abs() < 1e-6);
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
