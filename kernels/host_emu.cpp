@@ -107,7 +107,7 @@ static const EmuKernel EMU_KERNELS[] = {
     {"stream_collide", [](void** p) { emu_call(stream_collide, p); }, false},
     {"stream_collide_bulk", [](void** p) { emu_call(stream_collide_bulk, p); }, false},
     {"fill_ghost", [](void** p) { emu_call(fill_ghost, p); }, false},
-    {"restrict_to_parent", [](void** p) { emu_call(restrict_to_parent, p); }, false},
+    {"restrict_to_parent", [](void** p) { emu_call(restrict_to_parent, p); }, true},
     {"accumulate_fine_flux", [](void** p) { emu_call(accumulate_fine_flux, p); }, false},
     {"correct_interface_mass", [](void** p) { emu_call(correct_interface_mass, p); }, true},
     {"accumulate_exchange", [](void** p) { emu_call(accumulate_exchange, p); }, true},

@@ -11,7 +11,10 @@
 // `restrict_to_parent` (fine to coarse) overwrites every parent cell the fine
 // active region covers with the mass- and momentum-weighted average of its 2x2
 // fine cells, the gradients across that block rebuilt with the parent's tau+
-// and tau-. One thread per covered parent cell, row-major.
+// and tau-. One block per tile of LBM_RESTRICT_TILE^2 covered parent cells
+// (a 2D grid over the covered region), one thread per parent cell: the block
+// first takes the moments of every fine cell its cells' stencils reach into
+// shared memory, once each, then each thread combines its 4x4 fine cells.
 //
 // Where the fine patch touches a wall of the domain, both read mirror images of
 // the cells inside (cpu::mirrored_cell, cpu::reflect) for the stencil cells
@@ -214,39 +217,65 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
                                               float tangential_x_max, float tangential_y_min,
                                               float tangential_y_max, float tau_plus, float tau_minus,
                                               float coarse_force_x, float coarse_force_y) {
-    const PatchSides sides =
-        make_sides(side_kinds, tangential_x_min, tangential_x_max, tangential_y_min, tangential_y_max);
-    const unsigned int width = covered_x1 - covered_x0;
-    const unsigned long long t = thread_index();
-    if (t >= (unsigned long long)width * (covered_y1 - covered_y0)) {
+    // The moments of the block's fine cells: its tile of parent cells' 2x2
+    // blocks and the ring of fine cells around them, each computed once here
+    // instead of by every parent cell whose 4x4 stencil reaches it (four times
+    // on average; the stencils overlap).
+    __shared__ Moments tile[LBM_RESTRICT_FINE][LBM_RESTRICT_FINE];
+    // The host launches blocks of LBM_BLOCK_THREADS threads, one tile of
+    // LBM_RESTRICT_TILE x LBM_RESTRICT_TILE parent cells each (uniform branch).
+    if (blockDim.x != LBM_BLOCK_THREADS) {
         return;
     }
+    const PatchSides sides =
+        make_sides(side_kinds, tangential_x_min, tangential_x_max, tangential_y_min, tangential_y_max);
     const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
     const Layout coarse = make_layout(coarse_nx, coarse_ny, coarse_tile_x, coarse_tile_y);
-    const unsigned int cx = covered_x0 + (unsigned int)(t % width);
-    const unsigned int cy = covered_y0 + (unsigned int)(t / width);
     const float fine_force_x = 0.5f * coarse_force_x;
     const float fine_force_y = 0.5f * coarse_force_y;
-    const unsigned int fx0 = fine_active_origin + 2 * (cx - covered_x0);
-    const unsigned int fy0 = fine_active_origin + 2 * (cy - covered_y0);
     const size_t fine_plane = plane_cells(fine);
-
-    // The 2x2 block and the ring of fine cells around it, for the curvature; at
-    // an interface that ring reaches into the ghost band (the last fill), at a
-    // wall it reads mirror images.
+    const unsigned int bx0 = covered_x0 + blockIdx.x * LBM_RESTRICT_TILE;
+    const unsigned int by0 = covered_y0 + blockIdx.y * LBM_RESTRICT_TILE;
+    // The block's parent cells inside the covered region; a tile on its far
+    // edge loads only the fine cells its own stencils reach.
+    const unsigned int left_x = bx0 < covered_x1 ? covered_x1 - bx0 : 0u;
+    const unsigned int left_y = by0 < covered_y1 ? covered_y1 - by0 : 0u;
+    const unsigned int tile_w = left_x < LBM_RESTRICT_TILE ? left_x : LBM_RESTRICT_TILE;
+    const unsigned int tile_h = left_y < LBM_RESTRICT_TILE ? left_y : LBM_RESTRICT_TILE;
+    const unsigned int load_w = 2 * tile_w + 2;
+    const unsigned int load_h = 2 * tile_h + 2;
+    // Fine cell of tile entry (0, 0): one before the block's first 2x2 block.
+    const int tx0 = (int)(fine_active_origin + 2 * (bx0 - covered_x0)) - 1;
+    const int ty0 = (int)(fine_active_origin + 2 * (by0 - covered_y0)) - 1;
+    // At an interface the ring reaches into the ghost band (the last fill); at
+    // a wall it reads mirror images.
     const unsigned int g0 = fine_active_origin;
+    for (unsigned int k = threadIdx.x; k < load_w * load_h; k += LBM_BLOCK_THREADS) {
+        const unsigned int i = k % load_w;
+        const unsigned int j = k / load_w;
+        int crossed_x;
+        int crossed_y;
+        const unsigned int x = mirror_axis(tx0 + (int)i, g0, fine_nx - g0, 0, sides.kinds, &crossed_x);
+        const unsigned int y = mirror_axis(ty0 + (int)j, g0, fine_ny - g0, 2, sides.kinds, &crossed_y);
+        float f[LBM_Q];
+        read_cell(fine_src, fine_plane, cell_index(fine, x, y), f);
+        tile[j][i] = reflect_crossed(moments(f, -fine_force_x, -fine_force_y), sides, crossed_x, crossed_y);
+    }
+    __syncthreads();
+    const unsigned int lx = threadIdx.x % LBM_RESTRICT_TILE;
+    const unsigned int ly = threadIdx.x / LBM_RESTRICT_TILE;
+    if (lx >= tile_w || ly >= tile_h) {
+        return;
+    }
+    const unsigned int cx = bx0 + lx;
+    const unsigned int cy = by0 + ly;
+    // The 2x2 block and the ring of fine cells around it, for the curvature.
     Moments g[4][4];
 #pragma unroll
     for (int dy = 0; dy < 4; ++dy) {
 #pragma unroll
         for (int dx = 0; dx < 4; ++dx) {
-            int crossed_x;
-            int crossed_y;
-            const unsigned int x = mirror_axis((int)(fx0 + dx) - 1, g0, fine_nx - g0, 0, sides.kinds, &crossed_x);
-            const unsigned int y = mirror_axis((int)(fy0 + dy) - 1, g0, fine_ny - g0, 2, sides.kinds, &crossed_y);
-            float f[LBM_Q];
-            read_cell(fine_src, fine_plane, cell_index(fine, x, y), f);
-            g[dy][dx] = reflect_crossed(moments(f, -fine_force_x, -fine_force_y), sides, crossed_x, crossed_y);
+            g[dy][dx] = tile[2 * ly + dy][2 * lx + dx];
         }
     }
     const Moments m[2][2] = {{g[1][1], g[1][2]}, {g[2][1], g[2][2]}};

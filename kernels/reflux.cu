@@ -12,9 +12,13 @@
 // between the ring and the covered cells during its hop (read from `coarse_t`)
 // plus the fine flux, takes that sum out of the ring cells of `coarse_t1` in
 // equal shares spread over the populations by weight, and zeroes the flux
-// slots. It runs as exactly one block of 256 threads: each thread sums its
-// strided slots in f64 and a fixed tree combines the partial sums, so the
-// result is deterministic run to run.
+// slots. One thread per ring cell computes its cell's excess and leaves it in
+// its flux slot; the last of the blocks to arrive (an arrival counter, as in
+// exchange.cu) sums the slots as one block of 256 threads would have: each
+// thread its strided slots in f64, then a fixed tree, so the result is the
+// same run to run and whatever the number of blocks. Why: one block doing the
+// whole ring was latency-bound (93 us on a 2600-cell ring at 640 cells per
+// diameter).
 //
 // Both mirror lbm_core::kernels::reflux::{accumulate_fine_flux, correct_interface_mass}
 // per cell, and the CPU sums the ring in this kernel's order
@@ -103,13 +107,15 @@ extern "C" __global__ void accumulate_fine_flux(const float* __restrict__ fine, 
 }
 
 extern "C" __global__ void correct_interface_mass(const float* __restrict__ coarse_t, float* __restrict__ coarse_t1,
-                                                  float* __restrict__ flux, unsigned int nx, unsigned int ny,
-                                                  unsigned int tile_x, unsigned int tile_y, unsigned int x0,
-                                                  unsigned int y0, unsigned int x1, unsigned int y1,
-                                                  unsigned int side_kinds) {
+                                                  float* flux, unsigned int* arrivals, unsigned int nx,
+                                                  unsigned int ny, unsigned int tile_x, unsigned int tile_y,
+                                                  unsigned int x0, unsigned int y0, unsigned int x1,
+                                                  unsigned int y1, unsigned int side_kinds) {
     __shared__ double partial[LBM_BLOCK_THREADS];
-    // The host launches exactly one block of LBM_BLOCK_THREADS threads.
-    if (blockIdx.x != 0 || blockDim.x != LBM_BLOCK_THREADS) {
+    __shared__ bool last;
+    // The host launches ceil(ring / LBM_BLOCK_THREADS) blocks, at least one, of
+    // LBM_BLOCK_THREADS threads (uniform branch).
+    if (blockDim.x != LBM_BLOCK_THREADS) {
         return;
     }
     const Layout layout = make_layout(nx, ny, tile_x, tile_y);
@@ -121,11 +127,13 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
         return;
     }
 
-    double local = 0.0;
-    for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
+    // Each ring cell's excess, left in its flux slot: the slot's f32 plus the
+    // parent's net flux, the very f32 sum the one-block order adds in f64.
+    const unsigned int own = blockIdx.x * LBM_BLOCK_THREADS + tid;
+    if (own < n_ring) {
         unsigned int x;
         unsigned int y;
-        ring_cell(x0, y0, x1, y1, side_kinds, slot, &x, &y);
+        ring_cell(x0, y0, x1, y1, side_kinds, own, &x, &y);
         const size_t index = cell_index(layout, x, y);
         float coarse_net = 0.0f;
 #pragma unroll
@@ -138,7 +146,26 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
             const size_t n = cell_index(layout, (unsigned int)px, (unsigned int)py);
             coarse_net += coarse_t[(size_t)lbm_opp(j) * plane + n] - coarse_t[(size_t)j * plane + index];
         }
-        local += (double)(coarse_net + flux[slot]);
+        flux[own] = coarse_net + flux[own];
+    }
+    // The block's slots are visible to every block before its arrival counts
+    // (the pattern of exchange.cu).
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) {
+        return;
+    }
+    // Every other block fenced before it arrived. Volatile: slots other SMs
+    // wrote during this launch.
+    __threadfence();
+    volatile float* excess = flux;
+    double local = 0.0;
+    for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
+        local += (double)excess[slot];
     }
     partial[tid] = local;
     __syncthreads();
@@ -160,6 +187,10 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
         for (int i = 0; i < LBM_Q; ++i) {
             coarse_t1[(size_t)i * plane + index] -= share * lbm_w(i);
         }
-        flux[slot] = 0.0f;
+        excess[slot] = 0.0f;
+    }
+    // Every block has arrived; the next launch finds the counter at 0.
+    if (tid == 0) {
+        atomicExch(arrivals, 0u);
     }
 }

@@ -561,11 +561,7 @@ struct Session<'a, D: Driver> {
 
 impl<D: Driver> Session<'_, D> {
     fn updates_per_interval(&self) -> u64 {
-        self.stepper
-            .hierarchy()
-            .patches()
-            .map(|p| p.active.cells() as u64 * (1u64 << p.level))
-            .sum()
+        self.stepper.hierarchy().cell_updates_per_interval()
     }
 
     /// Advances to the end, writes the last checkpoint and the summary for

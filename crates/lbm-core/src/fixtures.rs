@@ -191,6 +191,7 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
             coarse_t: b(0),
             coarse_t1: b(1),
             flux: b(2),
+            arrivals: b(3),
             coarse,
             covered: Rect::new(6, 0, 14, 8),
             kinds: walled.kinds,

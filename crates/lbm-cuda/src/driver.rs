@@ -13,19 +13,26 @@
 //!
 //! Further streams come from the same context; events are CUDA events;
 //! staging areas are page-locked host memory with default flags (not
-//! write-combined, which the CPU reads slowly). A prepared plan is its
-//! marshalled launches, replayed in order; CUDA graphs can stand behind the
-//! same calls later.
+//! write-combined, which the CPU reads slowly).
 //!
-//! What it does not do: no graphs yet, no retry; it never reuses a freed
-//! buffer's id, and it refuses an overlapping copy within one buffer (the CPU
+//! A prepared plan is, by default ([`PlanMode::Graphs`]), a CUDA graph
+//! captured from the main stream at `prepare`: `replay` is one graph launch
+//! however many actions the plan has, so a small grid's interval costs one
+//! host call instead of one per kernel, and the device runs the kernels back
+//! to back. The graph holds exactly the plan's actions in order (the mock's
+//! launch log of a replay is what it contains). [`PlanMode::Launches`]
+//! enqueues the actions one by one instead, for comparison.
+//!
+//! What it does not do: no retry; it never reuses a freed buffer's id (so a
+//! graph's baked-in pointers stay valid while the plan table accepts the
+//! plan), and it refuses an overlapping copy within one buffer (the CPU
 //! driver allows it).
 
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PinnedHostSlice,
-    PushKernelArg, result, sys,
+    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
+    PinnedHostSlice, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
 use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId, live_buffer};
@@ -35,6 +42,16 @@ use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
 
 const BACKEND: &str = "cuda";
 
+/// How [`Driver::prepare`] keeps a plan for [`Driver::replay`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PlanMode {
+    /// Captured once as a CUDA graph; a replay is one graph launch.
+    #[default]
+    Graphs,
+    /// Kept as marshalled actions; a replay enqueues each one.
+    Launches,
+}
+
 /// The CUDA backend; see the module documentation.
 pub struct CudaDriver {
     // Fields drop in order: buffers are freed (stream-ordered) while the
@@ -42,6 +59,10 @@ pub struct CudaDriver {
     buffers: Vec<Option<DeviceBuffer>>,
     staging: Vec<Option<Staging>>,
     plans: PlanTable,
+    /// The captured graph of each prepared plan, by [`PlanId`]; `None` for a
+    /// plan prepared under [`PlanMode::Launches`], or released.
+    graphs: Vec<Option<PlanGraph>>,
+    plan_mode: PlanMode,
     events: Vec<CudaEvent>,
     /// One function per kernel, in [`Kernel::ALL`] order.
     functions: Vec<CudaFunction>,
@@ -72,6 +93,14 @@ struct Staging {
 // SAFETY: `ptr` points into `_memory`, which this struct owns and which lives
 // in host memory any thread may access; the driver moves with its staging.
 unsafe impl Send for Staging {}
+
+/// A plan's instantiated graph.
+struct PlanGraph(CudaGraph);
+
+// SAFETY: CUDA graph objects are not bound to a thread; they only need calls
+// on them serialised, which `&mut CudaDriver` guarantees, and the graph moves
+// with the driver that owns it.
+unsafe impl Send for PlanGraph {}
 
 impl Drop for CudaDriver {
     fn drop(&mut self) {
@@ -222,6 +251,8 @@ impl CudaDriver {
             buffers: Vec::new(),
             staging: Vec::new(),
             plans: PlanTable::default(),
+            graphs: Vec::new(),
+            plan_mode: PlanMode::default(),
             events: Vec::new(),
             functions,
             streams: Vec::new(),
@@ -234,6 +265,12 @@ impl CudaDriver {
     /// The device's name, e.g. "NVIDIA H200".
     pub fn device_name(&self) -> &str {
         &self.device_name
+    }
+
+    /// How plans prepared from now on are kept; plans already prepared keep
+    /// theirs.
+    pub fn set_plan_mode(&mut self, mode: PlanMode) {
+        self.plan_mode = mode;
     }
 
     /// The device's memory in bytes.
@@ -299,6 +336,34 @@ impl CudaDriver {
         // and `params` outlives this call, which copies the values.
         unsafe { builder.launch(config) }.map_err(|e| cuda_error(format!("launch {name}"), e))?;
         Ok(())
+    }
+
+    /// Enqueues one checked action of a plan on the main stream.
+    fn enqueue_action(&mut self, action: &Action) -> Result<()> {
+        match action {
+            Action::Launch(launch) => self.enqueue(launch),
+            Action::Memset { buffer, bytes, value } => self.memset_async(*buffer, 0, *bytes, *value),
+        }
+    }
+
+    /// `actions`, captured from the main stream into an instantiated graph
+    /// (`None` for an empty plan). Nothing runs: a captured stream only
+    /// records.
+    fn capture(&mut self, label: &str, actions: &[Action]) -> Result<Option<PlanGraph>> {
+        let operation = format!("capture plan `{label}` as a CUDA graph");
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| cuda_error(operation.clone(), e))?;
+        let recorded = actions.iter().try_for_each(|a| self.enqueue_action(a));
+        // End the capture whatever happened, so the stream is usable again.
+        let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        recorded?;
+        let graph = ended.map_err(|e| cuda_error(operation.clone(), e))?;
+        if let Some(graph) = &graph {
+            // Moves the graph's setup off its first replay.
+            graph.upload().map_err(|e| cuda_error(operation, e))?;
+        }
+        Ok(graph.map(PlanGraph))
     }
 
     /// The device address of `[offset, offset + len)` of `id`, once that range
@@ -594,27 +659,45 @@ impl Driver for CudaDriver {
         Ok(())
     }
 
-    fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {
+    fn prepare(&mut self, label: &str, actions: &[Action]) -> Result<PlanId> {
+        // The table checks every action first: nothing unchecked is captured.
         let buffers = &self.buffers;
-        self.plans.prepare(actions, BACKEND, |id| {
+        let id = self.plans.prepare(actions, BACKEND, |id| {
             live_buffer(buffers, id, BACKEND).ok().map(|b| b.bytes)
-        })
+        })?;
+        let graph = match self.plan_mode {
+            PlanMode::Graphs => self.bind("prepare").and_then(|()| self.capture(label, actions)),
+            PlanMode::Launches => Ok(None),
+        };
+        let graph = match graph {
+            Ok(graph) => graph,
+            Err(e) => {
+                self.plans.release(id, BACKEND)?;
+                return Err(e);
+            }
+        };
+        self.graphs.resize_with(id.0 as usize + 1, || None);
+        self.graphs[id.0 as usize] = graph;
+        Ok(id)
     }
 
     fn replay(&mut self, plan: PlanId) -> Result<()> {
+        // Refuses an unknown plan and one whose buffers were freed, graph or not.
         let actions = self.plans.replay(plan, BACKEND, |id| self.size_of(id))?;
         self.bind("replay")?;
-        for action in actions.iter() {
-            match action {
-                Action::Launch(launch) => self.enqueue(launch)?,
-                Action::Memset { buffer, bytes, value } => self.memset_async(*buffer, 0, *bytes, *value)?,
-            }
+        match self.graphs.get(plan.0 as usize).and_then(Option::as_ref) {
+            Some(graph) => graph.0.launch().map_err(|e| cuda_error("replay a plan's graph", e)),
+            None => actions.iter().try_for_each(|a| self.enqueue_action(a)),
         }
-        Ok(())
     }
 
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {
-        self.plans.release(plan, BACKEND)
+        self.plans.release(plan, BACKEND)?;
+        if let Some(slot) = self.graphs.get_mut(plan.0 as usize) {
+            // A graph still running is freed when it completes.
+            *slot = None;
+        }
+        Ok(())
     }
 }
 

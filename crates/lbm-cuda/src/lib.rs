@@ -41,7 +41,7 @@ mod driver;
 pub mod emu;
 pub mod testing;
 
-pub use driver::{CudaDriver, device_available, device_names, driver_library_present};
+pub use driver::{CudaDriver, PlanMode, device_available, device_names, driver_library_present};
 
 /// Every kernel of `kernels/`, compiled for sm_90 into one PTX module.
 pub const PTX: &str = include_str!("../../../kernels/lbm.ptx");

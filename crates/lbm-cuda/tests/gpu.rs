@@ -584,17 +584,57 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
                     k.coarse_t = twin.buffer("coarse_t", &random_populations(&mut rng, plane)).into();
                     k.coarse_t1 = twin.buffer("coarse_t1", &random_populations(&mut rng, plane)).into();
                     k.flux = twin.buffer("flux", &garbage(&mut rng, n_ring)).into();
+                    let arrivals = twin.buffer("arrivals", &[0u32]);
+                    k.arrivals = arrivals.into();
                     twin.launch(&k.launch());
-                    // The ring's sum is taken in one order on both sides.
+                    // The ring's sum is taken in one order on both sides,
+                    // whatever the number of blocks.
                     let (cpu, gpu) = twin.download::<f32>(k.coarse_t1.id, Q * plane);
                     assert_bitwise(&what, &cpu, &gpu);
                     twin.compare_f32(&format!("{what} flux"), k.flux.id, n_ring);
+                    let (_, counter) = twin.download::<u32>(arrivals, 1);
+                    assert_eq!(counter, [0], "{what}: the last block resets the arrival counter");
                 }
                 _ => continue,
             }
             seen.insert(launch.kernel);
         }
         assert_eq!(seen.len(), 4, "the plan lacks a coupling kernel: saw {seen:?}");
+    }
+    // A ring of several blocks (4 x 180 + 4 cells), and one of exactly one
+    // block's threads and one more, in a row-major and a tiled parent.
+    for (tile, covered) in [
+        ([200, 200], Rect::new(10, 10, 190, 190)),
+        ([8, 8], Rect::new(10, 10, 73, 73)),
+        ([200, 200], Rect::new(10, 10, 73, 74)),
+    ] {
+        let coarse = Layout { nx: 200, ny: 200, tile };
+        let plane = coarse.plane_cells();
+        let kinds = [lbm_core::domain::sides::PatchSide::Interface; 4];
+        let n_ring = ring_cells(&covered, kinds);
+        let twin_buffer = |twin: &mut Twin, rng: &mut Rng, name| twin.buffer(name, &random_populations(rng, plane));
+        let k = CorrectInterfaceMass {
+            coarse_t: twin_buffer(&mut twin, &mut rng, "coarse_t").into(),
+            coarse_t1: twin_buffer(&mut twin, &mut rng, "coarse_t1").into(),
+            flux: twin.buffer("flux", &garbage(&mut rng, n_ring)).into(),
+            arrivals: twin.buffer("arrivals", &[0u32]).into(),
+            coarse,
+            covered,
+            kinds,
+        };
+        let what = format!("correct_interface_mass on a ring of {n_ring} cells, tile {tile:?}");
+        assert_eq!(
+            k.launch().grid[0] as usize,
+            n_ring.div_ceil(BLOCK_THREADS as usize),
+            "{what}"
+        );
+        for _ in 0..2 {
+            twin.launch(&k.launch());
+            let (cpu, gpu) = twin.download::<f32>(k.coarse_t1.id, Q * plane);
+            assert_bitwise(&what, &cpu, &gpu);
+            twin.compare_f32(&format!("{what} flux"), k.flux.id, n_ring);
+            assert_eq!(twin.download::<u32>(k.arrivals.id, 1).1, [0], "{what}");
+        }
     }
 }
 
@@ -1426,4 +1466,79 @@ fn race_the_widest_grids(twin: &mut Twin, repeats: u64) {
         "race: {} launches of 264 and 256 blocks, each published once, the counter at 0",
         2 * repeats
     );
+}
+
+/// A refined channel with a body, stepped with its plans captured as CUDA
+/// graphs (the default) and with them enqueued launch by launch: the same
+/// bits after every batch, the same exchange ledger, and the plan released
+/// with its graph refused like any other. Graph capture is CUDA's, so this
+/// runs on the GPU only.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn graph_replays_match_plain_launches_bit_for_bit() {
+    use lbm_cuda::{CudaDriver, PlanMode};
+    if std::env::var_os("LBM_KERNEL_EMU").is_some() {
+        eprintln!("not run: graph capture needs CUDA, and LBM_KERNEL_EMU names the host build of the kernels");
+        return;
+    }
+    let open = |mode| {
+        let mut driver = CudaDriver::new(0).expect("a CUDA device");
+        driver.set_plan_mode(mode);
+        let exec = ExecConfig {
+            observe_raw_exchange: true,
+            ..ExecConfig::default()
+        };
+        let stepper = Stepper::new(driver, channel_lattice(), exec).unwrap();
+        stepper.initialize(initial_flow).unwrap();
+        stepper
+    };
+    let (graphs, launches) = (open(PlanMode::Graphs), open(PlanMode::Launches));
+    for batch in [1u64, 2, 5] {
+        graphs.step(batch).unwrap();
+        launches.step(batch).unwrap();
+        let at = format!("step {}", graphs.step_count());
+        for (level, patches) in graphs.hierarchy().levels.iter().enumerate() {
+            for p in 0..patches.len() {
+                let (g, l) = (graphs.download(level, p).unwrap(), launches.download(level, p).unwrap());
+                assert_bitwise(&format!("populations L{level}.p{p}, {at}"), &l, &g);
+            }
+        }
+        let (g, l) = (
+            graphs.read_raw_exchange(0).unwrap(),
+            launches.read_raw_exchange(0).unwrap(),
+        );
+        assert_bitwise(
+            &format!("raw exchange, {at}"),
+            &[l.force[0], l.force[1], l.torque],
+            &[g.force[0], g.force[1], g.torque],
+        );
+    }
+    graphs.close().unwrap();
+    launches.close().unwrap();
+
+    // A graph's pointers are baked in: a plan whose buffer was freed is refused.
+    let mut driver = CudaDriver::new(0).unwrap();
+    let buffer = driver.alloc("poisoned", 64).unwrap();
+    let plan = driver
+        .prepare(
+            "memset",
+            &[Action::Memset {
+                buffer,
+                bytes: 64,
+                value: 0xAB,
+            }],
+        )
+        .unwrap();
+    driver.replay(plan).unwrap();
+    driver.synchronize().unwrap();
+    let mut out = [0u8; 64];
+    driver.download(buffer, 0, &mut out).unwrap();
+    assert_eq!(out, [0xAB; 64], "the captured memset ran");
+    driver.free(buffer).unwrap();
+    let refused = driver.replay(plan);
+    assert!(
+        matches!(refused, Err(lbm_core::Error::StalePlan { buffer: b, .. }) if b == buffer),
+        "{refused:?}"
+    );
+    driver.release_plan(plan).unwrap();
 }

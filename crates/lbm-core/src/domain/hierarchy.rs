@@ -179,6 +179,14 @@ impl Hierarchy {
     pub fn patches(&self) -> impl Iterator<Item = &Patch> {
         self.levels.iter().flatten()
     }
+
+    /// Cell updates in one base interval: every active cell of level `l`
+    /// updates 2^l times.
+    pub fn cell_updates_per_interval(&self) -> u64 {
+        self.patches()
+            .map(|p| p.active.cells() as u64 * (1u64 << p.level))
+            .sum()
+    }
 }
 
 impl HierarchySpec {

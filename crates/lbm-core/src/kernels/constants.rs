@@ -83,6 +83,16 @@ pub fn cuda_constants() -> String {
         "refine::GRADIENT_FIELDS",
     );
     define(
+        "LBM_RESTRICT_TILE",
+        format!("{}u", refine::RESTRICT_TILE),
+        "refine::RESTRICT_TILE",
+    );
+    define(
+        "LBM_RESTRICT_FINE",
+        format!("{}u", 2 * refine::RESTRICT_TILE + 2),
+        "2 refine::RESTRICT_TILE + 2",
+    );
+    define(
         "LBM_INLET_SAMPLES_PER_ROW",
         INLET_SAMPLES_PER_ROW.to_string(),
         "order::INLET_SAMPLES_PER_ROW",

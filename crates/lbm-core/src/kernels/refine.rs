@@ -6,7 +6,7 @@
 //! What it does not do: correct the mass the coupling creates or loses
 //! ([`super::reflux`]).
 
-use crate::device::{Arg, BufferRef, Kernel, Launch};
+use crate::device::{Arg, BLOCK_THREADS, BufferRef, Kernel, Launch};
 use crate::domain::hierarchy::{GHOST, Layout, Rect};
 use crate::domain::order::{band_cell, band_cells};
 use crate::domain::sides::{PatchSides, beyond_wall, mirrored_cell, reflect_crossed};
@@ -16,8 +16,8 @@ use rayon::prelude::*;
 use crate::lattice::{self, Moments, Q};
 
 use super::{
-    ArgReader, BufferUse, HostViews, KernelArgs, check_layout, par_row_bands, population_bytes, push_layout, push_rect,
-    push_sides, read_cell,
+    ArgReader, BufferUse, ExactShape, HostViews, KernelArgs, check_layout, par_row_bands, population_bytes,
+    push_layout, push_rect, push_sides, read_cell,
 };
 
 /// `fill_ghost`: one thread per ghost-band cell of the fine patch, bottom rows,
@@ -205,7 +205,14 @@ fn parent_floor(start: i64, f: u32) -> i64 {
     (start as f32 + (f as f32 + 0.5) * 0.5 - 0.5).floor() as i64
 }
 
-/// `restrict_to_parent`: one thread per covered parent cell, row-major.
+/// Covered parent cells per side of one `restrict_to_parent` block's tile:
+/// [`BLOCK_THREADS`] = 16², one thread per parent cell.
+pub(crate) const RESTRICT_TILE: u32 = 16;
+const _: () = assert!(RESTRICT_TILE * RESTRICT_TILE == BLOCK_THREADS);
+
+/// `restrict_to_parent`: a 2D grid of blocks over the covered parent cells,
+/// one tile of [`RESTRICT_TILE`]² cells per block, one thread per cell; the
+/// block shares its fine cells' moments.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RestrictToParent {
     pub fine_src: BufferRef,
@@ -267,7 +274,7 @@ impl KernelArgs for RestrictToParent {
             Arg::F32(self.coarse_force[0]),
             Arg::F32(self.coarse_force[1]),
         ]);
-        Launch::linear(Kernel::RestrictToParent, self.covered.cells(), args)
+        self.shape().launch(Kernel::RestrictToParent, args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
@@ -288,6 +295,11 @@ impl KernelArgs for RestrictToParent {
 
     fn work_items(&self) -> usize {
         self.covered.cells()
+    }
+
+    /// The kernel maps its 2D grid onto tiles of the covered region.
+    fn required_shape(&self) -> Option<ExactShape> {
+        Some(self.shape())
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
@@ -319,6 +331,18 @@ impl KernelArgs for RestrictToParent {
 
     fn run_on_host(&self, views: &mut HostViews) {
         restrict_to_parent(self, views.reads.get("fine_src"), views.writes.get("coarse_dst"));
+    }
+}
+
+impl RestrictToParent {
+    /// One block per tile of the covered region, at least one each way (an
+    /// empty region's block has nothing to do).
+    fn shape(&self) -> ExactShape {
+        let tiles = |n: u32| n.div_ceil(RESTRICT_TILE).max(1);
+        ExactShape {
+            grid: [tiles(self.covered.width()), tiles(self.covered.height()), 1],
+            block: [BLOCK_THREADS, 1, 1],
+        }
     }
 }
 

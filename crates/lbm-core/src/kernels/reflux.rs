@@ -84,20 +84,22 @@ impl KernelArgs for AccumulateFineFlux {
     }
 }
 
-/// The launch shape of `correct_interface_mass`.
-const ONE_BLOCK: ExactShape = ExactShape::blocks(1);
-
-/// `correct_interface_mass`: one block of 256 threads striding over the parent
-/// ring cells. The mass the parent exchanged with its covered cells over its hop
-/// (from `coarse_t`) and the fine flux measured over the two fine hops should
-/// cancel; their sum over the ring is taken out of the ring cells of
-/// `coarse_t1` in equal shares, and the flux slots are zeroed. One block makes
-/// the sum a deterministic block reduction.
+/// `correct_interface_mass`: one thread per parent ring cell, in blocks of
+/// [`BLOCK_THREADS`]. The mass the parent exchanged with its covered cells over
+/// its hop (from `coarse_t`) and the fine flux measured over the two fine hops
+/// should cancel; their sum over the ring is taken out of the ring cells of
+/// `coarse_t1` in equal shares, and the flux slots are zeroed. Each thread
+/// leaves its cell's excess in its flux slot; the last block to arrive sums
+/// the slots in the one-block order of [`super::reduce`] and applies the
+/// share, so the result does not depend on how many blocks there are.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CorrectInterfaceMass {
     pub coarse_t: BufferRef,
     pub coarse_t1: BufferRef,
     pub flux: BufferRef,
+    /// One u32 counting the blocks that have left their excess; zero between
+    /// launches (the last block resets it).
+    pub arrivals: BufferRef,
     pub coarse: Layout,
     /// Covered parent cells, parent allocation coordinates.
     pub covered: Rect,
@@ -111,6 +113,7 @@ impl KernelArgs for CorrectInterfaceMass {
         "coarse_t",
         "coarse_t1",
         "flux",
+        "arrivals",
         "nx",
         "ny",
         "tile_x",
@@ -123,11 +126,16 @@ impl KernelArgs for CorrectInterfaceMass {
     ];
 
     fn launch(&self) -> Launch {
-        let mut args = vec![self.coarse_t.into(), self.coarse_t1.into(), self.flux.into()];
+        let mut args = vec![
+            self.coarse_t.into(),
+            self.coarse_t1.into(),
+            self.flux.into(),
+            self.arrivals.into(),
+        ];
         push_layout(&mut args, &self.coarse);
         push_rect(&mut args, &self.covered);
         args.push(Arg::U32(PatchSide::pack(self.kinds)));
-        ONE_BLOCK.launch(Kernel::CorrectInterfaceMass, args)
+        self.shape().launch(Kernel::CorrectInterfaceMass, args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
@@ -136,6 +144,7 @@ impl KernelArgs for CorrectInterfaceMass {
             coarse_t: r.buffer()?,
             coarse_t1: r.buffer()?,
             flux: r.buffer()?,
+            arrivals: r.buffer()?,
             coarse: r.layout()?,
             covered: r.rect()?,
             kinds: r.side_kinds()?,
@@ -143,13 +152,13 @@ impl KernelArgs for CorrectInterfaceMass {
     }
 
     fn work_items(&self) -> usize {
-        BLOCK_THREADS as usize
+        ring_cells(&self.covered, self.kinds)
     }
 
-    /// One block reduces the whole ring; its shared memory is sized for
-    /// exactly this block.
+    /// The last block's reduction counts the blocks and is sized for blocks
+    /// of exactly [`BLOCK_THREADS`].
     fn required_shape(&self) -> Option<ExactShape> {
-        Some(ONE_BLOCK)
+        Some(self.shape())
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
@@ -178,12 +187,21 @@ impl KernelArgs for CorrectInterfaceMass {
             BufferUse::read("coarse_t", self.coarse_t, f, 4),
             BufferUse::read_write("coarse_t1", self.coarse_t1, f, 4),
             BufferUse::read_write("flux", self.flux, ring_cells(&self.covered, self.kinds) * 4, 4),
+            BufferUse::read_write("arrivals", self.arrivals, 4, 4),
         ]
     }
 
     fn run_on_host(&self, views: &mut HostViews) {
         let (t1, flux) = views.writes.get2("coarse_t1", "flux");
         correct_interface_mass(self, views.reads.get("coarse_t"), t1, flux);
+    }
+}
+
+impl CorrectInterfaceMass {
+    /// One block per [`BLOCK_THREADS`] ring cells, at least one.
+    fn shape(&self) -> ExactShape {
+        let cells = ring_cells(&self.covered, self.kinds) as u32;
+        ExactShape::blocks(cells.div_ceil(BLOCK_THREADS).max(1))
     }
 }
 

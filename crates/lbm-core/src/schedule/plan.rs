@@ -190,6 +190,12 @@ impl Builder<'_> {
             .expect("refined patches have a flux buffer")
             .into()
     }
+    fn reflux_arrivals(&self, patch: &Patch) -> BufferRef {
+        self.resources.patches[patch.level][patch.index]
+            .reflux_arrivals
+            .expect("refined patches have an arrival counter")
+            .into()
+    }
     fn push(&mut self, name: String, launch: Launch) {
         self.steps.push(PlanStep {
             name,
@@ -332,6 +338,7 @@ impl Builder<'_> {
                     coarse_t: self.current(parent),
                     coarse_t1: self.spare(parent),
                     flux: self.flux(child),
+                    arrivals: self.reflux_arrivals(child),
                     coarse: parent.layout,
                     covered,
                     kinds: sides.kinds,

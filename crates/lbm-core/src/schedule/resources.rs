@@ -36,6 +36,9 @@ fn flux_bytes(patch: &Patch, sides: PatchSides) -> Option<usize> {
     (patch.level > 0).then(|| ring_cells(&fine_covered(&patch.layout), sides.kinds) * 4)
 }
 
+/// Bytes of a refined patch's `correct_interface_mass` arrival counter: one u32.
+const REFLUX_ARRIVAL_BYTES: usize = 4;
+
 /// Bytes of a patch's wall distances when it has body links.
 fn wall_distance_bytes(patch: &Patch) -> usize {
     Q * patch.layout.plane_cells() * 4
@@ -119,6 +122,7 @@ pub fn estimate(
         ledger.add(format!("{name}.flags"), flag_bytes(patch) as u64);
         if let Some(bytes) = flux_bytes(patch, sides[patch.level][patch.index]) {
             ledger.add(format!("{name}.interface_flux"), bytes as u64);
+            ledger.add(format!("{name}.reflux_arrivals"), REFLUX_ARRIVAL_BYTES as u64);
         }
         let scale = 2f64.powi(patch.level as i32);
         let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
@@ -192,6 +196,9 @@ pub struct PatchBuffers {
     pub flags: BufferId,
     /// Interface mass flux per parent ring cell (refined patches only).
     pub flux: Option<BufferId>,
+    /// The arrival counter of `correct_interface_mass`'s blocks, zero from
+    /// the allocation on (with `flux`).
+    pub reflux_arrivals: Option<BufferId>,
     /// Wall distances of body links (patches with bodies only).
     pub wall_distance: Option<BufferId>,
     /// A split update's list (patches with a [`bulk_region`] only).
@@ -420,9 +427,12 @@ impl Resources {
             }
             None => None,
         };
-        let flux = match flux_bytes(patch, sides) {
-            Some(bytes) => Some(self.alloc_state(driver, format!("{name}.interface_flux"), bytes)?),
-            None => None,
+        let (flux, reflux_arrivals) = match flux_bytes(patch, sides) {
+            Some(bytes) => (
+                Some(self.alloc_state(driver, format!("{name}.interface_flux"), bytes)?),
+                Some(self.alloc(driver, format!("{name}.reflux_arrivals"), REFLUX_ARRIVAL_BYTES)?),
+            ),
+            None => (None, None),
         };
         let slots = &self.body_slots[patch.level];
         let tables = geometry::wall_tables(patch, &owner, &level_bodies, |b| {
@@ -445,6 +455,7 @@ impl Resources {
             f,
             flags,
             flux,
+            reflux_arrivals,
             wall_distance,
             boundary_cells: boundary,
         });
