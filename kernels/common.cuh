@@ -72,9 +72,11 @@ __device__ __forceinline__ Layout make_layout(unsigned int nx, unsigned int ny, 
 
 // Cells in one population plane, padding of partial tiles included.
 __device__ __forceinline__ size_t plane_cells(Layout l) {
-    size_t tiles_x = (l.nx + l.tx - 1) / l.tx;
-    size_t tiles_y = (l.ny + l.ty - 1) / l.ty;
-    return tiles_x * tiles_y * (size_t)l.tx * (size_t)l.ty;
+    // 32-bit divisions (a 64-bit one is a long subroutine); the host bounds
+    // every dimension far below 2^31.
+    const unsigned int tiles_x = (l.nx + l.tx - 1) / l.tx;
+    const unsigned int tiles_y = (l.ny + l.ty - 1) / l.ty;
+    return (size_t)tiles_x * tiles_y * l.tx * l.ty;
 }
 
 // Storage index of cell (x, y): row-major tiles, row-major inside each tile.
@@ -85,7 +87,7 @@ __device__ __forceinline__ size_t cell_index(Layout l, unsigned int x, unsigned 
     if (l.tx >= l.nx) {
         return (size_t)y * l.tx + x;
     }
-    size_t tiles_x = (l.nx + l.tx - 1) / l.tx;
+    const unsigned int tiles_x = (l.nx + l.tx - 1) / l.tx;
     size_t tile = (size_t)(y / l.ty) * tiles_x + (size_t)(x / l.tx);
     return tile * ((size_t)l.tx * (size_t)l.ty) + (size_t)(y % l.ty) * l.tx + (size_t)(x % l.tx);
 }

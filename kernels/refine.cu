@@ -250,9 +250,21 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
     // At an interface the ring reaches into the ghost band (the last fill); at
     // a wall it reads mirror images.
     const unsigned int g0 = fine_active_origin;
-    for (unsigned int k = threadIdx.x; k < load_w * load_h; k += LBM_BLOCK_THREADS) {
-        const unsigned int i = k % load_w;
-        const unsigned int j = k / load_w;
+    // A fixed trip count, unrolled, so that a thread's loads of several
+    // entries are in flight together.
+#pragma unroll
+    for (unsigned int n = 0; n < (LBM_RESTRICT_FINE * LBM_RESTRICT_FINE + LBM_BLOCK_THREADS - 1) / LBM_BLOCK_THREADS;
+         ++n) {
+        // Entries in the tile's own shape (a division by a constant).
+        const unsigned int k = threadIdx.x + n * LBM_BLOCK_THREADS;
+        const unsigned int i = k % LBM_RESTRICT_FINE;
+        const unsigned int j = k / LBM_RESTRICT_FINE;
+        if (j >= load_h) {
+            break;
+        }
+        if (i >= load_w) {
+            continue;
+        }
         int crossed_x;
         int crossed_y;
         const unsigned int x = mirror_axis(tx0 + (int)i, g0, fine_nx - g0, 0, sides.kinds, &crossed_x);
@@ -269,16 +281,12 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
     }
     const unsigned int cx = bx0 + lx;
     const unsigned int cy = by0 + ly;
-    // The 2x2 block and the ring of fine cells around it, for the curvature.
-    Moments g[4][4];
-#pragma unroll
-    for (int dy = 0; dy < 4; ++dy) {
-#pragma unroll
-        for (int dx = 0; dx < 4; ++dx) {
-            g[dy][dx] = tile[2 * ly + dy][2 * lx + dx];
-        }
-    }
-    const Moments m[2][2] = {{g[1][1], g[1][2]}, {g[2][1], g[2][2]}};
+    // The 2x2 block and the ring of fine cells around it, for the curvature,
+    // read from the tile where they are used rather than copied into
+    // registers: fewer registers, more blocks in flight.
+    const Moments(*const near)[LBM_RESTRICT_FINE] = &tile[2 * ly];
+#define G(dy, dx) near[dy][2 * lx + (dx)]
+    const Moments m[2][2] = {{G(1, 1), G(1, 2)}, {G(2, 1), G(2, 2)}};
     // Density and momentum: cubic interpolation to the block centre (cpu::CENTRE4).
     const float centre4[4] = {-1.0f / 16.0f, 9.0f / 16.0f, 9.0f / 16.0f, -1.0f / 16.0f};
     float delta_rho = 0.0f;
@@ -288,7 +296,7 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
     for (int dy = 0; dy < 4; ++dy) {
 #pragma unroll
         for (int dx = 0; dx < 4; ++dx) {
-            const Moments c = g[dy][dx];
+            const Moments c = G(dy, dx);
             const float w = centre4[dx] * centre4[dy];
             delta_rho += w * c.delta_rho;
             jx += w * c.ux;
@@ -318,7 +326,7 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
         for (int dy = 0; dy < 4; ++dy) {
 #pragma unroll
             for (int dx = 0; dx < 4; ++dx) {
-                u[dy][dx] = gradient_field(g[dy][dx], c);
+                u[dy][dx] = gradient_field(G(dy, dx), c);
             }
         }
         const float d2x = (u[1][0] - u[1][1] - u[1][2] + u[1][3]) + (u[2][0] - u[2][1] - u[2][2] + u[2][3]);
@@ -332,4 +340,5 @@ extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src
     rebuild_post_collision(delta_rho, jx + 0.5f * coarse_force_x, jy + 0.5f * coarse_force_y,
                            tau_plus, tau_minus, d_dx, d_dy, d2u[0], d2u[1], post);
     write_cell(coarse_dst, plane_cells(coarse), cell_index(coarse, cx, cy), post);
+#undef G
 }

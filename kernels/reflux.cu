@@ -164,6 +164,7 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
     __threadfence();
     volatile float* excess = flux;
     double local = 0.0;
+#pragma unroll 4
     for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
         local += (double)excess[slot];
     }
@@ -178,6 +179,12 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
     }
     const float share = (float)(partial[0] / (double)n_ring);
 
+    // The flux slots are zeroed in a loop of their own: a volatile store
+    // between the ring cells' updates would keep their loads from overlapping.
+    for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
+        excess[slot] = 0.0f;
+    }
+#pragma unroll 4
     for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
         unsigned int x;
         unsigned int y;
@@ -187,7 +194,6 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
         for (int i = 0; i < LBM_Q; ++i) {
             coarse_t1[(size_t)i * plane + index] -= share * lbm_w(i);
         }
-        excess[slot] = 0.0f;
     }
     // Every block has arrived; the next launch finds the counter at 0.
     if (tid == 0) {
