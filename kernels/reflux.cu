@@ -184,15 +184,33 @@ extern "C" __global__ void correct_interface_mass(const float* __restrict__ coar
     for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
         excess[slot] = 0.0f;
     }
-#pragma unroll 4
-    for (unsigned int slot = tid; slot < n_ring; slot += LBM_BLOCK_THREADS) {
-        unsigned int x;
-        unsigned int y;
-        ring_cell(x0, y0, x1, y1, side_kinds, slot, &x, &y);
-        const size_t index = cell_index(layout, x, y);
+    // A few ring cells at a time, all their loads before any store: a store
+    // may alias a later load as far as the compiler knows, so an update in
+    // place would wait out one memory round trip per population.
+    const unsigned int batch = 4 * LBM_BLOCK_THREADS;
+    for (unsigned int first = tid; first < n_ring; first += batch) {
+        size_t index[4];
+        float f[4][LBM_Q];
 #pragma unroll
-        for (int i = 0; i < LBM_Q; ++i) {
-            coarse_t1[(size_t)i * plane + index] -= share * lbm_w(i);
+        for (int b = 0; b < 4; ++b) {
+            const unsigned int slot = first + (unsigned int)b * LBM_BLOCK_THREADS;
+            if (slot < n_ring) {
+                unsigned int x;
+                unsigned int y;
+                ring_cell(x0, y0, x1, y1, side_kinds, slot, &x, &y);
+                index[b] = cell_index(layout, x, y);
+                read_cell(coarse_t1, plane, index[b], f[b]);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            if (first + (unsigned int)b * LBM_BLOCK_THREADS < n_ring) {
+#pragma unroll
+                for (int i = 0; i < LBM_Q; ++i) {
+                    f[b][i] -= share * lbm_w(i);
+                }
+                write_cell(coarse_t1, plane, index[b], f[b]);
+            }
         }
     }
     // Every block has arrived; the next launch finds the counter at 0.
