@@ -207,7 +207,7 @@ fn parent_floor(start: i64, f: u32) -> i64 {
 
 /// Covered parent cells per side of one `restrict_to_parent` block's tile:
 /// [`BLOCK_THREADS`] = 16², one thread per parent cell.
-pub(crate) const RESTRICT_TILE: u32 = 16;
+pub const RESTRICT_TILE: u32 = 16;
 const _: () = assert!(RESTRICT_TILE * RESTRICT_TILE == BLOCK_THREADS);
 
 /// `restrict_to_parent`: a 2D grid of blocks over the covered parent cells,

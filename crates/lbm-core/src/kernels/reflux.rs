@@ -90,7 +90,7 @@ impl KernelArgs for AccumulateFineFlux {
 /// should cancel; their sum over the ring is taken out of the ring cells of
 /// `coarse_t1` in equal shares, and the flux slots are zeroed. Each thread
 /// leaves its cell's excess in its flux slot; the last block to arrive sums
-/// the slots in the one-block order of [`super::reduce`] and applies the
+/// the slots in the one-block order of `kernels::reduce` and applies the
 /// share, so the result does not depend on how many blocks there are.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CorrectInterfaceMass {
