@@ -275,6 +275,7 @@ pub fn memory_need(resolved: &Resolved, picture_width: Option<u32>) -> Result<Me
         tiles: resolved.tiles.clone(),
         observe_raw_exchange: bodies,
         observe_window_exchange: bodies,
+        ..ExecConfig::default()
     };
     let device = lattice.memory_estimate(&exec)?;
     let hierarchy = lattice.hierarchy.validate(&resolved.tiles)?;
@@ -504,6 +505,7 @@ mod tests {
             tiles: resolved.tiles.clone(),
             observe_raw_exchange: true,
             observe_window_exchange: true,
+            ..ExecConfig::default()
         };
         let stepper = lbm_core::Stepper::new(MockDriver::new(), resolved.lattice.clone(), exec).unwrap();
         let allocated = stepper.memory_ledger().total() as f64;

@@ -114,6 +114,7 @@ impl Fixture {
             tiles: vec![self.tile; self.n_levels()],
             observe_raw_exchange: true,
             observe_window_exchange: window,
+            ..ExecConfig::default()
         }
     }
 

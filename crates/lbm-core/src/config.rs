@@ -417,6 +417,13 @@ pub struct ExecConfig {
     pub tiles: Vec<Option<[u32; 2]>>,
     pub observe_raw_exchange: bool,
     pub observe_window_exchange: bool,
+    /// The fixed schedule of an ensemble member (`crate::member`); a batch
+    /// runner requires one, a plain run ignores it.
+    #[serde(default)]
+    pub schedule: Option<crate::member::FixedSchedule>,
+    /// What an ensemble member reports at each save point.
+    #[serde(default)]
+    pub stats: crate::member::StatsSpec,
 }
 
 /// The per-level physics [`LatticeConfig::level_physics`] gives.

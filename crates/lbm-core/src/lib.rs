@@ -73,6 +73,7 @@ pub mod fixtures;
 pub mod kernels;
 pub mod lattice;
 pub mod ledger;
+pub mod member;
 pub mod output;
 pub mod schedule;
 pub mod stepper;

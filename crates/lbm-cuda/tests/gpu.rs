@@ -989,6 +989,7 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
             tiles: tiles.to_vec(),
             observe_raw_exchange: true,
             observe_window_exchange: true,
+            ..ExecConfig::default()
         };
         let cpu = Stepper::new(CpuDriver::new(), lattice(), exec.clone()).unwrap();
         let gpu = Stepper::new(lbm_cuda::testing::open_device().driver, lattice(), exec).unwrap();

@@ -239,6 +239,22 @@ impl<D: Driver> Stepper<D> {
         self.lock().state.status
     }
 
+    /// The driver's backend name ("cpu", "cuda", "mock").
+    pub fn backend(&self) -> &'static str {
+        self.lock().driver.backend()
+    }
+
+    /// The configuration the stepper was built from.
+    pub fn configuration(&self) -> (LatticeConfig, ExecConfig) {
+        let inner = self.lock();
+        (inner.state.lattice.clone(), inner.state.exec.clone())
+    }
+
+    /// Free device memory in bytes, as the driver reports it.
+    pub fn free_device_memory(&self) -> Result<u64> {
+        self.lock().driver.free_memory()
+    }
+
     pub fn step_count(&self) -> u64 {
         self.lock().state.step_count
     }
