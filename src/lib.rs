@@ -16,6 +16,7 @@ pub mod output;
 pub mod plan;
 pub mod progress;
 pub mod run;
+pub mod sweep;
 pub mod validate;
 
 use thiserror::Error;
@@ -117,6 +118,27 @@ pub enum AppError {
     /// `lbm resume DIR` on a directory it cannot continue.
     #[error("cannot resume {dir}: {reason}")]
     Resume { dir: String, reason: String },
+
+    /// A sweep member that cannot run, found before any member starts.
+    #[error("sweep member {member} ({parameters}): {reason}")]
+    SweepMember {
+        member: usize,
+        parameters: String,
+        reason: String,
+    },
+
+    /// `lbm sweep --merge` given shards it cannot join.
+    #[error("cannot merge shard {shard}: {reason}")]
+    SweepMerge { shard: String, reason: String },
+
+    /// Some members of a sweep failed; the others' results are written.
+    #[error("{failed} of {members} sweep members failed ({list}); sweep.csv in {out} has the others and says which")]
+    SweepFailed {
+        failed: usize,
+        members: usize,
+        list: String,
+        out: String,
+    },
 }
 
 impl AppError {
@@ -135,6 +157,8 @@ impl AppError {
             | AppError::Pilot { .. }
             | AppError::PilotRequired { .. }
             | AppError::Resume { .. }
+            | AppError::SweepMember { .. }
+            | AppError::SweepMerge { .. }
             | AppError::Memory { .. } => 2,
             AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
             AppError::Interrupted { source, .. } => source.exit_code(),

@@ -138,6 +138,47 @@ enum Command {
     },
     /// Print the version, the backends this machine offers and the PTX hash.
     Info,
+    /// Run one case over the cartesian product of key values (an ensemble)
+    /// and write sweep.csv, its plots and each member's outputs under
+    /// members/NNN/; or, with --merge OUT SHARD_DIR..., join shards.
+    Sweep {
+        /// The case (or, with --merge, the shard directories to join).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// A swept key and its values: KEY=V1,V2,... (a dotted case key, TOML
+        /// values; an array entry by index, e.g. bodies.0.radius). Repeat for
+        /// a cartesian product.
+        #[arg(long = "set", value_name = "KEY=V1,V2,...")]
+        sets: Vec<String>,
+        /// Advance the members in lockstep, each on its own driver (the default).
+        #[arg(long, conflicts_with = "fused")]
+        lockstep: bool,
+        /// One launch per kernel for all members (not available yet).
+        #[arg(long)]
+        fused: bool,
+        /// Run members K, K+N, K+2N, ... only (K from 0): one task of a job array.
+        #[arg(long, value_name = "K/N")]
+        shard: Option<String>,
+        /// Join the shard directories given as PATHS into the directory OUT.
+        #[arg(long, value_name = "OUT", conflicts_with_all = ["sets", "shard", "fused", "lockstep", "steps"])]
+        merge: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+        backend: BackendChoice,
+        /// Output directory; must not exist or be empty.
+        #[arg(long, default_value = "out/sweep")]
+        out: PathBuf,
+        /// Override the case's number of base intervals.
+        #[arg(long)]
+        steps: Option<u64>,
+        /// No progress on stderr.
+        #[arg(long)]
+        quiet: bool,
+        /// CUDA device ordinal (default 0).
+        #[arg(long)]
+        device: Option<usize>,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
     /// Run a DFG cylinder benchmark to its criterion and write report.json and report.md.
     Validate {
         benchmark: Benchmark,
@@ -235,6 +276,58 @@ fn main() -> ExitCode {
             quiet,
             limits: limits.limits(),
         }),
+        Command::Sweep {
+            paths,
+            sets,
+            lockstep: _,
+            fused,
+            shard,
+            merge,
+            backend,
+            out,
+            steps,
+            quiet,
+            device,
+            limits,
+        } => {
+            let done = match merge {
+                Some(target) => lbm::sweep::merge(&target, &paths).map(|()| {
+                    say!("merged {} shards into {}", paths.len(), target.display());
+                    Ending::Completed
+                }),
+                None if paths.len() != 1 => Err(lbm::AppError::Flag {
+                    flag: "CASE",
+                    value: format!("{} paths", paths.len()),
+                    accepted: "one case file (several paths only with --merge OUT)".into(),
+                }),
+                None => lbm::sweep::sweep(&lbm::sweep::SweepOptions {
+                    case: paths[0].clone(),
+                    sets,
+                    mode: match fused {
+                        true => lbm::sweep::SweepMode::Fused,
+                        false => lbm::sweep::SweepMode::Lockstep,
+                    },
+                    out: out.clone(),
+                    shard,
+                    backend,
+                    device,
+                    steps,
+                    quiet,
+                    limits: limits.limits(),
+                })
+                .inspect(|ending| match ending {
+                    Ending::Completed => say!("sweep complete; wrote {}", out.display()),
+                    _ => say!("sweep stopped early ({ending:?}); what ran is in {}", out.display()),
+                }),
+            };
+            return match done {
+                Ok(ending) => ExitCode::from(ending.exit_code()),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            };
+        }
         Command::Validate {
             benchmark,
             resolution,

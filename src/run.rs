@@ -179,9 +179,9 @@ pub struct Summary {
 
 /// How the run was asked for, beyond the case: what `lbm resume` repeats.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct Request {
-    steps: Option<u64>,
-    picture_width: Option<u32>,
+pub(crate) struct Request {
+    pub steps: Option<u64>,
+    pub picture_width: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -304,36 +304,74 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         PilotChoice::Run { .. } | PilotChoice::Skip => {}
     }
     prepare_output(&options.out)?;
-    let out = options.out.as_path();
-    // Allocated before anything is written: a device that cannot hold the
-    // run leaves only the empty directory, which a rerun may use.
-    let backend = driver.backend();
-    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec(&resolved))?;
+    let input = SessionInput {
+        text: &text,
+        case: &case,
+        resolved: &resolved,
+        plan: &plan,
+        out: &options.out,
+    };
     let request = Request {
         steps: options.steps,
         picture_width: options.picture_width,
     };
+    let session = open_session(&input, driver, &device, pilot, &request, started)?;
+    session.drive(options.limits, options.quiet)
+}
+
+/// What a session runs: the case as written and as resolved, its plan, and
+/// the (empty) output directory.
+pub(crate) struct SessionInput<'a> {
+    pub text: &'a str,
+    pub case: &'a Case,
+    pub resolved: &'a Resolved,
+    pub plan: &'a Plan,
+    pub out: &'a Path,
+}
+
+/// A new run's session: the stepper on `driver`, then `case.toml`,
+/// `manifest.json` and the writer in `input.out`. A failure after the
+/// stepper exists leaves a failed `summary.json` behind.
+pub(crate) fn open_session<'a>(
+    input: &SessionInput<'a>,
+    driver: Box<dyn Driver>,
+    device: &crate::backend::Device,
+    pilot: Option<PilotRecord>,
+    request: &Request,
+    started: Instant,
+) -> Result<Session<'a, Box<dyn Driver>>, AppError> {
+    let SessionInput {
+        text,
+        case,
+        resolved,
+        plan,
+        out,
+    } = *input;
+    // Allocated before anything is written: a device that cannot hold the
+    // run leaves only the empty directory, which a rerun may use.
+    let backend = driver.backend();
+    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec(resolved))?;
     let started_up = (|| {
         write_atomic(&out.join("case.toml"), text.as_bytes())?;
         write_json(
             &out.join("manifest.json"),
             &Manifest {
-                case: &case,
-                resolved: &resolved,
+                case,
+                resolved,
                 levels: resolved.levels()?,
-                plan: &plan,
+                plan,
                 pilot: pilot.as_ref(),
-                request: &request,
+                request,
                 code_version: env!("CARGO_PKG_VERSION"),
                 ptx_sha256: ptx_sha256(),
                 backend,
-                device: &device,
+                device,
                 command_line: std::env::args().collect(),
                 started_utc: utc_now(),
                 resumes: Vec::new(),
             },
         )?;
-        let writer = Writer::create(out, &case, &resolved, options.picture_width)?;
+        let writer = Writer::create(out, case, resolved, request.picture_width)?;
         let mass_start = stepper.total_mass()?;
         if !resolved.lattice.bodies.is_empty() {
             stepper.start_exchange_window()?;
@@ -361,7 +399,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         stepping_seconds: 0.0,
         segments: 1,
     };
-    let session = Session {
+    Ok(Session {
         stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
         pilot,
         backend,
@@ -370,16 +408,15 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         written: writer.written(),
         force_scale: writer.force_scale(),
         writer: WriterThread::spawn(writer),
-        case: &case,
-        resolved: &resolved,
-        plan: &plan,
+        case,
+        resolved,
+        plan,
         out,
         state,
         started,
         last_checkpoint: None,
         checkpoint_seconds: None,
-    };
-    session.drive(options.limits, options.quiet)
+    })
 }
 
 pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
@@ -495,7 +532,7 @@ fn relative(out: &Path, path: &Path) -> String {
     path.strip_prefix(out).unwrap_or(path).display().to_string()
 }
 
-fn exec(resolved: &Resolved) -> ExecConfig {
+pub(crate) fn exec(resolved: &Resolved) -> ExecConfig {
     ExecConfig {
         tiles: resolved.tiles.clone(),
         observe_window_exchange: !resolved.lattice.bodies.is_empty(),
@@ -535,7 +572,7 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
 
 /// One process's part of a run: from a fresh start or a checkpoint to its
 /// stop (the run's end, or a pilot's), a wall limit or a signal.
-struct Session<'a, D: Driver> {
+pub(crate) struct Session<'a, D: Driver> {
     backend: &'static str,
     stepper: Stepper<D>,
     /// Everything written leaves the device through it.
@@ -560,7 +597,22 @@ struct Session<'a, D: Driver> {
 }
 
 impl<D: Driver> Session<'_, D> {
-    fn updates_per_interval(&self) -> u64 {
+    /// Makes the next `advance` stop at `stop` base intervals.
+    pub(crate) fn set_stop(&mut self, stop: u64) {
+        self.stop = stop;
+    }
+
+    /// What the watchdog writes if this session stalls.
+    pub(crate) fn stalled_summary(&self) -> Summary {
+        self.summary(Ending::Stalled, None, None)
+    }
+
+    /// Each sample's interval and every body's (cd, cl) then.
+    pub(crate) fn coefficient_history(&self) -> Vec<(u64, Vec<[f64; 2]>)> {
+        self.state.history.clone()
+    }
+
+    pub(crate) fn updates_per_interval(&self) -> u64 {
         self.stepper.hierarchy().cell_updates_per_interval()
     }
 
@@ -585,33 +637,33 @@ impl<D: Driver> Session<'_, D> {
         progress.finish();
         let ended = advanced.and_then(|ending| self.end_cleanly(ending));
         drop(watchdog);
-        match ended {
-            Ok(summary) => Ok(summary),
-            Err(e) => {
-                let ending = match e {
-                    AppError::Diverged { .. } => Ending::Diverged,
-                    _ => Ending::Failed,
-                };
-                // What was handed to the writer (the fields of a divergence
-                // among it) is on disk before the run says it failed.
-                if self.writer.is_running() {
-                    match self.writer.finish() {
-                        Ok(written) => self.written = written,
-                        Err(second) => eprintln!("error: {second}"),
-                    }
-                }
-                let summary = self.summary(ending, Some(e.to_string()), None);
-                if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
-                    eprintln!("error: {second}");
-                }
-                Err(e)
+        ended.map_err(|e| self.fail(e))
+    }
+
+    /// Ends a session that failed with `e`: what was handed to the writer
+    /// (the fields of a divergence among it) is on disk, and the summary says
+    /// how it ended, before the error is returned.
+    pub(crate) fn fail(&mut self, e: AppError) -> AppError {
+        let ending = match e {
+            AppError::Diverged { .. } => Ending::Diverged,
+            _ => Ending::Failed,
+        };
+        if self.writer.is_running() {
+            match self.writer.finish() {
+                Ok(written) => self.written = written,
+                Err(second) => eprintln!("error: {second}"),
             }
         }
+        let summary = self.summary(ending, Some(e.to_string()), None);
+        if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
+            eprintln!("error: {second}");
+        }
+        e
     }
 
     /// The pilot's last fields, the checkpoint and the summary of a run that
     /// ended as asked or was interrupted.
-    fn end_cleanly(&mut self, ending: Ending) -> Result<Summary, AppError> {
+    pub(crate) fn end_cleanly(&mut self, ending: Ending) -> Result<Summary, AppError> {
         let done = self.state.done;
         if self.pilot.is_some() {
             // A pilot vouches for finite fields at its end, saved or not.
@@ -791,7 +843,7 @@ impl<D: Driver> Session<'_, D> {
             + 0.05
     }
 
-    fn advance(
+    pub(crate) fn advance(
         &mut self,
         limits: &Limits,
         signals: &Signals,

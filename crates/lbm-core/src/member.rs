@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use ndarray::{ArrayD, IxDyn};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Boundary;
+use crate::config::{Boundary, ExecConfig, LatticeConfig};
 use crate::device::Driver;
 use crate::domain::geometry::Shape;
 use crate::domain::hierarchy::HierarchySpec;
@@ -187,6 +187,20 @@ pub struct MemberIdentity {
 }
 
 impl MemberIdentity {
+    /// The identity of a member built from `lattice` and `exec`.
+    pub fn of(lattice: &LatticeConfig, exec: &ExecConfig) -> MemberIdentity {
+        MemberIdentity {
+            hierarchy: lattice.hierarchy.clone(),
+            tiles: exec.tiles.clone(),
+            boundaries: lattice.boundaries,
+            bodies: lattice.bodies.iter().map(|b| (b.level, shape_kind(&b.shape))).collect(),
+            observe_raw_exchange: exec.observe_raw_exchange,
+            observe_window_exchange: exec.observe_window_exchange,
+            schedule: exec.schedule.clone(),
+            stats: exec.stats.clone(),
+        }
+    }
+
     /// The first difference between `self` and `other`: what differs, and
     /// both values as text (`self`'s first).
     pub fn difference(&self, other: &MemberIdentity) -> Option<(&'static str, String, String)> {
@@ -322,16 +336,7 @@ impl<D: Driver> Member for Stepper<D> {
 
     fn identity(&self) -> MemberIdentity {
         let (lattice, exec) = self.configuration();
-        MemberIdentity {
-            hierarchy: lattice.hierarchy,
-            tiles: exec.tiles,
-            boundaries: lattice.boundaries,
-            bodies: lattice.bodies.iter().map(|b| (b.level, shape_kind(&b.shape))).collect(),
-            observe_raw_exchange: exec.observe_raw_exchange,
-            observe_window_exchange: exec.observe_window_exchange,
-            schedule: exec.schedule,
-            stats: exec.stats,
-        }
+        MemberIdentity::of(&lattice, &exec)
     }
 
     fn open_window(&self) -> Result<()> {

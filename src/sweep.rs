@@ -1,0 +1,834 @@
+//! `lbm sweep CASE --set KEY=V1,V2 ...`: an ensemble of one case over the
+//! cartesian product of key values, each member a complete run with its own
+//! outputs under `members/NNN/`, and one `sweep.csv` (a row per member: its
+//! parameters, the final and time-averaged drag and lift coefficients of
+//! every body, the Strouhal number when the lift oscillates) with a PNG plot
+//! of each quantity against the first swept key.
+//!
+//! Every member is built and checked before any runs: a key the case does
+//! not know, a value out of range, or a key that would change what must be
+//! the same across the batch (`lbm_core::member::MemberIdentity`: the grids,
+//! the boundary kinds, the bodies, the schedule, the save points) is refused
+//! with the member and its parameters named, exit code 2, nothing written.
+//! The members then advance in lockstep, each on its own driver: every
+//! member runs to the same interval before any goes on, chunk after chunk,
+//! each handling its own samples, save points, divergence checks and
+//! checkpoints exactly as `lbm run` does, so a member's files are those of
+//! a plain run of its case. A member that fails is reported and the others
+//! go on.
+//!
+//! `--shard K/N` runs members K, K + N, K + 2N, ... (K from 0), one task of a
+//! job array each; `lbm sweep --merge OUT SHARD_DIR...` joins the shards'
+//! results into one `sweep.csv` and its plots, refusing shards of another
+//! sweep and members run twice.
+//!
+//! What it does not do: the fused batch stepper (`--fused` is refused until
+//! it exists), a pilot, or a memory admission over the whole batch (a
+//! member's allocation failing is its own failure).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use lbm_core::case::{Case, Resolved};
+use lbm_core::member::MemberIdentity;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::AppError;
+use crate::backend::BackendChoice;
+use crate::guard::{Signals, Watchdog};
+use crate::output::plot::{Series, render};
+use crate::output::write_atomic;
+use crate::plan::Plan;
+use crate::progress::Progress;
+use crate::run::{Ending, Limits, Request, SessionInput, exec, open_session, prepare_output, write_json};
+
+/// How the members advance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SweepMode {
+    /// Every member on its own driver, in lockstep.
+    Lockstep,
+    /// One launch per kernel for all members (not built yet: refused).
+    Fused,
+}
+
+pub struct SweepOptions {
+    pub case: PathBuf,
+    /// Each `KEY=V1,V2,...`.
+    pub sets: Vec<String>,
+    pub mode: SweepMode,
+    pub out: PathBuf,
+    /// `K/N`.
+    pub shard: Option<String>,
+    pub backend: BackendChoice,
+    pub device: Option<usize>,
+    pub steps: Option<u64>,
+    pub quiet: bool,
+    pub limits: Limits,
+}
+
+/// One swept key and its values, as given and as TOML values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Sweep {
+    key: String,
+    values: Vec<String>,
+}
+
+/// One member's parameters: a value of every swept key, in `--set` order.
+type Parameters = Vec<(String, String)>;
+
+/// A member's results, in `sweep.json` and one row of `sweep.csv`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct MemberResult {
+    index: usize,
+    parameters: Parameters,
+    ended: String,
+    error: Option<String>,
+    /// Each body's coefficients.
+    bodies: Vec<BodyResult>,
+    mlups: f64,
+    mass_drift: Option<f64>,
+    /// The member's output directory, relative to the sweep's.
+    out: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct BodyResult {
+    cd: f64,
+    cl: f64,
+    /// Means over the second half of the run's samples.
+    cd_mean: f64,
+    cl_mean: f64,
+    strouhal: Option<f64>,
+}
+
+/// `sweep.json`: what the sweep was and what this directory holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SweepRecord {
+    /// sha256 of the case text, the swept keys and values and the run length:
+    /// the shards of one sweep share it.
+    sweep_sha256: String,
+    case: String,
+    sweeps: Vec<Sweep>,
+    steps: Option<u64>,
+    members: usize,
+    /// `[K, N]` of the shard this directory ran; absent for a whole sweep or
+    /// a merge.
+    shard: Option<[usize; 2]>,
+    results: Vec<MemberResult>,
+}
+
+fn flag(value: &str, accepted: &str) -> AppError {
+    AppError::Flag {
+        flag: "--set",
+        value: value.to_owned(),
+        accepted: accepted.to_owned(),
+    }
+}
+
+/// `s` split at commas outside brackets, braces and quotes.
+fn split_values(s: &str) -> Vec<String> {
+    let (mut out, mut current, mut depth, mut quoted) = (Vec::new(), String::new(), 0i32, false);
+    for c in s.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '[' | '{' if !quoted => depth += 1,
+            ']' | '}' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => {
+                out.push(std::mem::take(&mut current).trim().to_owned());
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    out.push(current.trim().to_owned());
+    out
+}
+
+fn parse_set(arg: &str) -> Result<Sweep, AppError> {
+    let accepted = "KEY=V1,V2,... with a dotted case key (e.g. fluid.viscosity) and TOML values";
+    let (key, values) = arg.split_once('=').ok_or_else(|| flag(arg, accepted))?;
+    let key = key.trim();
+    if key.is_empty() || key.split('.').any(str::is_empty) {
+        return Err(flag(arg, accepted));
+    }
+    let values = split_values(values);
+    if values.iter().any(String::is_empty) {
+        return Err(flag(arg, "every value non-empty, separated by commas"));
+    }
+    for v in &values {
+        toml_value(v).map_err(|_| flag(arg, &format!("`{v}` is not a TOML value (quote strings)")))?;
+    }
+    Ok(Sweep {
+        key: key.to_owned(),
+        values,
+    })
+}
+
+fn toml_value(text: &str) -> Result<toml::Value, toml::de::Error> {
+    let table: toml::Table = toml::from_str(&format!("v = {text}"))?;
+    Ok(table["v"].clone())
+}
+
+/// Sets dotted `key` of `table` to `value`; a numeric segment indexes an
+/// array (`bodies.0.radius`), and missing tables are created.
+fn set_key(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let segments: Vec<&str> = key.split('.').collect();
+    let mut node = table;
+    for (k, segment) in segments.iter().enumerate() {
+        let last = k + 1 == segments.len();
+        let next = segments.get(k + 1);
+        let entry = node
+            .entry(segment.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let mut target = entry;
+        if let Some(index) = next.and_then(|n| n.parse::<usize>().ok()) {
+            let toml::Value::Array(items) = target else {
+                return Err(format!("`{segment}` is not an array, so `{key}` cannot index it"));
+            };
+            let len = items.len();
+            target = items
+                .get_mut(index)
+                .ok_or_else(|| format!("`{key}` indexes entry {index} of `{segment}`, which has {len}"))?;
+            if k + 2 == segments.len() {
+                *target = value;
+                return Ok(());
+            }
+            let toml::Value::Table(t) = target else {
+                return Err(format!("entry {index} of `{segment}` is not a table"));
+            };
+            return set_key(t, &segments[k + 2..].join("."), value);
+        }
+        if last {
+            *target = value;
+            return Ok(());
+        }
+        match target {
+            toml::Value::Table(t) => node = t,
+            _ => return Err(format!("`{segment}` is a value, not a table, so `{key}` cannot be set")),
+        }
+    }
+    Ok(())
+}
+
+/// A member ready to run: its case as written and resolved, and its plan.
+struct Member {
+    index: usize,
+    parameters: Parameters,
+    text: String,
+    case: Case,
+    resolved: Resolved,
+    plan: Plan,
+}
+
+fn describe(parameters: &Parameters) -> String {
+    parameters
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every member of the cartesian product (the first key varies slowest),
+/// each read, resolved and compared with member 0, or the first refusal.
+fn members(base: &str, sweeps: &[Sweep], steps: Option<u64>) -> Result<Vec<Member>, AppError> {
+    // The caller has read the case itself, so it is TOML.
+    let table: toml::Table = toml::from_str(base).expect("the swept case was read");
+    let total: usize = sweeps.iter().map(|s| s.values.len()).product();
+    let mut out: Vec<Member> = Vec::with_capacity(total);
+    let mut first_identity: Option<(MemberIdentity, Vec<u64>, u64)> = None;
+    for index in 0..total {
+        let mut rest = index;
+        let mut picks = vec![0; sweeps.len()];
+        for (k, s) in sweeps.iter().enumerate().rev() {
+            picks[k] = rest % s.values.len();
+            rest /= s.values.len();
+        }
+        let parameters: Parameters = sweeps
+            .iter()
+            .zip(&picks)
+            .map(|(s, &p)| (s.key.clone(), s.values[p].clone()))
+            .collect();
+        let refuse = |reason: String| AppError::SweepMember {
+            member: index,
+            parameters: describe(&parameters),
+            reason,
+        };
+        let mut member_table = table.clone();
+        for (key, value) in &parameters {
+            let value = toml_value(value).expect("checked when parsed");
+            set_key(&mut member_table, key, value).map_err(&refuse)?;
+        }
+        let text = toml::to_string(&member_table).map_err(|e| refuse(e.to_string()))?;
+        let mut case = Case::from_toml(&text).map_err(|e| refuse(e.to_string()))?;
+        if let Some(steps) = steps {
+            case.run.steps = steps;
+        }
+        let resolved = case.resolve().map_err(|e| refuse(e.to_string()))?;
+        let plan = Plan::of("run", &resolved).map_err(|e| refuse(e.to_string()))?;
+        let identity = MemberIdentity::of(&resolved.lattice, &exec(&resolved));
+        let sampled = (resolved.output.save_points.clone(), resolved.output.forces_every);
+        match &first_identity {
+            None => first_identity = Some((identity, sampled.0, sampled.1)),
+            Some((first, saves, every)) => {
+                if let Some((what, mine, theirs)) = identity.difference(first) {
+                    return Err(refuse(format!(
+                        "its {what} differs from member 0's ({mine} against {theirs}); a sweep may vary \
+                         physical parameters, not what sets the grids, bodies or schedule"
+                    )));
+                }
+                if resolved.steps != out[0].resolved.steps || sampled.0 != *saves || sampled.1 != *every {
+                    return Err(refuse(
+                        "its run length, save points or sample period differ from member 0's".into(),
+                    ));
+                }
+            }
+        }
+        out.push(Member {
+            index,
+            parameters,
+            text,
+            case,
+            resolved,
+            plan,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_shard(text: &str, members: usize) -> Result<[usize; 2], AppError> {
+    let bad = |accepted: String| AppError::Flag {
+        flag: "--shard",
+        value: text.to_owned(),
+        accepted,
+    };
+    let (k, n) = text
+        .split_once('/')
+        .and_then(|(k, n)| Some((k.trim().parse::<usize>().ok()?, n.trim().parse::<usize>().ok()?)))
+        .ok_or_else(|| bad("K/N with 0 <= K < N (the task's index and the number of tasks)".into()))?;
+    if n == 0 || k >= n {
+        return Err(bad("K/N with 0 <= K < N".into()));
+    }
+    if n > members {
+        return Err(bad(format!("at most {members} shards, one per member")));
+    }
+    Ok([k, n])
+}
+
+fn sweep_sha256(case: &str, sweeps: &[Sweep], steps: Option<u64>) -> String {
+    let value = serde_json::json!({ "case": case, "sweeps": sweeps, "steps": steps });
+    Sha256::digest(value.to_string().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The member's output directory name.
+fn member_dir(index: usize, members: usize) -> String {
+    let width = members.saturating_sub(1).to_string().len().max(3);
+    format!("members/{index:0width$}")
+}
+
+/// The Strouhal number `f L / U` of the lift over the second half of
+/// `series` (time s, cl), when it oscillates: at least three upward
+/// crossings of its mean, a swing above 1e-3 and above 1% of `drag` (the
+/// mean drag coefficient: the acoustic ringing of a start is far smaller
+/// than shedding), and the last quarter's swing at least half the third
+/// quarter's (a ringing that decays is no shedding).
+fn strouhal(series: &[(f64, f64)], drag: f64, length: f64, velocity: f64) -> Option<f64> {
+    let half = &series[series.len() / 2..];
+    if half.len() < 8 {
+        return None;
+    }
+    let mean = half.iter().map(|p| p.1).sum::<f64>() / half.len() as f64;
+    let swing = |s: &[(f64, f64)]| {
+        let (lo, hi) = s.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+            (lo.min(p.1), hi.max(p.1))
+        });
+        hi - lo
+    };
+    let q = half.len() / 2;
+    let (third, last) = (swing(&half[..q]), swing(&half[q..]));
+    if !(swing(half) > 1e-3_f64.max(0.01 * drag.abs()) && last >= 0.5 * third) {
+        return None;
+    }
+    let crossings: Vec<f64> = half
+        .windows(2)
+        .filter(|w| w[0].1 < mean && w[1].1 >= mean)
+        .map(|w| {
+            let f = (mean - w[0].1) / (w[1].1 - w[0].1);
+            w[0].0 + f * (w[1].0 - w[0].0)
+        })
+        .collect();
+    if crossings.len() < 3 {
+        return None;
+    }
+    let period = (crossings[crossings.len() - 1] - crossings[0]) / (crossings.len() - 1) as f64;
+    Some(length / (period * velocity))
+}
+
+/// Runs the sweep; see the module documentation.
+pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
+    if options.mode == SweepMode::Fused {
+        return Err(AppError::Flag {
+            flag: "--fused",
+            value: "given".into(),
+            accepted: "not available yet: the fused batch stepper is not built; use --lockstep (the default)".into(),
+        });
+    }
+    if options.sets.is_empty() {
+        return Err(flag("(none)", "at least one --set KEY=V1,V2,..."));
+    }
+    options.limits.check()?;
+    let sweeps = options
+        .sets
+        .iter()
+        .map(|s| parse_set(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let base = crate::check::read_case_text(&options.case)?;
+    // The case as written first, its errors naming the file and the key.
+    crate::check::read_case(&options.case, options.steps)?;
+    let all = members(&base, &sweeps, options.steps)?;
+    let count = all.len();
+    let shard = options.shard.as_deref().map(|s| parse_shard(s, count)).transpose()?;
+    let chosen: Vec<&Member> = all
+        .iter()
+        .filter(|m| shard.is_none_or(|[k, n]| m.index % n == k))
+        .collect();
+    // Every driver opens before anything is written.
+    let mut drivers = Vec::with_capacity(chosen.len());
+    for _ in &chosen {
+        drivers.push(options.backend.open(options.device)?);
+    }
+    prepare_output(&options.out)?;
+    let record = |results: Vec<MemberResult>| SweepRecord {
+        sweep_sha256: sweep_sha256(&base, &sweeps, options.steps),
+        case: options.case.display().to_string(),
+        sweeps: sweeps.clone(),
+        steps: options.steps,
+        members: count,
+        shard,
+        results,
+    };
+    let dirs: Vec<PathBuf> = chosen
+        .iter()
+        .map(|m| options.out.join(member_dir(m.index, count)))
+        .collect();
+    for dir in &dirs {
+        std::fs::create_dir_all(dir).map_err(|source| AppError::Write {
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    let inputs: Vec<SessionInput> = chosen
+        .iter()
+        .zip(&dirs)
+        .map(|(m, dir)| SessionInput {
+            text: &m.text,
+            case: &m.case,
+            resolved: &m.resolved,
+            plan: &m.plan,
+            out: dir,
+        })
+        .collect();
+    let started = Instant::now();
+    let request = Request {
+        steps: options.steps,
+        picture_width: None,
+    };
+    let mut results: Vec<Option<MemberResult>> = vec![None; chosen.len()];
+    let failed_result = |m: &Member, e: &AppError| MemberResult {
+        index: m.index,
+        parameters: m.parameters.clone(),
+        ended: match e {
+            AppError::Diverged { .. } => "diverged".into(),
+            _ => "failed".into(),
+        },
+        error: Some(e.to_string()),
+        bodies: Vec::new(),
+        mlups: 0.0,
+        mass_drift: None,
+        out: member_dir(m.index, count),
+    };
+    let mut sessions = Vec::with_capacity(chosen.len());
+    for ((k, input), (driver, device)) in inputs.iter().enumerate().zip(drivers) {
+        match open_session(input, driver, &device, None, &request, started) {
+            Ok(s) => sessions.push(Some(s)),
+            Err(e) => {
+                results[k] = Some(failed_result(chosen[k], &e));
+                sessions.push(None);
+            }
+        }
+    }
+    let stop = chosen[0].resolved.steps;
+    let signals = Signals::install();
+    let watchdogs: Vec<Option<Watchdog>> = sessions
+        .iter()
+        .zip(&dirs)
+        .map(|(s, dir)| {
+            s.as_ref().map(|s| {
+                Watchdog::start(
+                    dir.clone(),
+                    Duration::from_secs_f64(options.limits.watchdog_seconds),
+                    s.stalled_summary(),
+                )
+            })
+        })
+        .collect();
+    let updates = sessions
+        .iter()
+        .flatten()
+        .map(|s| s.updates_per_interval())
+        .next()
+        .unwrap_or(0);
+    // Counted in member-intervals; the time shown is the members' own.
+    let mut progress = Progress::new(
+        0,
+        stop * chosen.len() as u64,
+        chosen[0].resolved.units.dt / chosen.len() as f64,
+        updates,
+        options.quiet,
+    );
+    // Each member's own progress is silent; the sweep's counts members x intervals.
+    let mut silent = Progress::new(0, stop, chosen[0].resolved.units.dt, updates, true);
+    let chunk = stop.div_ceil(100).max(1);
+    let mut ending = Ending::Completed;
+    let mut reached = 0;
+    while reached < stop && ending == Ending::Completed {
+        reached = (reached + chunk).min(stop);
+        for (k, slot) in sessions.iter_mut().enumerate() {
+            let Some(session) = slot else { continue };
+            session.set_stop(reached);
+            let watchdog = watchdogs[k].as_ref().expect("a watchdog per open session");
+            match session.advance(&options.limits, &signals, watchdog, &mut silent) {
+                Ok(Ending::Completed) => {}
+                Ok(other) => ending = other,
+                Err(e) => {
+                    let e = session.fail(e);
+                    results[k] = Some(failed_result(chosen[k], &e));
+                    *slot = None;
+                }
+            }
+            if ending != Ending::Completed {
+                break;
+            }
+        }
+        let done: u64 = results
+            .iter()
+            .zip(&sessions)
+            .map(|(r, s)| match (r, s) {
+                (_, Some(_)) => reached,
+                _ => stop,
+            })
+            .sum();
+        progress.update(done, &[]);
+    }
+    progress.finish();
+    for (k, slot) in sessions.iter_mut().enumerate() {
+        let Some(session) = slot else { continue };
+        let member = chosen[k];
+        let history = session.coefficient_history();
+        let summary = session.end_cleanly(ending);
+        results[k] = Some(match summary {
+            Ok(summary) => {
+                let dt = member.resolved.units.dt;
+                let half = &history[history.len() / 2..];
+                let bodies = (0..summary.coefficients.len())
+                    .map(|b| {
+                        let mean = |c: usize| half.iter().map(|(_, v)| v[b][c]).sum::<f64>() / half.len().max(1) as f64;
+                        let lift: Vec<(f64, f64)> = history.iter().map(|(s, v)| (*s as f64 * dt, v[b][1])).collect();
+                        BodyResult {
+                            cd: summary.coefficients[b][0],
+                            cl: summary.coefficients[b][1],
+                            cd_mean: mean(0),
+                            cl_mean: mean(1),
+                            strouhal: strouhal(
+                                &lift,
+                                mean(0),
+                                member.resolved.output.reference_length,
+                                member.resolved.output.reference_velocity,
+                            ),
+                        }
+                    })
+                    .collect();
+                MemberResult {
+                    index: member.index,
+                    parameters: member.parameters.clone(),
+                    ended: serde_json::to_value(summary.ended)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    error: summary.error.clone(),
+                    bodies,
+                    mlups: summary.mlups,
+                    mass_drift: summary.mass_drift,
+                    out: member_dir(member.index, count),
+                }
+            }
+            Err(e) => {
+                let e = session.fail(e);
+                failed_result(member, &e)
+            }
+        });
+    }
+    drop(watchdogs);
+    let results: Vec<MemberResult> = results.into_iter().map(|r| r.expect("every member ended")).collect();
+    let record = record(results);
+    write_results(&options.out, &record)?;
+    let failed: Vec<&MemberResult> = record
+        .results
+        .iter()
+        .filter(|r| r.error.is_some() && r.ended != "interrupted" && r.ended != "wall limit")
+        .collect();
+    if !failed.is_empty() {
+        return Err(AppError::SweepFailed {
+            failed: failed.len(),
+            members: record.results.len(),
+            list: failed
+                .iter()
+                .map(|r| format!("member {}: {}", r.index, r.ended))
+                .collect::<Vec<_>>()
+                .join(", "),
+            out: options.out.display().to_string(),
+        });
+    }
+    Ok(ending)
+}
+
+/// `sweep.json`, `sweep.csv` and the plots of `record` in `out`.
+fn write_results(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
+    write_json(&out.join("sweep.json"), record)?;
+    write_atomic(&out.join("sweep.csv"), csv(record).as_bytes())?;
+    let plots = out.join("plots");
+    for (name, image) in plots_of(record) {
+        std::fs::create_dir_all(&plots).map_err(|source| AppError::Write {
+            path: plots.display().to_string(),
+            source,
+        })?;
+        write_atomic(&plots.join(format!("{name}.png")), &image.png())?;
+    }
+    Ok(())
+}
+
+/// How a quantity is read from a body's results.
+type Read = fn(&BodyResult) -> Option<f64>;
+
+/// The quantities of every body: column name, body, and how to read it.
+fn quantities(bodies: usize) -> Vec<(String, usize, Read)> {
+    let columns: [(&str, Read); 5] = [
+        ("cd", |b| Some(b.cd)),
+        ("cl", |b| Some(b.cl)),
+        ("cd_mean", |b| Some(b.cd_mean)),
+        ("cl_mean", |b| Some(b.cl_mean)),
+        ("strouhal", |b| b.strouhal),
+    ];
+    (0..bodies)
+        .flat_map(|b| {
+            columns
+                .iter()
+                .map(move |(name, get)| (format!("body{b}_{name}"), b, *get))
+        })
+        .collect()
+}
+
+fn csv_field(text: &str) -> String {
+    match text.contains([',', '"', '\n']) {
+        true => format!("\"{}\"", text.replace('"', "\"\"")),
+        false => text.to_owned(),
+    }
+}
+
+fn csv(record: &SweepRecord) -> String {
+    let bodies = record.results.iter().map(|r| r.bodies.len()).max().unwrap_or(0);
+    let quantities = quantities(bodies);
+    let mut header: Vec<String> = vec!["member".into()];
+    header.extend(record.sweeps.iter().map(|s| csv_field(&s.key)));
+    header.extend(["ended".into(), "mlups".into(), "mass_drift".into()]);
+    header.extend(quantities.iter().map(|(name, _, _)| name.clone()));
+    header.push("out".into());
+    let mut text = header.join(",") + "\n";
+    for r in &record.results {
+        let mut row: Vec<String> = vec![r.index.to_string()];
+        row.extend(r.parameters.iter().map(|(_, v)| csv_field(v)));
+        row.push(csv_field(&r.ended));
+        row.push(format!("{}", r.mlups));
+        row.push(r.mass_drift.map(|d| format!("{d:e}")).unwrap_or_default());
+        for (_, b, get) in &quantities {
+            row.push(
+                r.bodies
+                    .get(*b)
+                    .and_then(get)
+                    .map(|v| format!("{v}"))
+                    .unwrap_or_default(),
+            );
+        }
+        row.push(csv_field(&r.out));
+        text += &(row.join(",") + "\n");
+    }
+    text
+}
+
+/// One plot per quantity against the first swept key (its values' order
+/// when they are not numbers), one panel per combination of the other keys.
+fn plots_of(record: &SweepRecord) -> Vec<(String, crate::output::picture::Image)> {
+    let Some(first) = record.sweeps.first() else {
+        return Vec::new();
+    };
+    let x_of = |r: &MemberResult| {
+        let v = &r.parameters[0].1;
+        v.parse::<f64>()
+            .ok()
+            .unwrap_or_else(|| first.values.iter().position(|x| x == v).unwrap_or(0) as f64)
+    };
+    let bodies = record.results.iter().map(|r| r.bodies.len()).max().unwrap_or(0);
+    let mut out = Vec::new();
+    for (name, b, get) in quantities(bodies) {
+        let mut panels: BTreeMap<String, Vec<[f64; 2]>> = BTreeMap::new();
+        for r in &record.results {
+            let rest = describe(&r.parameters[1..].to_vec());
+            if let Some(y) = r.bodies.get(b).and_then(get) {
+                panels.entry(rest).or_default().push([x_of(r), y]);
+            }
+        }
+        if panels.values().all(|p| p.is_empty()) {
+            continue;
+        }
+        let series: Vec<Series> = panels
+            .into_iter()
+            .map(|(rest, mut points)| {
+                points.sort_by(|a, b| a[0].total_cmp(&b[0]));
+                Series {
+                    title: match rest.is_empty() {
+                        true => name.clone(),
+                        false => format!("{name} ({rest})"),
+                    },
+                    points,
+                }
+            })
+            .collect();
+        out.push((name.clone(), render(&series, &first.key)));
+    }
+    out
+}
+
+/// `lbm sweep --merge OUT SHARD_DIR...`: the shards' results in one
+/// `sweep.csv`, `sweep.json` and plots in `out`.
+pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
+    if shards.is_empty() {
+        return Err(AppError::Flag {
+            flag: "--merge",
+            value: out.display().to_string(),
+            accepted: "OUT followed by at least one shard directory".into(),
+        });
+    }
+    let mut merged: Option<SweepRecord> = None;
+    let mut seen: BTreeMap<usize, String> = BTreeMap::new();
+    for dir in shards {
+        let refuse = |reason: String| AppError::SweepMerge {
+            shard: dir.display().to_string(),
+            reason,
+        };
+        let path = dir.join("sweep.json");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| refuse(format!("cannot read {} ({e})", path.display())))?;
+        let record: SweepRecord = serde_json::from_str(&text)
+            .map_err(|e| refuse(format!("{} is not a sweep record ({e})", path.display())))?;
+        if let Some(m) = &merged
+            && m.sweep_sha256 != record.sweep_sha256
+        {
+            return Err(refuse(format!(
+                "it is another sweep (sweep_sha256 {} against {} of the first shard)",
+                record.sweep_sha256, m.sweep_sha256
+            )));
+        }
+        for r in &record.results {
+            if let Some(other) = seen.insert(r.index, dir.display().to_string()) {
+                return Err(refuse(format!("member {} is also in shard {other}", r.index)));
+            }
+        }
+        match &mut merged {
+            None => merged = Some(SweepRecord { shard: None, ..record }),
+            Some(m) => m.results.extend(record.results),
+        }
+    }
+    let mut merged = merged.expect("at least one shard");
+    merged.results.sort_by_key(|r| r.index);
+    prepare_output(out)?;
+    write_results(out, &merged)?;
+    let missing = merged.members - merged.results.len();
+    if missing > 0 {
+        eprintln!(
+            "warning: {missing} of {} members are in none of the shards; sweep.csv has the others",
+            merged.members
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_split_at_top_level_commas_only() {
+        assert_eq!(split_values("1e-3, 2e-3,3e-3"), vec!["1e-3", "2e-3", "3e-3"]);
+        assert_eq!(
+            split_values("{ ramp = { duration = 1.0 } }, \"a,b\", [1, 2]"),
+            vec!["{ ramp = { duration = 1.0 } }", "\"a,b\"", "[1, 2]"]
+        );
+    }
+
+    #[test]
+    fn keys_set_nested_tables_and_array_entries() {
+        let mut t: toml::Table = toml::from_str("[fluid]\nviscosity = 1.0\n[[bodies]]\nradius = 1.0\n").unwrap();
+        set_key(&mut t, "fluid.viscosity", toml::Value::Float(2.0)).unwrap();
+        set_key(&mut t, "bodies.0.radius", toml::Value::Float(3.0)).unwrap();
+        set_key(&mut t, "flow.lattice_velocity", toml::Value::Float(0.1)).unwrap();
+        assert_eq!(t["fluid"]["viscosity"].as_float(), Some(2.0));
+        assert_eq!(t["bodies"][0]["radius"].as_float(), Some(3.0));
+        assert_eq!(t["flow"]["lattice_velocity"].as_float(), Some(0.1));
+        let e = set_key(&mut t, "bodies.3.radius", toml::Value::Float(1.0)).unwrap_err();
+        assert!(e.contains("entry 3") && e.contains("has 1"), "{e}");
+        let e = set_key(&mut t, "fluid.viscosity.x", toml::Value::Float(1.0)).unwrap_err();
+        assert!(e.contains("not a table"), "{e}");
+    }
+
+    #[test]
+    fn the_strouhal_number_needs_a_sustained_oscillation() {
+        let f = 2.0;
+        let series = |decay: f64| -> Vec<(f64, f64)> {
+            (0..400)
+                .map(|i| {
+                    let t = i as f64 * 0.01;
+                    (t, 0.3 * (-decay * t).exp() * (2.0 * std::f64::consts::PI * f * t).sin())
+                })
+                .collect()
+        };
+        let st = strouhal(&series(0.0), 3.0, 0.1, 0.2).unwrap();
+        assert!((st - f * 0.1 / 0.2).abs() < 1e-3, "{st}");
+        assert_eq!(
+            strouhal(&series(3.0), 3.0, 0.1, 0.2),
+            None,
+            "a decaying ringing is not shedding"
+        );
+        assert_eq!(
+            strouhal(&series(0.0), 100.0, 0.1, 0.2),
+            None,
+            "a swing of 0.6 against a drag of 100 is noise"
+        );
+        let steady: Vec<(f64, f64)> = (0..400).map(|i| (i as f64, 0.01)).collect();
+        assert_eq!(strouhal(&steady, 3.0, 0.1, 0.2), None);
+    }
+
+    #[test]
+    fn shards_are_k_of_n() {
+        assert_eq!(parse_shard("1/4", 10).unwrap(), [1, 4]);
+        for bad in ["4/4", "1/0", "x/2", "1", "1/20"] {
+            let e = parse_shard(bad, 10).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+            assert!(e.to_string().contains("--shard"), "{e}");
+        }
+    }
+}

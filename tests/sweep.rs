@@ -1,0 +1,241 @@
+//! `lbm sweep` end to end on the CPU backend: one member equal to a plain
+//! `lbm run` of its case, a cartesian product with its CSV and plots, the
+//! refusals before any work, and shards joined by `--merge`.
+
+mod common;
+
+use common::{lbm, scratch, stderr, workspace};
+
+fn dfg() -> String {
+    workspace().join("cases/dfg-2d1.toml").display().to_string()
+}
+
+fn csv_rows(path: &std::path::Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(',').map(str::to_owned).collect())
+        .collect()
+}
+
+#[test]
+fn a_one_member_sweep_is_a_plain_run_of_its_case() {
+    let (sweep, plain) = (scratch("sweep-one"), scratch("sweep-one-plain"));
+    let args = ["--backend", "cpu", "--steps", "120", "--quiet"];
+    let output = lbm(&[
+        &[
+            "sweep",
+            &dfg(),
+            "--set",
+            "fluid.viscosity=2e-3",
+            "--out",
+            &sweep.display().to_string(),
+        ],
+        &args[..],
+    ]
+    .concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    // The same case with the key set by hand.
+    let text = std::fs::read_to_string(dfg())
+        .unwrap()
+        .replace("viscosity = 1e-3", "viscosity = 2e-3");
+    let case = scratch("sweep-one-case.toml");
+    std::fs::write(&case, text).unwrap();
+    let output = lbm(&[
+        &[
+            "run",
+            &case.display().to_string(),
+            "--out",
+            &plain.display().to_string(),
+        ],
+        &args[..],
+    ]
+    .concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let member = sweep.join("members/000");
+    for file in ["forces.csv", "probes/wake.csv"] {
+        assert_eq!(
+            std::fs::read(member.join(file)).unwrap(),
+            std::fs::read(plain.join(file)).unwrap(),
+            "{file} of the member and of the plain run"
+        );
+    }
+    let rows = csv_rows(&sweep.join("sweep.csv"));
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0][..4], ["member", "fluid.viscosity", "ended", "mlups"]);
+    assert_eq!(rows[1][..3], ["0", "2e-3", "completed"]);
+    // Its final cd is the plain run's last forces.csv row.
+    let forces = std::fs::read_to_string(plain.join("forces.csv")).unwrap();
+    let header: Vec<&str> = forces.lines().next().unwrap().split(',').collect();
+    let last: Vec<&str> = forces.lines().last().unwrap().split(',').collect();
+    let at = header.iter().position(|h| h.starts_with("body0_cd")).unwrap();
+    let col = rows[0].iter().position(|h| h == "body0_cd").unwrap();
+    let (swept, run): (f64, f64) = (rows[1][col].parse().unwrap(), last[at].parse().unwrap());
+    assert!(
+        (swept - run).abs() <= 1e-9 * run.abs().max(1.0),
+        "{swept} against {run}"
+    );
+    for dir in [sweep, plain] {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+#[test]
+fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
+    let whole = scratch("sweep-whole");
+    let sets = [
+        "--set",
+        "fluid.viscosity=1e-3,2e-3",
+        "--set",
+        "boundaries.x_min.inlet.velocity=0.3,0.45",
+    ];
+    let args = ["--backend", "cpu", "--steps", "60", "--quiet"];
+    let output = lbm(&[
+        &["sweep", &dfg(), "--out", &whole.display().to_string()],
+        &sets[..],
+        &args[..],
+    ]
+    .concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let rows = csv_rows(&whole.join("sweep.csv"));
+    assert_eq!(rows.len(), 5, "a header and 2 x 2 members");
+    let params: Vec<(&str, &str)> = rows[1..].iter().map(|r| (r[1].as_str(), r[2].as_str())).collect();
+    assert_eq!(
+        params,
+        [("1e-3", "0.3"), ("1e-3", "0.45"), ("2e-3", "0.3"), ("2e-3", "0.45")]
+    );
+    for k in 0..4 {
+        assert!(whole.join(format!("members/{k:03}/summary.json")).exists());
+    }
+    // A faster inflow drags harder, at either viscosity.
+    let cd = rows[0].iter().position(|h| h == "body0_cd_mean").unwrap();
+    let value = |r: usize| rows[r][cd].parse::<f64>().unwrap();
+    assert!(value(2) > value(1) && value(4) > value(3), "{rows:?}");
+    let png = std::fs::read(whole.join("plots/body0_cd_mean.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+
+    let shards: Vec<_> = (0..2).map(|k| scratch(&format!("sweep-shard{k}"))).collect();
+    for (k, dir) in shards.iter().enumerate() {
+        let shard = format!("{k}/2");
+        let output = lbm(&[
+            &["sweep", &dfg(), "--shard", &shard, "--out", &dir.display().to_string()],
+            &sets[..],
+            &args[..],
+        ]
+        .concat());
+        assert!(output.status.success(), "{}", stderr(&output));
+        let ran: Vec<String> = csv_rows(&dir.join("sweep.csv"))[1..]
+            .iter()
+            .map(|r| r[0].clone())
+            .collect();
+        assert_eq!(
+            ran,
+            [k.to_string(), (k + 2).to_string()],
+            "shard {k}/2 runs members {k} and {}",
+            k + 2
+        );
+    }
+    let merged = scratch("sweep-merged");
+    let output = lbm(&[
+        "sweep",
+        "--merge",
+        &merged.display().to_string(),
+        &shards[0].display().to_string(),
+        &shards[1].display().to_string(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let mut mine = csv_rows(&merged.join("sweep.csv"));
+    let mut full = csv_rows(&whole.join("sweep.csv"));
+    // Everything but the speed is the whole sweep's.
+    let mlups = full[0].iter().position(|h| h == "mlups").unwrap();
+    for r in mine.iter_mut().chain(full.iter_mut()) {
+        r.remove(mlups);
+    }
+    assert_eq!(mine, full);
+
+    // Shards of another sweep, or a member twice, are refused.
+    let other = scratch("sweep-other");
+    let output = lbm(&[
+        &[
+            "sweep",
+            &dfg(),
+            "--set",
+            "fluid.viscosity=3e-3",
+            "--out",
+            &other.display().to_string(),
+        ],
+        &args[..],
+    ]
+    .concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    for (second, expect) in [(&other, "another sweep"), (&shards[0], "also in shard")] {
+        let target = scratch("sweep-bad-merge");
+        let output = lbm(&[
+            "sweep",
+            "--merge",
+            &target.display().to_string(),
+            &shards[0].display().to_string(),
+            &second.display().to_string(),
+        ]);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{}", stderr(&output));
+        assert!(!target.join("sweep.csv").exists());
+    }
+    for dir in shards.iter().chain([&whole, &merged, &other]) {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+#[test]
+fn bad_members_are_refused_before_any_work_naming_member_and_key() {
+    let out = scratch("sweep-bad");
+    let out_arg = out.display().to_string();
+    for (set, expect) in [
+        ("fluid.viscosity=1e-3,-1e-3", "sweep member 1 (fluid.viscosity = -1e-3)"),
+        ("fluid.colour=1,2", "colour"),
+        ("domain.resolution=10,20", "differs from member 0"),
+        ("bodies.4.radius=0.05", "entry 4"),
+        ("fluid.viscosity", "--set"),
+        ("fluid.viscosity=abc", "not a TOML value"),
+    ] {
+        let output = lbm(&[
+            "sweep",
+            &dfg(),
+            "--set",
+            set,
+            "--backend",
+            "cpu",
+            "--out",
+            &out_arg,
+            "--steps",
+            "10",
+        ]);
+        assert_eq!(output.status.code(), Some(2), "{set}: {}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{set}: {}", stderr(&output));
+        assert!(!out.exists(), "{set}: nothing is written");
+    }
+    let output = lbm(&[
+        "sweep",
+        &dfg(),
+        "--set",
+        "fluid.viscosity=1e-3",
+        "--fused",
+        "--out",
+        &out_arg,
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("--lockstep"), "{}", stderr(&output));
+    let output = lbm(&[
+        "sweep",
+        &dfg(),
+        "--set",
+        "fluid.viscosity=1e-3,2e-3",
+        "--shard",
+        "2/2",
+        "--out",
+        &out_arg,
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("--shard"), "{}", stderr(&output));
+    assert!(!out.exists());
+}
