@@ -1543,3 +1543,67 @@ fn graph_replays_match_plain_launches_bit_for_bit() {
     );
     driver.release_plan(plan).unwrap();
 }
+
+/// A lockstep batch of three members (viscosity and inflow differ) of a
+/// refined channel with a body, on CUDA (each member on its own driver and
+/// stream) and on the CPU: the same stops, each member's populations, mass
+/// and diagnostic norms alike.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn lockstep_batches_match_the_cpu() {
+    use lbm_core::member::{FixedSchedule, Member};
+    use lockstep::LockstepRunner;
+    let exec = ExecConfig {
+        observe_window_exchange: true,
+        schedule: Some(FixedSchedule::new(6, 3).unwrap().with_diagnostics_every(2).unwrap()),
+        ..ExecConfig::default()
+    };
+    let lattice = |k: usize| {
+        let mut l = channel_lattice();
+        l.tau += 0.05 * k as f64;
+        if let Some(inlet) = &mut l.inlet {
+            inlet.velocity *= 1.0 + 0.2 * k as f64;
+        }
+        l
+    };
+    let mut cpu = LockstepRunner::new(
+        (0..3)
+            .map(|k| Stepper::new(CpuDriver::new(), lattice(k), exec.clone()).unwrap())
+            .collect(),
+    )
+    .unwrap();
+    let mut gpu = LockstepRunner::new(
+        (0..3)
+            .map(|k| Stepper::new(lbm_cuda::testing::open_device().driver, lattice(k), exec.clone()).unwrap())
+            .collect(),
+    )
+    .unwrap();
+    cpu.run().unwrap();
+    gpu.run().unwrap();
+    for k in 0..3 {
+        let (c, g) = (&cpu.members()[k], &gpu.members()[k]);
+        for (level, patches) in c.hierarchy().levels.iter().enumerate() {
+            for p in 0..patches.len() {
+                let what = format!("member {k} L{level}.p{p}");
+                assert_close(
+                    &what,
+                    &c.download(level, p).unwrap(),
+                    &g.download(level, p).unwrap(),
+                    1e-5,
+                );
+            }
+        }
+        let (cn, gn) = (&cpu.norms()[k], &gpu.norms()[k]);
+        assert_eq!(cn.iter().map(|r| r.step).collect::<Vec<_>>(), vec![2, 4, 6]);
+        for (a, b) in cn.iter().zip(gn) {
+            assert!(
+                (a.norm - b.norm).abs() <= 1e-4 * a.norm,
+                "member {k}: norms {a:?} {b:?}"
+            );
+        }
+        let (cm, gm) = (Member::observe(c).unwrap(), Member::observe(g).unwrap());
+        assert!((cm.mass - gm.mass).abs() <= 1e-6 * cm.mass.abs(), "member {k}");
+    }
+    cpu.close().unwrap();
+    gpu.close().unwrap();
+}
