@@ -310,6 +310,36 @@ fn step_n_enqueues_n_step1_launches_with_one_wait() {
 /// Checks that `step(0)` after `before` steps logs nothing, keeps the step count
 /// and leaves the raw-exchange ledger as it was (`expect`: its times, or a part
 /// of the refusal message).
+/// `begin_step(n)` then `finish_step()` is `step(n)`, launch for launch and
+/// wait for wait; in between the stepper refuses reads and steps as in
+/// flight, and a second `finish_step` is refused.
+#[test]
+fn begin_then_finish_step_is_step_n() {
+    for fixture in [TWO_LEVEL, FOUR_LEVEL] {
+        let context = fixture.name;
+        let (whole, whole_log) = fixture.build(true);
+        step(&whole, 3);
+        let (split, split_log) = fixture.build(true);
+        split.begin_step(3).unwrap();
+        assert_eq!(
+            split_log.count(EventKind::Synchronize),
+            0,
+            "{context}: begin_step waits for nothing"
+        );
+        assert_eq!(split.status(), Status::Advancing, "{context}");
+        for refused in [split.download(0, 0).map(|_| ()), split.step(1), split.begin_step(1)] {
+            let e = refused.unwrap_err().to_string();
+            assert!(e.contains("in flight") && e.contains("finish_step"), "{context}: {e}");
+        }
+        split.finish_step().unwrap();
+        assert_eq!(split.status(), Status::Ready, "{context}");
+        assert_eq!(split.step_count(), 3, "{context}");
+        assert_eq!(split_log.render(), whole_log.render(), "{context}");
+        assert_eq!(raw(&split), raw(&whole), "{context}");
+        assert!(split.finish_step().is_err(), "{context}: nothing is in flight");
+    }
+}
+
 fn check_step0(before: u64, expect: Result<(u64, u64), &str>) {
     let (stepper, handle) = FOUR_LEVEL.build(false);
     if before > 0 {

@@ -108,6 +108,9 @@ pub enum Error {
     #[error("the stepper is closed and can no longer {action}")]
     Closed { action: &'static str },
 
+    #[error("the stepper cannot {action} while intervals are in flight; call finish_step first")]
+    InFlight { action: &'static str },
+
     #[error("no interval has completed yet: {what} is available after the first step")]
     NotCompleted { what: &'static str },
 

@@ -274,12 +274,26 @@ pub trait Member {
     /// Opens (or reopens) the exchange window at the current interval, when
     /// the member observes it; otherwise nothing.
     fn open_window(&self) -> Result<()>;
+    /// Enqueues `intervals` base intervals without waiting, so that a batch's
+    /// members run side by side; [`Member::finish_advance`] waits.
+    fn begin_advance(&self, intervals: u64) -> Result<()>;
+    /// Waits for what [`Member::begin_advance`] enqueued.
+    fn finish_advance(&self) -> Result<()>;
+    /// Every active cell's velocity (x and y interleaved), patch by patch,
+    /// level by level: what the diagnostic norm compares.
+    fn velocity(&self) -> Result<Vec<f32>>;
     /// Advances `intervals` base intervals, with one wait.
-    fn advance(&self, intervals: u64) -> Result<()>;
+    fn advance(&self, intervals: u64) -> Result<()> {
+        self.begin_advance(intervals)?;
+        self.finish_advance()
+    }
     /// Advances one base interval and returns the relative L2 change of the
-    /// velocity over it, over every active cell of every patch:
-    /// `|u_after - u_before| / |u_after|` (0 for a fluid at rest).
-    fn interval_norm(&self) -> Result<f64>;
+    /// velocity over it ([`relative_change`]).
+    fn interval_norm(&self) -> Result<f64> {
+        let before = self.velocity()?;
+        self.advance(1)?;
+        Ok(relative_change(&before, &self.velocity()?))
+    }
     /// The statistics of `spec`, by [`Statistic::name`].
     fn stats(&self, spec: &StatsSpec) -> Result<BTreeMap<String, ArrayD<f64>>>;
     fn observe(&self) -> Result<MemberObservation>;
@@ -303,7 +317,8 @@ fn velocity<D: Driver>(stepper: &Stepper<D>) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// `|after - before| / |after|` in f64, 0 when both are zero.
+/// The relative L2 change `|after - before| / |after|` in f64, 0 when both
+/// are zero: a member's diagnostic norm over an interval.
 pub fn relative_change(before: &[f32], after: &[f32]) -> f64 {
     let (mut diff, mut norm) = (0.0f64, 0.0f64);
     for (b, a) in before.iter().zip(after) {
@@ -346,14 +361,16 @@ impl<D: Driver> Member for Stepper<D> {
         }
     }
 
-    fn advance(&self, intervals: u64) -> Result<()> {
-        self.step(intervals)
+    fn begin_advance(&self, intervals: u64) -> Result<()> {
+        self.begin_step(intervals)
     }
 
-    fn interval_norm(&self) -> Result<f64> {
-        let before = velocity(self)?;
-        self.step(1)?;
-        Ok(relative_change(&before, &velocity(self)?))
+    fn finish_advance(&self) -> Result<()> {
+        self.finish_step()
+    }
+
+    fn velocity(&self) -> Result<Vec<f32>> {
+        velocity(self)
     }
 
     fn stats(&self, spec: &StatsSpec) -> Result<BTreeMap<String, ArrayD<f64>>> {

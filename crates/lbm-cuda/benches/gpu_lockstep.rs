@@ -1,8 +1,9 @@
 //! The lockstep baseline of issue 12's ensemble targets: N members of a small
 //! case, each a `Stepper` on its own `CudaDriver` (its own stream), advanced
-//! as `lockstep::LockstepRunner` advances them (each member's `advance`, one
-//! wait each, member after member), against one member alone in the same
-//! run, in cell updates per second over all members. The fused batch
+//! as `lockstep::LockstepRunner` advances them (every member's intervals
+//! enqueued, then every member waited for, so the streams run side by
+//! side), against one member alone in the same run, in cell updates per
+//! second over all members. The fused batch
 //! stepper (not built yet) is to beat this figure. Prints a skip notice and
 //! measures nothing without a CUDA device.
 //!
@@ -19,7 +20,7 @@ use lbm_core::member::{FixedSchedule, Member};
 use lbm_core::{ExecConfig, Stepper};
 use lbm_cuda::CudaDriver;
 
-// Shared with the other GPU benches; this one times `Member::advance`, not `timed`.
+// Shared with the other GPU benches; this one times the members' advance, not `timed`.
 #[allow(dead_code)]
 mod common;
 
@@ -88,9 +89,9 @@ fn bench(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     let start = Instant::now();
                     for _ in 0..iters {
-                        for member in &batch[..count] {
-                            member.advance(INTERVALS).unwrap();
-                        }
+                        // As the runner advances them: all enqueued, then all waited for.
+                        batch[..count].iter().for_each(|m| m.begin_advance(INTERVALS).unwrap());
+                        batch[..count].iter().for_each(|m| m.finish_advance().unwrap());
                     }
                     start.elapsed()
                 })

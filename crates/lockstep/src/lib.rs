@@ -39,7 +39,7 @@
 use std::collections::BTreeMap;
 
 use lbm_core::ledger::MemoryLedger;
-use lbm_core::member::{FixedSchedule, Member, MemberObservation, StatsSpec};
+use lbm_core::member::{FixedSchedule, Member, MemberObservation, StatsSpec, relative_change};
 use ndarray::{ArrayD, Axis};
 use serde::Serialize;
 use thiserror::Error;
@@ -232,19 +232,21 @@ impl<M: Member> LockstepRunner<M> {
         let diagnostic = self.schedule.diagnostic_points().contains(&stop);
         // The last interval before a diagnostic point is the one its norm covers.
         let plain = stop - self.position - u64::from(diagnostic);
-        let mut norms = Vec::with_capacity(self.members.len());
-        for (index, member) in self.members.iter().enumerate() {
-            let failed = |source| LockstepError::Member { index, source };
-            if self.position == 0 {
+        if self.position == 0 {
+            for (index, member) in self.members.iter().enumerate() {
                 // The windows span the batch's run.
-                member.open_window().map_err(failed)?;
+                member
+                    .open_window()
+                    .map_err(|source| LockstepError::Member { index, source })?;
             }
-            if plain > 0 {
-                member.advance(plain).map_err(failed)?;
-            }
-            if diagnostic {
-                norms.push(member.interval_norm().map_err(failed)?);
-            }
+        }
+        self.advance_all(plain)?;
+        let mut norms = Vec::new();
+        if diagnostic {
+            let before = self.velocities()?;
+            self.advance_all(1)?;
+            let after = self.velocities()?;
+            norms = before.iter().zip(&after).map(|(b, a)| relative_change(b, a)).collect();
         }
         self.position = stop;
         for (index, &value) in norms.iter().enumerate() {
@@ -269,6 +271,39 @@ impl<M: Member> LockstepRunner<M> {
             }
         }
         Ok(Some(stop))
+    }
+
+    /// Every member advances `intervals`: all are enqueued first, each on its
+    /// own driver, then each is waited for, so their work runs side by side.
+    /// Every member that began is waited for even when another fails; the
+    /// first failure is reported.
+    fn advance_all(&self, intervals: u64) -> Result<(), LockstepError> {
+        if intervals == 0 {
+            return Ok(());
+        }
+        let began: Vec<lbm_core::Result<()>> = self.members.iter().map(|m| m.begin_advance(intervals)).collect();
+        let finished: Vec<lbm_core::Result<()>> = self
+            .members
+            .iter()
+            .zip(began)
+            .map(|(m, b)| b.and_then(|()| m.finish_advance()))
+            .collect();
+        match finished
+            .into_iter()
+            .enumerate()
+            .find_map(|(index, r)| r.err().map(|e| (index, e)))
+        {
+            Some((index, source)) => Err(LockstepError::Member { index, source }),
+            None => Ok(()),
+        }
+    }
+
+    fn velocities(&self) -> Result<Vec<Vec<f32>>, LockstepError> {
+        self.members
+            .iter()
+            .enumerate()
+            .map(|(index, m)| m.velocity().map_err(|source| LockstepError::Member { index, source }))
+            .collect()
     }
 
     /// Advances to the end of the schedule.

@@ -384,11 +384,14 @@ impl Member for FailingClose {
     fn open_window(&self) -> lbm_core::Result<()> {
         self.stepper.open_window()
     }
-    fn advance(&self, intervals: u64) -> lbm_core::Result<()> {
-        self.stepper.advance(intervals)
+    fn begin_advance(&self, intervals: u64) -> lbm_core::Result<()> {
+        self.stepper.begin_advance(intervals)
     }
-    fn interval_norm(&self) -> lbm_core::Result<f64> {
-        self.stepper.interval_norm()
+    fn finish_advance(&self) -> lbm_core::Result<()> {
+        self.stepper.finish_advance()
+    }
+    fn velocity(&self) -> lbm_core::Result<Vec<f32>> {
+        self.stepper.velocity()
     }
     fn stats(&self, spec: &StatsSpec) -> lbm_core::Result<BTreeMap<String, ArrayD<f64>>> {
         Member::stats(&self.stepper, spec)

@@ -157,6 +157,8 @@ struct State {
     health: Option<health::HealthPlans>,
     status: Status,
     step_count: u64,
+    /// Intervals enqueued by `begin_step` and not yet waited for.
+    in_flight: u64,
     exchange_valid: bool,
     window_start: Option<u64>,
     window_valid: bool,
@@ -219,6 +221,7 @@ impl<D: Driver> Stepper<D> {
                     health: None,
                     status: Status::Ready,
                     step_count: 0,
+                    in_flight: 0,
                     exchange_valid: false,
                     window_start: None,
                     window_valid: false,
@@ -286,19 +289,47 @@ impl<D: Driver> Stepper<D> {
 
     /// Advances `n` base intervals with one wait at the end; see the module docs.
     pub fn step(&self, n: u64) -> Result<()> {
+        if n == 0 {
+            return self.lock().state.require_ready("step");
+        }
+        self.begin_step(n)?;
+        self.finish_step()
+    }
+
+    /// Enqueues `n` base intervals and returns without waiting, so that
+    /// several steppers' work can run side by side (a lockstep batch, each
+    /// member on its own stream). Until [`Stepper::finish_step`] the stepper
+    /// refuses everything else ([`Error::InFlight`]); `begin_step(n)` then
+    /// `finish_step()` is `step(n)`, launch for launch.
+    pub fn begin_step(&self, n: u64) -> Result<()> {
         let mut inner = self.lock();
         inner.state.require_ready("step")?;
-        if n == 0 {
-            return Ok(());
-        }
         let Inner { driver, state } = &mut *inner;
         state.status = Status::Advancing;
         state.exchange_valid = false;
+        state.in_flight = n;
         let enqueued =
             (0..n).try_for_each(|k| driver.replay(state.prepared[parity_at_interval_start(0, state.step_count + k)]));
-        match enqueued.and_then(|()| driver.synchronize()) {
+        enqueued.inspect_err(|_| state.fail())
+    }
+
+    /// Waits for the intervals [`Stepper::begin_step`] enqueued; errors of
+    /// that work surface here.
+    pub fn finish_step(&self) -> Result<()> {
+        let mut inner = self.lock();
+        if inner.state.status != Status::Advancing {
+            inner.state.require_ready("finish a step")?;
+            return Err(Error::parameter(
+                "finish_step",
+                "no step in flight",
+                "a begin_step before each finish_step",
+            ));
+        }
+        let Inner { driver, state } = &mut *inner;
+        match driver.synchronize() {
             Ok(()) => {
-                state.step_count += n;
+                state.step_count += state.in_flight;
+                state.in_flight = 0;
                 state.exchange_valid = state.exec.observe_raw_exchange;
                 state.status = Status::Ready;
                 Ok(())
@@ -550,7 +581,8 @@ impl State {
     fn require_ready(&self, action: &'static str) -> Result<()> {
         match self.status {
             Status::Ready => Ok(()),
-            Status::Failed | Status::Advancing => Err(Error::Failed { action }),
+            Status::Advancing => Err(Error::InFlight { action }),
+            Status::Failed => Err(Error::Failed { action }),
             Status::Closed => Err(Error::Closed { action }),
         }
     }
