@@ -239,3 +239,42 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
     assert!(stderr(&output).contains("--shard"), "{}", stderr(&output));
     assert!(!out.exists());
 }
+
+#[test]
+fn a_member_that_diverges_is_reported_and_the_others_complete() {
+    let out = scratch("sweep-diverge");
+    let cavity = workspace().join("cases/cavity-re100.toml").display().to_string();
+    // At a hundredth of the viscosity the lid's corner blows up (around
+    // interval 420); the first member is the case as written.
+    let output = lbm(&[
+        "sweep",
+        &cavity,
+        "--set",
+        "fluid.viscosity=0.01,1e-4",
+        "--set",
+        "flow.lattice_velocity=0.17",
+        "--steps",
+        "500",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(stderr(&output).contains("member 1: diverged"), "{}", stderr(&output));
+    let rows = csv_rows(&out.join("sweep.csv"));
+    let ended = rows[0].iter().position(|h| h == "ended").unwrap();
+    assert_eq!(
+        (rows[1][ended].as_str(), rows[2][ended].as_str()),
+        ("completed", "diverged")
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("members/001/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["ended"], "diverged");
+    assert!(summary["completed_intervals"].as_u64().unwrap() < 500);
+    let done: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("members/000/summary.json")).unwrap()).unwrap();
+    assert_eq!(done["completed_intervals"], 500, "the healthy member ran to the end");
+    std::fs::remove_dir_all(out).unwrap();
+}
