@@ -113,6 +113,29 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
     assert!(value(2) > value(1) && value(4) > value(3), "{rows:?}");
     let png = std::fs::read(whole.join("plots/body0_cd_mean.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // What a user's numpy reads of sweep.csv is what was written.
+    match std::env::var_os("LBM_PYTHON") {
+        None => eprintln!("numpy read-back not run: set LBM_PYTHON to a Python with numpy (.ci/run does)"),
+        Some(python) => {
+            let script = "import sys, numpy as np\n\
+                          t = np.genfromtxt(sys.argv[1], delimiter=',', names=True, dtype=None, encoding='utf-8')\n\
+                          print(len(t), ' '.join(repr(float(v)) for v in t['body0_cd_mean']))\n\
+                          print(' '.join(str(v) for v in t['ended']))";
+            let read = std::process::Command::new(python)
+                .args(["-c", script])
+                .arg(whole.join("sweep.csv"))
+                .output()
+                .expect("python runs");
+            assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+            let text = String::from_utf8(read.stdout).unwrap();
+            let mut lines = text.lines();
+            let mut first = lines.next().unwrap().split(' ');
+            assert_eq!(first.next(), Some("4"));
+            let numpy: Vec<f64> = first.map(|v| v.parse().unwrap()).collect();
+            assert_eq!(numpy, (1..5).map(value).collect::<Vec<_>>());
+            assert_eq!(lines.next(), Some("completed completed completed completed"));
+        }
+    }
 
     let shards: Vec<_> = (0..2).map(|k| scratch(&format!("sweep-shard{k}"))).collect();
     for (k, dir) in shards.iter().enumerate() {
