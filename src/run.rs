@@ -572,6 +572,22 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
 
 /// One process's part of a run: from a fresh start or a checkpoint to its
 /// stop (the run's end, or a pilot's), a wall limit or a signal.
+/// How a session paces its chunks between `advance` calls.
+pub(crate) struct Pace {
+    last_checkpoint: Instant,
+    /// Measured on the last chunk; `None` before the first.
+    seconds_per_interval: Option<f64>,
+}
+
+impl Pace {
+    pub(crate) fn new() -> Pace {
+        Pace {
+            last_checkpoint: Instant::now(),
+            seconds_per_interval: None,
+        }
+    }
+}
+
 pub(crate) struct Session<'a, D: Driver> {
     backend: &'static str,
     stepper: Stepper<D>,
@@ -597,6 +613,11 @@ pub(crate) struct Session<'a, D: Driver> {
 }
 
 impl<D: Driver> Session<'_, D> {
+    /// Base intervals advanced so far.
+    pub(crate) fn done(&self) -> u64 {
+        self.state.done
+    }
+
     /// Makes the next `advance` stop at `stop` base intervals.
     pub(crate) fn set_stop(&mut self, stop: u64) {
         self.stop = stop;
@@ -843,6 +864,8 @@ impl<D: Driver> Session<'_, D> {
             + 0.05
     }
 
+    /// Advances to `stop`, chunk by chunk; see [`Session::plan_chunk`] and
+    /// [`Session::finish_chunk`].
     pub(crate) fn advance(
         &mut self,
         limits: &Limits,
@@ -850,16 +873,155 @@ impl<D: Driver> Session<'_, D> {
         watchdog: &Watchdog,
         progress: &mut Progress,
     ) -> Result<Ending, AppError> {
-        let resolved = self.resolved;
-        let plan = resolved.output.clone();
-        let bodies = &resolved.lattice.bodies;
-        let sample = plan.forces_every;
-        let samples_needed = !bodies.is_empty() || !plan.probes.is_empty();
-        let every_intervals = self
-            .case
+        let mut pace = Pace::new();
+        while self.state.done < self.stop {
+            let Some(n) = self.plan_chunk(limits, &pace) else {
+                return Ok(Ending::WallLimit);
+            };
+            let start = Instant::now();
+            self.stepper.step(n)?;
+            let seconds = start.elapsed().as_secs_f64();
+            if let Some(ending) = self.finish_chunk(n, seconds, &mut pace, signals, watchdog, progress)? {
+                return Ok(ending);
+            }
+        }
+        Ok(Ending::Completed)
+    }
+
+    /// Whether the run still observes anything between save points (forces
+    /// or probes), and how often.
+    fn sampling(&self) -> Option<u64> {
+        let plan = &self.resolved.output;
+        (!self.resolved.lattice.bodies.is_empty() || !plan.probes.is_empty()).then_some(plan.forces_every)
+    }
+
+    fn checkpoint_every_intervals(&self) -> Option<u64> {
+        self.case
             .run
             .checkpoint_every_intervals
-            .filter(|_| self.pilot.is_none());
+            .filter(|_| self.pilot.is_none())
+    }
+
+    /// The intervals of the next chunk: up to the next event (a sample, a
+    /// save point, a checkpoint, a divergence check, `stop`), about
+    /// `CHUNK_SECONDS` long, within the wall limit; `None` when the wall limit
+    /// leaves no room.
+    pub(crate) fn plan_chunk(&self, limits: &Limits, pace: &Pace) -> Option<u64> {
+        let done = self.state.done;
+        let next_sample = self.sampling().map_or(u64::MAX, |sample| (done / sample + 1) * sample);
+        let next_save = self.next_save();
+        let next_checkpoint = self
+            .checkpoint_every_intervals()
+            .map_or(u64::MAX, |k| (done / k + 1) * k);
+        let next_health = (done / HEALTH_EVERY_INTERVALS + 1) * HEALTH_EVERY_INTERVALS;
+        let event = next_sample
+            .min(next_save)
+            .min(next_checkpoint)
+            .min(next_health)
+            .min(self.stop);
+        let mut n = match pace.seconds_per_interval {
+            Some(s) => (event - done).min(((CHUNK_SECONDS / s) as u64).max(1)),
+            // The first chunk times one interval.
+            None => 1,
+        };
+        if let Some(limit) = limits.max_wall_seconds {
+            // The last checkpoint, and the plots and summary: about what a
+            // save point costs; twice that when this chunk ends at one.
+            let saving = done + n == next_save;
+            let save_seconds = self.writer.save_seconds();
+            let reserve = self.checkpoint_reserve() + save_seconds * if saving { 2.0 } else { 1.0 };
+            let left = limit - self.started.elapsed().as_secs_f64() - reserve;
+            let fits = match pace.seconds_per_interval {
+                Some(s) => (left / s).floor().max(0.0) as u64,
+                None => u64::from(left > 0.0),
+            };
+            if fits == 0 {
+                return None;
+            }
+            n = n.min(fits);
+        }
+        Some(n)
+    }
+
+    fn next_save(&self) -> u64 {
+        let done = self.state.done;
+        self.resolved
+            .output
+            .save_points
+            .iter()
+            .copied()
+            .find(|s| *s > done)
+            .unwrap_or(u64::MAX)
+    }
+
+    /// What follows a chunk of `n` intervals that took `seconds` to step:
+    /// samples, save points, divergence checks and checkpoints due now, the
+    /// progress and the watchdog; `Some` ending when the run is to end here
+    /// (a signal).
+    pub(crate) fn finish_chunk(
+        &mut self,
+        n: u64,
+        seconds: f64,
+        pace: &mut Pace,
+        signals: &Signals,
+        watchdog: &Watchdog,
+        progress: &mut Progress,
+    ) -> Result<Option<Ending>, AppError> {
+        let resolved = self.resolved;
+        let plan = &resolved.output;
+        let bodies = &resolved.lattice.bodies;
+        let next_save = self.next_save();
+        self.state.stepping_seconds += seconds;
+        pace.seconds_per_interval = Some(seconds / n as f64);
+        self.state.done += n;
+        let done = self.state.done;
+        let time = done as f64 * resolved.units.dt;
+        let sampling = self
+            .sampling()
+            .is_some_and(|sample| done % sample == 0 || done == resolved.steps);
+        let saving = done == next_save;
+        let (patches, records) = match sampling || saving {
+            true => self.observe(saving || !plan.probes.is_empty())?,
+            false => (Arc::new(Vec::new()), Vec::new()),
+        };
+        if sampling {
+            if !bodies.is_empty() {
+                let coefficients = self.force_scale.coefficients(&records);
+                self.writer.forces(time, records)?;
+                self.state.history.push((done, coefficients.clone()));
+                self.state.coefficients = coefficients;
+                if let Some(b) = self
+                    .state
+                    .coefficients
+                    .iter()
+                    .position(|c| !c.iter().all(|v| v.is_finite()))
+                {
+                    self.check_health(false)?;
+                    return Err(diverged(
+                        done,
+                        time,
+                        format!("the force on body {b} is not finite"),
+                        self.out,
+                    ));
+                }
+                self.stepper.start_exchange_window()?;
+            }
+            if !plan.probes.is_empty() {
+                self.writer.probes(time, patches.clone())?;
+            }
+        }
+        if saving {
+            // What was computed is written first, so the blow-up can be looked at.
+            self.writer.save(done, patches.clone())?;
+        }
+        if saving || done == self.stop || done % HEALTH_EVERY_INTERVALS == 0 {
+            // The device check names the cell; the fields' own check
+            // below is what remains if a moment alone went wrong.
+            self.check_health(saving)?;
+        }
+        if saving {
+            self.check_finite(&patches)?;
+        }
         let every_seconds = match self.pilot {
             Some(_) => f64::INFINITY,
             None => self
@@ -868,109 +1030,20 @@ impl<D: Driver> Session<'_, D> {
                 .checkpoint_every_seconds
                 .unwrap_or(CHECKPOINT_EVERY_SECONDS),
         };
-        let mut last_checkpoint = Instant::now();
-        let mut seconds_per_interval: Option<f64> = None;
-        while self.state.done < self.stop {
-            let done = self.state.done;
-            let next_sample = match samples_needed {
-                true => (done / sample + 1) * sample,
-                false => u64::MAX,
-            };
-            let next_save = plan.save_points.iter().copied().find(|s| *s > done).unwrap_or(u64::MAX);
-            let next_checkpoint = every_intervals.map_or(u64::MAX, |k| (done / k + 1) * k);
-            let next_health = (done / HEALTH_EVERY_INTERVALS + 1) * HEALTH_EVERY_INTERVALS;
-            let event = next_sample
-                .min(next_save)
-                .min(next_checkpoint)
-                .min(next_health)
-                .min(self.stop);
-            let mut n = match seconds_per_interval {
-                Some(s) => (event - done).min(((CHUNK_SECONDS / s) as u64).max(1)),
-                // The first chunk times one interval.
-                None => 1,
-            };
-            if let Some(limit) = limits.max_wall_seconds {
-                // The last checkpoint, and the plots and summary: about what a
-                // save point costs; twice that when this chunk ends at one.
-                let saving = done + n == next_save;
-                let save_seconds = self.writer.save_seconds();
-                let reserve = self.checkpoint_reserve() + save_seconds * if saving { 2.0 } else { 1.0 };
-                let left = limit - self.started.elapsed().as_secs_f64() - reserve;
-                let fits = match seconds_per_interval {
-                    Some(s) => (left / s).floor().max(0.0) as u64,
-                    None => u64::from(left > 0.0),
-                };
-                if fits == 0 {
-                    return Ok(Ending::WallLimit);
-                }
-                n = n.min(fits);
-            }
-            let chunk_start = Instant::now();
-            self.stepper.step(n)?;
-            let chunk_seconds = chunk_start.elapsed().as_secs_f64();
-            self.state.stepping_seconds += chunk_seconds;
-            seconds_per_interval = Some(chunk_seconds / n as f64);
-            self.state.done += n;
-            let done = self.state.done;
-            let time = done as f64 * resolved.units.dt;
-            let sampling = samples_needed && (done % sample == 0 || done == resolved.steps);
-            let saving = done == next_save;
-            let (patches, records) = match sampling || saving {
-                true => self.observe(saving || !plan.probes.is_empty())?,
-                false => (Arc::new(Vec::new()), Vec::new()),
-            };
-            if sampling {
-                if !bodies.is_empty() {
-                    let coefficients = self.force_scale.coefficients(&records);
-                    self.writer.forces(time, records)?;
-                    self.state.history.push((done, coefficients.clone()));
-                    self.state.coefficients = coefficients;
-                    if let Some(b) = self
-                        .state
-                        .coefficients
-                        .iter()
-                        .position(|c| !c.iter().all(|v| v.is_finite()))
-                    {
-                        self.check_health(false)?;
-                        return Err(diverged(
-                            done,
-                            time,
-                            format!("the force on body {b} is not finite"),
-                            self.out,
-                        ));
-                    }
-                    self.stepper.start_exchange_window()?;
-                }
-                if !plan.probes.is_empty() {
-                    self.writer.probes(time, patches.clone())?;
-                }
-            }
-            if saving {
-                // What was computed is written first, so the blow-up can be looked at.
-                self.writer.save(done, patches.clone())?;
-            }
-            if saving || done == self.stop || done % HEALTH_EVERY_INTERVALS == 0 {
-                // The device check names the cell; the fields' own check
-                // below is what remains if a moment alone went wrong.
-                self.check_health(saving)?;
-            }
-            if saving {
-                self.check_finite(&patches)?;
-            }
-            let due = every_intervals.is_some_and(|k| done % k == 0)
-                || last_checkpoint.elapsed().as_secs_f64() >= every_seconds;
-            if due && done < self.stop {
-                self.checkpoint()?;
-                last_checkpoint = Instant::now();
-            }
-            progress.update(done, &self.state.coefficients);
-            watchdog.beat(done, self.last_checkpoint.as_ref(), || {
-                self.summary(Ending::Stalled, None, None)
-            });
-            if signals.raised() {
-                return Ok(Ending::Interrupted);
-            }
+        let due = self.checkpoint_every_intervals().is_some_and(|k| done % k == 0)
+            || pace.last_checkpoint.elapsed().as_secs_f64() >= every_seconds;
+        if due && done < self.stop {
+            self.checkpoint()?;
+            pace.last_checkpoint = Instant::now();
         }
-        Ok(Ending::Completed)
+        progress.update(done, &self.state.coefficients);
+        watchdog.beat(done, self.last_checkpoint.as_ref(), || {
+            self.summary(Ending::Stalled, None, None)
+        });
+        Ok(signals.raised().then_some(Ending::Interrupted))
+    }
+
+    pub(crate) fn stepper(&self) -> &Stepper<D> {
+        &self.stepper
     }
 }

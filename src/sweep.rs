@@ -11,10 +11,12 @@
 //! the boundary kinds, the bodies, the schedule, the save points) is refused
 //! with the member and its parameters named, exit code 2, nothing written.
 //! The members then advance in lockstep, each on its own driver: every
-//! member runs to the same interval before any goes on, chunk after chunk,
-//! each handling its own samples, save points, divergence checks and
-//! checkpoints exactly as `lbm run` does, so a member's files are those of
-//! a plain run of its case. A member that fails is reported and the others
+//! member runs to the same interval before any goes on; between those
+//! boundaries each member's chunks are enqueued together and waited for
+//! together (on a GPU the members' streams run side by side), and each
+//! handles its own samples, save points, divergence checks and checkpoints
+//! exactly as `lbm run` does, so a member's files are those of a plain run
+//! of its case. A member that fails is reported and the others
 //! go on.
 //!
 //! `--shard K/N` runs members K, K + N, K + 2N, ... (K from 0), one task of a
@@ -42,7 +44,9 @@ use crate::output::plot::{Series, render};
 use crate::output::write_atomic;
 use crate::plan::Plan;
 use crate::progress::Progress;
-use crate::run::{Ending, Limits, Request, SessionInput, exec, open_session, prepare_output, write_json};
+use crate::run::{
+    Ending, Limits, Pace, Request, Session, SessionInput, exec, open_session, prepare_output, write_json,
+};
 
 /// How the members advance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -493,36 +497,73 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
     );
     // Each member's own progress is silent; the sweep's counts members x intervals.
     let mut silent = Progress::new(0, stop, chosen[0].resolved.units.dt, updates, true);
-    let chunk = stop.div_ceil(100).max(1);
+    // Lockstep: up to each boundary, every member's chunk is planned, all are
+    // enqueued, then all are waited for (their work runs side by side on a
+    // GPU), then each handles its own samples, saves and checks.
+    let boundary_every = stop.div_ceil(100).max(1);
+    let mut paces: Vec<Pace> = sessions.iter().map(|_| Pace::new()).collect();
     let mut ending = Ending::Completed;
     let mut reached = 0;
-    while reached < stop && ending == Ending::Completed {
-        reached = (reached + chunk).min(stop);
-        for (k, slot) in sessions.iter_mut().enumerate() {
-            let Some(session) = slot else { continue };
-            session.set_stop(reached);
-            let watchdog = watchdogs[k].as_ref().expect("a watchdog per open session");
-            match session.advance(&options.limits, &signals, watchdog, &mut silent) {
-                Ok(Ending::Completed) => {}
-                Ok(other) => ending = other,
-                Err(e) => {
-                    let e = session.fail(e);
-                    results[k] = Some(failed_result(chosen[k], &e));
-                    *slot = None;
+    'run: while reached < stop {
+        reached = (reached + boundary_every).min(stop);
+        loop {
+            let mut chunks: Vec<Option<u64>> = vec![None; sessions.len()];
+            for (k, slot) in sessions.iter_mut().enumerate() {
+                let Some(session) = slot else { continue };
+                session.set_stop(reached);
+                if session.done() < reached {
+                    match session.plan_chunk(&options.limits, &paces[k]) {
+                        Some(n) => chunks[k] = Some(n),
+                        None => {
+                            ending = Ending::WallLimit;
+                            break 'run;
+                        }
+                    }
+                }
+            }
+            if chunks.iter().all(Option::is_none) {
+                break;
+            }
+            let mut failed = |k: usize, slot: &mut Option<Session<'_, Box<dyn lbm_core::Driver>>>, e: AppError| {
+                let session = slot.as_mut().expect("a member with a chunk is open");
+                let e = session.fail(e);
+                results[k] = Some(failed_result(chosen[k], &e));
+                *slot = None;
+            };
+            let start = Instant::now();
+            for (k, slot) in sessions.iter_mut().enumerate() {
+                if let (Some(n), Some(session)) = (chunks[k], slot.as_ref())
+                    && let Err(e) = session.stepper().begin_step(n)
+                {
+                    chunks[k] = None;
+                    failed(k, slot, e.into());
+                }
+            }
+            for (k, slot) in sessions.iter_mut().enumerate() {
+                if let (Some(_), Some(session)) = (chunks[k], slot.as_ref())
+                    && let Err(e) = session.stepper().finish_step()
+                {
+                    chunks[k] = None;
+                    failed(k, slot, e.into());
+                }
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            for (k, slot) in sessions.iter_mut().enumerate() {
+                let (Some(n), Some(session)) = (chunks[k], slot.as_mut()) else {
+                    continue;
+                };
+                let watchdog = watchdogs[k].as_ref().expect("a watchdog per open session");
+                match session.finish_chunk(n, seconds, &mut paces[k], &signals, watchdog, &mut silent) {
+                    Ok(None) => {}
+                    Ok(Some(other)) => ending = other,
+                    Err(e) => failed(k, slot, e),
                 }
             }
             if ending != Ending::Completed {
-                break;
+                break 'run;
             }
         }
-        let done: u64 = results
-            .iter()
-            .zip(&sessions)
-            .map(|(r, s)| match (r, s) {
-                (_, Some(_)) => reached,
-                _ => stop,
-            })
-            .sum();
+        let done: u64 = sessions.iter().map(|s| s.as_ref().map_or(stop, |s| s.done())).sum();
         progress.update(done, &[]);
     }
     progress.finish();
