@@ -280,20 +280,9 @@ pub trait Member {
     /// Waits for what [`Member::begin_advance`] enqueued.
     fn finish_advance(&self) -> Result<()>;
     /// Every active cell's velocity (x and y interleaved), patch by patch,
-    /// level by level: what the diagnostic norm compares.
+    /// level by level: what the diagnostic norm ([`relative_change`] over an
+    /// interval) compares.
     fn velocity(&self) -> Result<Vec<f32>>;
-    /// Advances `intervals` base intervals, with one wait.
-    fn advance(&self, intervals: u64) -> Result<()> {
-        self.begin_advance(intervals)?;
-        self.finish_advance()
-    }
-    /// Advances one base interval and returns the relative L2 change of the
-    /// velocity over it ([`relative_change`]).
-    fn interval_norm(&self) -> Result<f64> {
-        let before = self.velocity()?;
-        self.advance(1)?;
-        Ok(relative_change(&before, &self.velocity()?))
-    }
     /// The statistics of `spec`, by [`Statistic::name`].
     fn stats(&self, spec: &StatsSpec) -> Result<BTreeMap<String, ArrayD<f64>>>;
     fn observe(&self) -> Result<MemberObservation>;
