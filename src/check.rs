@@ -359,12 +359,38 @@ pub fn check_memory<D: Driver + ?Sized>(
     picture_width: Option<u32>,
 ) -> Result<MemoryNeed, AppError> {
     let need = memory_need(resolved, picture_width)?;
-    let device = need.device.total();
+    check_batch_memory(
+        std::slice::from_ref(&need),
+        resolved.lattice.hierarchy.levels.len() + 1,
+        driver,
+    )?;
+    Ok(need)
+}
+
+/// [`check_memory`] for members that are all resident at once (a sweep):
+/// their device buffers add up, and so do their host peaks (each member's
+/// writer may hold a save point while the others do). `levels` is the
+/// members' level count.
+pub fn check_batch_memory<D: Driver + ?Sized>(needs: &[MemoryNeed], levels: usize, driver: &D) -> Result<(), AppError> {
+    let device: u64 = needs.iter().map(|n| n.device.total()).sum();
     let on_host = driver.backend() == lbm_core::cpu::BACKEND;
-    let levels: Vec<String> = (0..=resolved.lattice.hierarchy.levels.len())
-        .map(|l| format!("level {l} {}", human_bytes(need.device.level(l))))
+    let per_level: Vec<String> = (0..levels)
+        .map(|l| {
+            format!(
+                "level {l} {}",
+                human_bytes(needs.iter().map(|n| n.device.level(l)).sum())
+            )
+        })
         .collect();
-    let buffers = format!("device buffers {}: {}", human_bytes(device), levels.join(", "));
+    let members = match needs.len() {
+        1 => String::new(),
+        n => format!("{n} members' "),
+    };
+    let buffers = format!(
+        "{members}device buffers {}: {}",
+        human_bytes(device),
+        per_level.join(", ")
+    );
     if !on_host
         && let Ok(free) = driver.free_memory()
         && device > free
@@ -376,9 +402,14 @@ pub fn check_memory<D: Driver + ?Sized>(
             parts: buffers,
         });
     }
+    let host_peaks: u64 = needs.iter().map(MemoryNeed::host).sum();
+    let host_parts = match needs {
+        [one] => one.host_parts(),
+        _ => format!("{} members' host peaks {}", needs.len(), human_bytes(host_peaks)),
+    };
     let (host, parts) = match on_host {
-        true => (device + need.host(), format!("{buffers}; {}", need.host_parts())),
-        false => (need.host(), need.host_parts()),
+        true => (device + host_peaks, format!("{buffers}; {host_parts}")),
+        false => (host_peaks, host_parts),
     };
     if let Some(available) = host_available_memory()
         && host > available
@@ -390,7 +421,7 @@ pub fn check_memory<D: Driver + ?Sized>(
             parts,
         });
     }
-    Ok(need)
+    Ok(())
 }
 
 /// `bytes` in MiB or GiB, as a reader wants them.

@@ -24,9 +24,13 @@
 //! results into one `sweep.csv` and its plots, refusing shards of another
 //! sweep and members run twice.
 //!
+//! The whole batch's memory (every member's device buffers and host peak,
+//! all resident at once) is admitted before anything is written, as `lbm
+//! run` admits one case's.
+//!
 //! What it does not do: the fused batch stepper (`--fused` is refused until
-//! it exists), a pilot, or a memory admission over the whole batch (a
-//! member's allocation failing is its own failure).
+//! it exists), a pilot, or `lbm resume` of a whole sweep (each member's
+//! directory resumes on its own).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -401,11 +405,18 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .iter()
         .filter(|m| shard.is_none_or(|[k, n]| m.index % n == k))
         .collect();
-    // Every driver opens before anything is written.
+    // Every driver opens, and the whole batch's memory is admitted, before
+    // anything is written.
     let mut drivers = Vec::with_capacity(chosen.len());
     for _ in &chosen {
         drivers.push(options.backend.open(options.device)?);
     }
+    let needs = chosen
+        .iter()
+        .map(|m| crate::check::memory_need(&m.resolved, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    let levels = chosen[0].resolved.lattice.hierarchy.levels.len() + 1;
+    crate::check::check_batch_memory(&needs, levels, &drivers[0].0)?;
     prepare_output(&options.out)?;
     let record = |results: Vec<MemberResult>| SweepRecord {
         sweep_sha256: sweep_sha256(&base, &sweeps, options.steps),

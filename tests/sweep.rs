@@ -301,3 +301,35 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
     assert_eq!(done["completed_intervals"], 500, "the healthy member ran to the end");
     std::fs::remove_dir_all(out).unwrap();
 }
+
+#[test]
+fn a_batch_larger_than_the_memory_is_refused_before_any_work() {
+    let dir = scratch("sweep-memory");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The refined cavity at 20000 base cells per metre: tens of GB a member.
+    let text = std::fs::read_to_string(workspace().join("cases/cavity-re100.toml"))
+        .unwrap()
+        .replace("resolution = 64 ", "resolution = 20000 ")
+        .replace("viscosity = 0.01 ", "viscosity = 1e-5 ");
+    let case = dir.join("big.toml");
+    std::fs::write(&case, text).unwrap();
+    let out = dir.join("out");
+    let output = lbm(&[
+        "sweep",
+        &case.display().to_string(),
+        "--set",
+        "fluid.viscosity=1e-5,2e-5,3e-5",
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    assert!(
+        message.contains("the run needs about") && message.contains("3 members' device buffers"),
+        "{message}"
+    );
+    assert!(!out.exists(), "refused before the output directory is made");
+    std::fs::remove_dir_all(dir).unwrap();
+}
