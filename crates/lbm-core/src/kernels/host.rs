@@ -119,16 +119,26 @@ impl BandPlanes<'_> {
 
 /// Cells a band of a row-major layout holds at least: a rayon task on fewer
 /// costs more to hand out than the vectorised bulk update spends on them.
-const BAND_CELLS: u32 = 16 * 1024;
+const BAND_CELLS: u32 = 2 * 1024;
+
+/// Bands per thread of rayon's pool, at least: a patch of a few tens of
+/// thousands of cells still keeps every thread busy, with some slack for
+/// uneven bands.
+const BANDS_PER_THREAD: u32 = 4;
 
 /// Splits the nine planes of `dst` into bands of rows that are contiguous in
-/// storage (whole rows of at least [`BAND_CELLS`] cells when tiles span the
-/// whole width, one tile row otherwise) and runs `body(first_row, rows, band)`
-/// on each band in parallel.
+/// storage (when tiles span the whole width: whole rows, about
+/// [`BANDS_PER_THREAD`] bands per thread but none under [`BAND_CELLS`] cells;
+/// one tile row otherwise) and runs `body(first_row, rows, band)` on each
+/// band in parallel.
 pub(super) fn par_row_bands(dst: &mut [f32], layout: &Layout, body: impl Fn(u32, u32, &mut BandPlanes) + Sync) {
     let plane = layout.plane_cells();
     let band_rows = match layout.tiles_x() {
-        1 => BAND_CELLS.div_ceil(layout.tile[0]).min(layout.tile[1]),
+        1 => {
+            let bands = BANDS_PER_THREAD * rayon::current_num_threads() as u32;
+            let balanced = layout.ny.div_ceil(bands);
+            balanced.max(BAND_CELLS.div_ceil(layout.tile[0])).min(layout.tile[1])
+        }
         _ => layout.tile[1],
     };
     let band_len = band_rows as usize * layout.tiles_x() as usize * layout.tile[0] as usize;
