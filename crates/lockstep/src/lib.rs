@@ -249,18 +249,17 @@ impl<M: Member> LockstepRunner<M> {
             norms = before.iter().zip(&after).map(|(b, a)| relative_change(b, a)).collect();
         }
         self.position = stop;
-        for (index, &value) in norms.iter().enumerate() {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(LockstepError::InvalidNorm {
-                    index,
-                    value,
-                    step: stop,
-                });
-            }
-            self.norms[index].push(NormRecord {
+        // Every norm is checked before any is kept, so a refused stop leaves
+        // no member's history ahead of the others'.
+        if let Some((index, &value)) = norms.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0)) {
+            return Err(LockstepError::InvalidNorm {
+                index,
+                value,
                 step: stop,
-                norm: value,
             });
+        }
+        for (history, &norm) in self.norms.iter_mut().zip(&norms) {
+            history.push(NormRecord { step: stop, norm });
         }
         if self.schedule.save_points().contains(&stop) && !self.stats.statistics.is_empty() {
             for (index, member) in self.members.iter().enumerate() {
