@@ -1,9 +1,23 @@
 // all.cu: the one translation unit that `cargo xtask ptx` compiles into lbm.ptx.
 //
-// It only includes every kernel family, so that all `extern "C" __global__`
-// functions land in a single PTX module that lbm-cuda embeds and loads once.
-// It defines no kernel of its own and is not meant to be compiled together with
-// the files it includes (their shared header would then be compiled twice).
+// It includes every kernel family twice: first with LBM_KERNEL making each
+// kernel an `extern "C" __global__` function, then the families a fused batch
+// runs, inside namespace lbm_batch, with LBM_KERNEL making each kernel a
+// device function that its `_batch` entry (batch.cuh) calls once per member.
+// So every `__global__` lands in a single PTX module that lbm-cuda embeds and
+// loads once, and a batch member runs the very code of the plain kernel.
+// It defines no kernel body of its own and is not meant to be compiled
+// together with the files it includes (their shared header would then be
+// compiled twice).
+#include "batch.cuh"
+
+#include "common.cuh"
+
+// Each pass in its own namespace, so that the two copies of a family's
+// helpers never meet in one overload set (arguments of common.cuh's types
+// would bring the global ones in).
+#define LBM_KERNEL(name) extern "C" __global__ void name
+namespace lbm_plain {
 #include "lbm.cu"
 #include "refine.cu"
 #include "reflux.cu"
@@ -12,3 +26,24 @@
 #include "health.cu"
 #include "moments.cu"
 #include "producer.cu"
+}  // namespace lbm_plain
+#undef LBM_KERNEL
+
+#define LBM_KERNEL(name) __device__ __forceinline__ void name
+namespace lbm_batch {
+#include "lbm.cu"
+#include "refine.cu"
+#include "reflux.cu"
+#include "exchange.cu"
+#include "boundary.cu"
+}  // namespace lbm_batch
+#undef LBM_KERNEL
+
+LBM_BATCH_ENTRY(stream_collide)
+LBM_BATCH_ENTRY(stream_collide_bulk)
+LBM_BATCH_ENTRY(fill_ghost)
+LBM_BATCH_ENTRY(restrict_to_parent)
+LBM_BATCH_ENTRY(accumulate_fine_flux)
+LBM_BATCH_ENTRY(correct_interface_mass)
+LBM_BATCH_ENTRY(accumulate_exchange)
+LBM_BATCH_ENTRY(update_boundary_state)

@@ -49,7 +49,7 @@ __device__ __forceinline__ float amplitude_factor(unsigned int kind, float param
     return 1.0f;
 }
 
-extern "C" __global__ void update_boundary_state(float* state, const float* __restrict__ table,
+LBM_KERNEL(update_boundary_state)(float* state, const float* __restrict__ table,
                                                  unsigned int table_points, unsigned int kind, float parameter) {
     if (thread_index() != 0) {
         return;

@@ -48,7 +48,7 @@
 // slot without blocks contributes nothing, as on the CPU).
 #include "common.cuh"
 
-extern "C" __global__ void accumulate_exchange(const float* __restrict__ f, unsigned int plane_cells,
+LBM_KERNEL(accumulate_exchange)(const float* __restrict__ f, unsigned int plane_cells,
                                                const unsigned int* __restrict__ links, unsigned int n_links,
                                                unsigned int n_slots, unsigned int blocks_per_slot, double* partials,
                                                unsigned int* arrivals, double* interval, double* window,

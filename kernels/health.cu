@@ -22,7 +22,7 @@ __device__ __forceinline__ bool finite_f32(float v) {
     return (__float_as_uint(v) & 0x7F800000u) != 0x7F800000u;
 }
 
-extern "C" __global__ void check_health(const float* __restrict__ f, const unsigned char* __restrict__ flags,
+LBM_KERNEL(check_health)(const float* __restrict__ f, const unsigned char* __restrict__ flags,
                                         unsigned int* result, unsigned int nx, unsigned int ny,
                                         unsigned int tile_x, unsigned int tile_y, unsigned int x0, unsigned int y0,
                                         unsigned int x1, unsigned int y1, float speed_limit) {

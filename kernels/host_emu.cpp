@@ -84,7 +84,14 @@ struct uint4 {
 // One block at a time (see emu_run), so a function-level static is the block's memory.
 #define __shared__ static
 
+static inline double __longlong_as_double(long long v) {
+    double d;
+    std::memcpy(&d, &v, sizeof d);
+    return d;
+}
+
 #include "all.cu"
+using namespace lbm_plain;
 
 // Calls `kernel` with its parameters read from `params`, as cuLaunchKernel does.
 template <typename... Args, std::size_t... I>
@@ -118,16 +125,26 @@ static const EmuKernel EMU_KERNELS[] = {
     {"produce_prefix", [](void** p) { emu_call(produce_prefix, p); }, true},
     {"produce_chunked", [](void** p) { emu_call(produce_chunked, p); }, true},
     {"produce_record", [](void** p) { emu_call(produce_record, p); }, true},
+    // The `_batch` entries: one table of member arguments, the z index the member.
+    {"stream_collide_batch", [](void** p) { emu_call(stream_collide_batch, p); }, false},
+    {"stream_collide_bulk_batch", [](void** p) { emu_call(stream_collide_bulk_batch, p); }, false},
+    {"fill_ghost_batch", [](void** p) { emu_call(fill_ghost_batch, p); }, false},
+    {"restrict_to_parent_batch", [](void** p) { emu_call(restrict_to_parent_batch, p); }, true},
+    {"accumulate_fine_flux_batch", [](void** p) { emu_call(accumulate_fine_flux_batch, p); }, false},
+    {"correct_interface_mass_batch", [](void** p) { emu_call(correct_interface_mass_batch, p); }, true},
+    {"accumulate_exchange_batch", [](void** p) { emu_call(accumulate_exchange_batch, p); }, true},
+    {"update_boundary_state_batch", [](void** p) { emu_call(update_boundary_state_batch, p); }, false},
 };
 
 // `__shared__` statics and the block barrier allow one block in flight.
 static std::mutex emu_lock;
 
-// Runs a launch of `name` on a grid of grid_x x grid_y one-dimensional
-// blocks: 0 on success, 1 for an unknown kernel, 2 for a kernel that
-// synchronises but is not marked threaded.
-extern "C" int lbm_emu_launch(const char* name, unsigned int grid_x, unsigned int grid_y, unsigned int block,
-                              void** params) {
+// Runs a launch of `name` on a grid of grid_x x grid_y x grid_z
+// one-dimensional blocks (z layer after z layer: a batch's members): 0 on
+// success, 1 for an unknown kernel, 2 for a kernel that synchronises but is
+// not marked threaded.
+extern "C" int lbm_emu_launch(const char* name, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                              unsigned int block, void** params) {
     const EmuKernel* kernel = nullptr;
     for (const EmuKernel& k : EMU_KERNELS) {
         if (std::strcmp(k.name, name) == 0) {
@@ -139,35 +156,37 @@ extern "C" int lbm_emu_launch(const char* name, unsigned int grid_x, unsigned in
     }
     std::lock_guard<std::mutex> guard(emu_lock);
     bool sync_missing = false;
-    for (unsigned int by = 0; by < grid_y; ++by) {
-        for (unsigned int b = 0; b < grid_x; ++b) {
-            if (!kernel->threaded) {
-                for (unsigned int t = 0; t < block; ++t) {
-                    blockIdx = {b, by, 0};
-                    threadIdx = {t, 0, 0};
-                    blockDim = {block, 1, 1};
-                    gridDim = {grid_x, grid_y, 1};
-                    emu_sync_missing = false;
-                    kernel->call(params);
-                    sync_missing = sync_missing || emu_sync_missing;
+    for (unsigned int bz = 0; bz < grid_z; ++bz) {
+        for (unsigned int by = 0; by < grid_y; ++by) {
+            for (unsigned int b = 0; b < grid_x; ++b) {
+                if (!kernel->threaded) {
+                    for (unsigned int t = 0; t < block; ++t) {
+                        blockIdx = {b, by, bz};
+                        threadIdx = {t, 0, 0};
+                        blockDim = {block, 1, 1};
+                        gridDim = {grid_x, grid_y, grid_z};
+                        emu_sync_missing = false;
+                        kernel->call(params);
+                        sync_missing = sync_missing || emu_sync_missing;
+                    }
+                    continue;
                 }
-                continue;
-            }
-            std::barrier<> barrier((std::ptrdiff_t)block);
-            std::vector<std::thread> threads;
-            threads.reserve(block);
-            for (unsigned int t = 0; t < block; ++t) {
-                threads.emplace_back([&, t, b, by] {
-                    blockIdx = {b, by, 0};
-                    threadIdx = {t, 0, 0};
-                    blockDim = {block, 1, 1};
-                    gridDim = {grid_x, grid_y, 1};
-                    emu_block_barrier = &barrier;
-                    kernel->call(params);
-                });
-            }
-            for (std::thread& thread : threads) {
-                thread.join();
+                std::barrier<> barrier((std::ptrdiff_t)block);
+                std::vector<std::thread> threads;
+                threads.reserve(block);
+                for (unsigned int t = 0; t < block; ++t) {
+                    threads.emplace_back([&, t, b, by, bz] {
+                        blockIdx = {b, by, bz};
+                        threadIdx = {t, 0, 0};
+                        blockDim = {block, 1, 1};
+                        gridDim = {grid_x, grid_y, grid_z};
+                        emu_block_barrier = &barrier;
+                        kernel->call(params);
+                    });
+                }
+                for (std::thread& thread : threads) {
+                    thread.join();
+                }
             }
         }
     }

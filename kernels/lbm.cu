@@ -107,7 +107,7 @@ __device__ __forceinline__ void outflow_velocity(const float* __restrict__ src, 
     }
 }
 
-extern "C" __global__ void stream_collide(
+LBM_KERNEL(stream_collide)(
     const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
     const float* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
     const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,
@@ -320,7 +320,7 @@ __device__ __forceinline__ void collide_and_store(const float f[LBM_Q], float om
 // cells where the assumption fails are `stream_collide`'s, over the patch's
 // list, enqueued after this one. lbm_core::kernels::lbm::stream_collide_bulk
 // is its CPU reference.
-extern "C" __global__ void stream_collide_bulk(const float* __restrict__ src, float* __restrict__ dst,
+LBM_KERNEL(stream_collide_bulk)(const float* __restrict__ src, float* __restrict__ dst,
                                                unsigned int nx, unsigned int ny, unsigned int tile_x,
                                                unsigned int tile_y, unsigned int x0, unsigned int y0,
                                                unsigned int x1, unsigned int y1, float omega_plus,

@@ -13,7 +13,7 @@
 // physical units (the host does, as for a direct download).
 #include "common.cuh"
 
-extern "C" __global__ void save_moments(const float* __restrict__ f, float* __restrict__ out, unsigned int nx,
+LBM_KERNEL(save_moments)(const float* __restrict__ f, float* __restrict__ out, unsigned int nx,
                                         unsigned int ny, unsigned int tile_x, unsigned int tile_y,
                                         unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1,
                                         float force_x, float force_y) {

@@ -96,7 +96,7 @@ __device__ void arrive_and_publish(unsigned char* control, ull head, ull sequenc
     atomicExch(arrival, 0u);
 }
 
-extern "C" __global__ void produce_static(const unsigned char* src, unsigned char* ring, unsigned char* control,
+LBM_KERNEL(produce_static)(const unsigned char* src, unsigned char* ring, unsigned char* control,
                                           unsigned long long capacity, unsigned long long nbytes) {
     const ull head = *ring_word(control, LBM_RING_HEAD);
     const ull sequence = *ring_word(control, LBM_RING_SEQUENCE);
@@ -104,7 +104,7 @@ extern "C" __global__ void produce_static(const unsigned char* src, unsigned cha
     arrive_and_publish(control, head, sequence, nbytes, 0u);
 }
 
-extern "C" __global__ void produce_prefix(const unsigned char* src, const unsigned int* row_count,
+LBM_KERNEL(produce_prefix)(const unsigned char* src, const unsigned int* row_count,
                                           unsigned char* ring, unsigned char* control, unsigned long long capacity,
                                           unsigned long long row_bytes, unsigned int max_rows) {
     const ull head = *ring_word(control, LBM_RING_HEAD);
@@ -135,7 +135,7 @@ __device__ bool chunk_offsets(const ull* chunks, unsigned int n_chunks, ull src_
     return sum == total_bytes;
 }
 
-extern "C" __global__ void produce_chunked(const unsigned char* src, const unsigned long long* chunks,
+LBM_KERNEL(produce_chunked)(const unsigned char* src, const unsigned long long* chunks,
                                            unsigned char* ring, unsigned char* control, unsigned long long capacity,
                                            unsigned long long src_bytes, unsigned int n_chunks,
                                            unsigned long long total_bytes) {
@@ -189,7 +189,7 @@ __device__ void write_header(unsigned char* ring, ull capacity, ull at, unsigned
     }
 }
 
-extern "C" __global__ void produce_record(const unsigned char* payload, unsigned char* ring, unsigned char* control,
+LBM_KERNEL(produce_record)(const unsigned char* payload, unsigned char* ring, unsigned char* control,
                                           unsigned long long capacity, unsigned long long payload_bytes,
                                           unsigned int kind, unsigned long long step) {
     const ull head = *ring_word(control, LBM_RING_HEAD);

@@ -60,7 +60,7 @@ __device__ __forceinline__ void lagrange4(float t, float w[4]) {
     w[3] = (t + 1.0f) * t * (t - 1.0f) / 6.0f;
 }
 
-extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const float* __restrict__ coarse_t1,
+LBM_KERNEL(fill_ghost)(const float* __restrict__ coarse_t, const float* __restrict__ coarse_t1,
                                       float* __restrict__ fine_dst, unsigned int coarse_nx, unsigned int coarse_ny,
                                       unsigned int coarse_tile_x, unsigned int coarse_tile_y,
                                       unsigned int coarse_active_x0, unsigned int coarse_active_y0,
@@ -206,7 +206,7 @@ extern "C" __global__ void fill_ghost(const float* __restrict__ coarse_t, const 
     write_cell(fine_dst, plane_cells(fine), cell_index(fine, fx, fy), post);
 }
 
-extern "C" __global__ void restrict_to_parent(const float* __restrict__ fine_src, float* __restrict__ coarse_dst,
+LBM_KERNEL(restrict_to_parent)(const float* __restrict__ fine_src, float* __restrict__ coarse_dst,
                                               unsigned int fine_nx, unsigned int fine_ny, unsigned int fine_tile_x,
                                               unsigned int fine_tile_y, unsigned int coarse_nx,
                                               unsigned int coarse_ny, unsigned int coarse_tile_x,

@@ -65,7 +65,7 @@ __device__ __forceinline__ unsigned int ring_cells(unsigned int w, unsigned int 
     return (open_side(kinds, 2) + open_side(kinds, 3)) * row + (open_side(kinds, 0) + open_side(kinds, 1)) * h;
 }
 
-extern "C" __global__ void accumulate_fine_flux(const float* __restrict__ fine, float* __restrict__ flux,
+LBM_KERNEL(accumulate_fine_flux)(const float* __restrict__ fine, float* __restrict__ flux,
                                                 unsigned int nx, unsigned int ny, unsigned int tile_x,
                                                 unsigned int tile_y, unsigned int side_kinds) {
     // lbm_core::domain::order::fine_covered.
@@ -106,7 +106,7 @@ extern "C" __global__ void accumulate_fine_flux(const float* __restrict__ fine, 
     flux[t] += 0.25f * net;
 }
 
-extern "C" __global__ void correct_interface_mass(const float* __restrict__ coarse_t, float* __restrict__ coarse_t1,
+LBM_KERNEL(correct_interface_mass)(const float* __restrict__ coarse_t, float* __restrict__ coarse_t1,
                                                   float* flux, unsigned int* arrivals, unsigned int nx,
                                                   unsigned int ny, unsigned int tile_x, unsigned int tile_y,
                                                   unsigned int x0, unsigned int y0, unsigned int x1,

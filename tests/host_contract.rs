@@ -794,7 +794,7 @@ fn annotated_step1(fixture: Fixture) -> String {
     let log = &log[1..];
     for (event, plan_step) in log.iter().zip(steps) {
         let kind = match &plan_step.action {
-            Action::Launch(_) => EventKind::Launch,
+            Action::Launch(_) | Action::Batch(_) => EventKind::Launch,
             Action::Memset { .. } => EventKind::Memset,
         };
         assert_eq!(event.kind(), kind, "{}: {}", fixture.name, plan_step.name);

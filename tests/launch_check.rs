@@ -40,3 +40,55 @@ fn the_mock_refuses_each_bad_launch_as_the_cpu_does() {
         assert!(cpu.iter().any(|v| v.1 == name), "`{name}` refused nothing");
     }
 }
+
+/// Refusals of a fused batch's launch, the same from every driver: members
+/// writing the same bytes, members of different shapes, an empty batch, and
+/// a kernel without a `_batch` entry; a batch of one member of each kernel
+/// that has one is accepted.
+fn batch_verdicts<D: Driver>(mut driver: D) -> Vec<String> {
+    use lbm_core::device::BatchLaunch;
+    let samples = allocate_samples(&mut driver).expect("the samples allocate");
+    let mut out = Vec::new();
+    let mut refuse = |driver: &mut D, launches: Vec<lbm_core::Launch>| {
+        let e = driver
+            .prepare("bad batch", &[Action::Batch(BatchLaunch { launches })])
+            .expect_err("refused");
+        out.push(e.to_string());
+    };
+    refuse(&mut driver, Vec::new());
+    for (launch, _) in &samples {
+        if !launch.kernel.batches() {
+            refuse(&mut driver, vec![launch.clone()]);
+            continue;
+        }
+        driver
+            .prepare(
+                "one member",
+                &[Action::Batch(BatchLaunch {
+                    launches: vec![launch.clone()],
+                })],
+            )
+            .expect("a batch of one member is its launch");
+        refuse(&mut driver, vec![launch.clone(), launch.clone()]);
+        let mut wider = launch.clone();
+        wider.grid[0] += 1;
+        refuse(&mut driver, vec![launch.clone(), wider]);
+    }
+    out
+}
+
+#[test]
+fn batches_are_refused_alike_and_name_the_member() {
+    let cpu = batch_verdicts(CpuDriver::new());
+    assert_eq!(
+        cpu,
+        batch_verdicts(MockDriver::new()),
+        "the CPU and mock drivers disagree"
+    );
+    assert!(cpu[0].contains("at least one member"), "{}", cpu[0]);
+    let count = |needle: &str| cpu.iter().filter(|m| m.contains(needle)).count();
+    let batchable = Kernel::ALL.iter().filter(|k| k.batches()).count();
+    assert_eq!(count("overlaps member 0's"), batchable, "{cpu:#?}");
+    assert_eq!(count("member 1's launch is"), batchable, "{cpu:#?}");
+    assert_eq!(count("no `_batch` entry"), Kernel::ALL.len() - batchable, "{cpu:#?}");
+}

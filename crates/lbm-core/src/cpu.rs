@@ -332,6 +332,9 @@ impl Driver for CpuDriver {
         for action in actions.iter() {
             match action {
                 Action::Launch(launch) => self.execute(launch)?,
+                // Members in order, each its own launch: on the host a batch is
+                // the members' launches one after another.
+                Action::Batch(batch) => batch.launches.iter().try_for_each(|l| self.execute(l))?,
                 Action::Memset { buffer, bytes, value } => self.memset_async(*buffer, 0, *bytes, *value)?,
             }
         }

@@ -151,6 +151,20 @@ impl Kernel {
         }
     }
 
+    /// Whether the kernel has a `{name}_batch` entry that runs a
+    /// [`BatchLaunch`]: the kernels of the hop plan.
+    pub fn batches(self) -> bool {
+        !matches!(
+            self,
+            Kernel::CheckHealth
+                | Kernel::SaveMoments
+                | Kernel::ProduceStatic
+                | Kernel::ProducePrefix
+                | Kernel::ProduceChunked
+                | Kernel::ProduceRecord
+        )
+    }
+
     /// The parameter names of the `__global__` function, in order: what a
     /// launch log prints beside each argument.
     pub fn params(self) -> &'static [&'static str] {
@@ -251,10 +265,37 @@ impl Launch {
     }
 }
 
+/// Members a [`BatchLaunch`] may hold: the largest grid z dimension.
+pub const MAX_BATCH_MEMBERS: usize = 65535;
+
+/// One kernel run for every member of a fused batch as one launch: each
+/// member's own [`Launch`] (its buffers, usually its slice of one allocation
+/// per buffer, and its scalars), all of one kernel, grid and block. A device
+/// runs it as the kernel's `_batch` entry over a grid whose z index is the
+/// member, reading each member's arguments from a table in device memory, so
+/// every member computes exactly what its own launch computes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BatchLaunch {
+    pub launches: Vec<Launch>,
+}
+
+impl BatchLaunch {
+    /// The kernel, grid and block every member's launch shares (member 0's).
+    pub fn first(&self) -> &Launch {
+        &self.launches[0]
+    }
+
+    pub fn members(&self) -> usize {
+        self.launches.len()
+    }
+}
+
 /// One piece of work a prepared plan enqueues on [`StreamId::MAIN`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Action {
     Launch(Launch),
+    /// One launch for every member of a fused batch.
+    Batch(BatchLaunch),
     /// Set `bytes` bytes from the start of `buffer` to `value` (0 for
     /// accumulators, 0xFF for the "no cell" results of `check_health`).
     Memset {
@@ -269,6 +310,7 @@ impl Action {
     pub fn buffers(&self) -> Vec<BufferId> {
         match self {
             Action::Launch(launch) => launch.buffers().collect(),
+            Action::Batch(batch) => batch.launches.iter().flat_map(Launch::buffers).collect(),
             Action::Memset { buffer, .. } => vec![*buffer],
         }
     }

@@ -111,6 +111,30 @@ pub enum Error {
     #[error("the stepper cannot {action} while intervals are in flight; call finish_step first")]
     InFlight { action: &'static str },
 
+    /// A member whose buffers or launches differ in shape from member 0's,
+    /// so that the two cannot share one launch per kernel.
+    #[error(
+        "fused batch member {member} cannot share member 0's launches: {what}; a fused batch needs members of one \
+         geometry and resolution (run such members in lockstep)"
+    )]
+    FusedShape { member: usize, what: String },
+
+    /// A member of a fused batch that could not be built.
+    #[error("fused batch member {member}: {source}")]
+    FusedMember {
+        member: usize,
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A fused batch member asked to advance out of step with the others.
+    #[error("fused batch member {member} cannot {action}: {why}")]
+    FusedAdvance {
+        member: usize,
+        action: &'static str,
+        why: &'static str,
+    },
+
     #[error("no interval has completed yet: {what} is available after the first step")]
     NotCompleted { what: &'static str },
 
@@ -235,6 +259,37 @@ pub enum LaunchProblem {
     /// A geometric inconsistency of the arguments (regions, stencils).
     #[error("{0}")]
     Shape(String),
+    /// A fused batch's launch that cannot run as one: empty, too many
+    /// members, or a kernel without a `_batch` entry.
+    #[error("a batch of {members} member launches: {why}")]
+    Batch { members: usize, why: &'static str },
+    /// A member's launch in a batch that differs from member 0's in kernel,
+    /// grid or block.
+    #[error(
+        "member {member}'s launch is {kernel} grid {grid:?} x block {block:?}, member 0's {first_kernel} grid {first_grid:?} x block {first_block:?}: a batch is one launch shape"
+    )]
+    BatchShape {
+        member: usize,
+        kernel: Kernel,
+        grid: [u32; 3],
+        block: [u32; 3],
+        first_kernel: Kernel,
+        first_grid: [u32; 3],
+        first_block: [u32; 3],
+    },
+    /// A member's launch in a batch that the launch check refuses.
+    #[error("member {member}: {problem}")]
+    BatchMember { member: usize, problem: Box<LaunchProblem> },
+    /// Two members of a batch whose launches touch the same bytes, one of them
+    /// writing: members run side by side, so each must have its own.
+    #[error("member {member}'s `{param}` overlaps member {other}'s `{other_param}` in {buffer}, and one writes it")]
+    BatchOverlap {
+        member: usize,
+        param: &'static str,
+        other: usize,
+        other_param: &'static str,
+        buffer: BufferId,
+    },
 }
 
 #[cfg(test)]

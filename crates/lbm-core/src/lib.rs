@@ -70,6 +70,7 @@ pub mod device;
 pub mod domain;
 pub mod error;
 pub mod fixtures;
+pub mod fused;
 pub mod kernels;
 pub mod lattice;
 pub mod ledger;

@@ -1,11 +1,13 @@
-//! The lockstep baseline of issue 12's ensemble targets: N members of a small
-//! case, each a `Stepper` on its own `CudaDriver` (its own stream), advanced
-//! as `lockstep::LockstepRunner` advances them (every member's intervals
-//! enqueued, then every member waited for, so the streams run side by
-//! side), against one member alone in the same run, in cell updates per
-//! second over all members. The fused batch
-//! stepper (not built yet) is to beat this figure. Prints a skip notice and
-//! measures nothing without a CUDA device.
+//! Issue 12's ensemble targets, in cell updates per second over all members.
+//! Group `gpu_lockstep`: N members of a small case, each a `Stepper` on its
+//! own `CudaDriver` (its own stream), advanced as `lockstep::LockstepRunner`
+//! advances them (every member's intervals enqueued, then every member waited
+//! for, so the streams run side by side), against one member alone in the
+//! same run. Group `gpu_fused`: the same N members as one fused batch
+//! (`lbm_core::fused`, one launch per kernel per hop for all members, on one
+//! driver) against that lockstep baseline. Group `gpu_fused_uniform`: the
+//! fused batch against one uniform periodic grid of the same total cell count.
+//! Prints a skip notice and measures nothing without a CUDA device.
 //!
 //! Run: `cargo xtask gpu-pack`, then on the GPU machine
 //! `bash gpu-pack/run.sh benches gpu_lockstep`.
@@ -16,8 +18,9 @@ use std::time::Instant;
 use bench_record::Group;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use lbm_core::case::Case;
+use lbm_core::fused::FusedMember;
 use lbm_core::member::{FixedSchedule, Member};
-use lbm_core::{ExecConfig, Stepper};
+use lbm_core::{Boundary, ExecConfig, LatticeConfig, Stepper};
 use lbm_cuda::CudaDriver;
 
 // Shared with the other GPU benches; this one times the members' advance, not `timed`.
@@ -31,10 +34,26 @@ const GPU_LOCKSTEP: Group = Group {
     element_unit: "cell updates/s",
 };
 
+const GPU_FUSED: Group = Group {
+    name: "gpu_fused",
+    figures: &["fused"],
+    ceiling: "lockstep",
+    element_unit: "cell updates/s",
+};
+
+const GPU_FUSED_UNIFORM: Group = Group {
+    name: "gpu_fused_uniform",
+    figures: &["fused"],
+    ceiling: "uniform",
+    element_unit: "cell updates/s",
+};
+
 /// Intervals per timed advance.
 const INTERVALS: u64 = 50;
 
-fn members(text: &str, resolution: Option<f64>, n: usize) -> Vec<Stepper<CudaDriver>> {
+/// The members' configurations: `n` copies of the case, each member's
+/// viscosity a little larger than the one before (as a sweep would vary it).
+fn configs(text: &str, resolution: Option<f64>, n: usize) -> Vec<(LatticeConfig, ExecConfig)> {
     let mut case = Case::from_toml(text).unwrap();
     if let Some(r) = resolution {
         // Twice the case's lattice velocity keeps the base τ above BGK's
@@ -44,16 +63,29 @@ fn members(text: &str, resolution: Option<f64>, n: usize) -> Vec<Stepper<CudaDri
     }
     let resolved = case.resolve().unwrap();
     (0..n)
-        .map(|_| {
+        .map(|k| {
             let exec = ExecConfig {
                 tiles: resolved.tiles.clone(),
                 observe_window_exchange: !resolved.lattice.bodies.is_empty(),
                 schedule: Some(FixedSchedule::new(INTERVALS, INTERVALS).unwrap()),
                 ..ExecConfig::default()
             };
-            Stepper::new(CudaDriver::new(0).unwrap(), resolved.lattice.clone(), exec).unwrap()
+            let mut lattice = resolved.lattice.clone();
+            lattice.tau += 1e-3 * k as f64;
+            (lattice, exec)
         })
         .collect()
+}
+
+/// Advances every member `INTERVALS` as the runner does: all enqueued, then
+/// all waited for, `iters` times.
+fn advance<M: Member>(members: &[M], iters: u64) -> std::time::Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        members.iter().for_each(|m| m.begin_advance(INTERVALS).unwrap());
+        members.iter().for_each(|m| m.finish_advance().unwrap());
+    }
+    start.elapsed()
 }
 
 fn bench(c: &mut Criterion) {
@@ -61,8 +93,6 @@ fn bench(c: &mut Criterion) {
         eprintln!("gpu_lockstep: no CUDA device, nothing measured");
         return;
     }
-    let mut group = c.benchmark_group(GPU_LOCKSTEP.name);
-    group.sample_size(10);
     // The targets' batches: 256 refined cavities, and 64 DFG 2D-2 at 40 cells
     // per diameter on the finest level (resolution 10 on the base; the
     // target's 20, resolution 5, puts the case's patches closer to the
@@ -81,29 +111,64 @@ fn bench(c: &mut Criterion) {
             64,
         ),
     ] {
-        let batch = members(text, resolution, n);
-        let updates = batch[0].hierarchy().cell_updates_per_interval() * INTERVALS;
+        let configs = configs(text, resolution, n);
+        let batch: Vec<Stepper<CudaDriver>> = configs
+            .iter()
+            .map(|(l, e)| Stepper::new(CudaDriver::new(0).unwrap(), l.clone(), e.clone()).unwrap())
+            .collect();
+        let fused = FusedMember::batch(CudaDriver::new(0).unwrap(), configs).unwrap();
+        let per_member = batch[0].hierarchy().cell_updates_per_interval();
+        let updates = per_member * INTERVALS;
+        let param = format!("{id}x{n}");
+        let mut group = c.benchmark_group(GPU_LOCKSTEP.name);
+        group.sample_size(10);
         for (figure, count) in [("lockstep", n), ("one_member", 1)] {
             group.throughput(Throughput::Elements(updates * count as u64));
-            group.bench_function(BenchmarkId::new(figure, format!("{id}x{n}")), |b| {
-                b.iter_custom(|iters| {
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        // As the runner advances them: all enqueued, then all waited for.
-                        batch[..count].iter().for_each(|m| m.begin_advance(INTERVALS).unwrap());
-                        batch[..count].iter().for_each(|m| m.finish_advance().unwrap());
-                    }
-                    start.elapsed()
-                })
+            group.bench_function(BenchmarkId::new(figure, &param), |b| {
+                b.iter_custom(|iters| advance(&batch[..count], iters))
             });
         }
+        group.finish();
+        let mut fused_group = c.benchmark_group(GPU_FUSED.name);
+        fused_group.sample_size(10);
+        fused_group.throughput(Throughput::Elements(updates * n as u64));
+        fused_group.bench_function(BenchmarkId::new("fused", &param), |b| {
+            b.iter_custom(|iters| advance(&fused, iters))
+        });
+        fused_group.bench_function(BenchmarkId::new("lockstep", &param), |b| {
+            b.iter_custom(|iters| advance(&batch, iters))
+        });
+        fused_group.finish();
         batch.iter().for_each(|m| Member::close(m).unwrap());
+        // One uniform periodic grid with the batch's cell updates per
+        // interval, as near a square as whole cells allow.
+        let side = ((per_member * n as u64) as f64).sqrt().round() as u32;
+        let uniform_lattice = LatticeConfig::uniform(side, side, 0.8, [Boundary::Periodic; 4]);
+        let uniform = Stepper::new(CudaDriver::new(0).unwrap(), uniform_lattice, ExecConfig::default()).unwrap();
+        let uniform_updates = uniform.hierarchy().cell_updates_per_interval() * INTERVALS;
+        let mut uniform_group = c.benchmark_group(GPU_FUSED_UNIFORM.name);
+        uniform_group.sample_size(10);
+        uniform_group.throughput(Throughput::Elements(updates * n as u64));
+        uniform_group.bench_function(BenchmarkId::new("fused", &param), |b| {
+            b.iter_custom(|iters| advance(&fused, iters))
+        });
+        uniform_group.throughput(Throughput::Elements(uniform_updates));
+        uniform_group.bench_function(BenchmarkId::new("uniform", &param), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    uniform.step(INTERVALS).unwrap();
+                }
+                start.elapsed()
+            })
+        });
+        uniform_group.finish();
+        fused.iter().for_each(|m| Member::close(m).unwrap());
     }
-    group.finish();
 }
 
 criterion_group!(benches, bench);
 
 fn main() -> ExitCode {
-    common::main(benches, GPU_LOCKSTEP)
+    common::main(benches, &[GPU_LOCKSTEP, GPU_FUSED, GPU_FUSED_UNIFORM])
 }

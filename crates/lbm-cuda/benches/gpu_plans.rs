@@ -79,5 +79,5 @@ fn bench(c: &mut Criterion) {
 criterion_group!(benches, bench);
 
 fn main() -> ExitCode {
-    common::main(benches, GPU_PLANS)
+    common::main(benches, &[GPU_PLANS])
 }

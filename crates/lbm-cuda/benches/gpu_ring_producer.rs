@@ -83,5 +83,5 @@ fn bench(c: &mut Criterion) {
 criterion_group!(benches, bench);
 
 fn main() -> ExitCode {
-    common::main(benches, GPU_RING_STATIC)
+    common::main(benches, &[GPU_RING_STATIC])
 }

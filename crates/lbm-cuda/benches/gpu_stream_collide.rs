@@ -75,5 +75,5 @@ fn bench(c: &mut Criterion) {
 criterion_group!(benches, bench);
 
 fn main() -> ExitCode {
-    common::main(benches, GPU_UNIFORM)
+    common::main(benches, &[GPU_UNIFORM])
 }

@@ -35,7 +35,7 @@ use cudarc::driver::{
     PinnedHostSlice, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
-use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId, live_buffer};
+use lbm_core::device::{Action, BatchLaunch, EventId, PlanId, StagingId, StreamId, live_buffer};
 use lbm_core::error::CudaCode;
 use lbm_core::kernels::{PlanTable, check_launch};
 use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
@@ -66,6 +66,12 @@ pub struct CudaDriver {
     events: Vec<CudaEvent>,
     /// One function per kernel, in [`Kernel::ALL`] order.
     functions: Vec<CudaFunction>,
+    /// Each kernel's `_batch` entry, in [`Kernel::ALL`] order (`None` for a
+    /// kernel without one).
+    batch_functions: Vec<Option<CudaFunction>>,
+    /// The argument tables of each prepared plan's batches, by [`PlanId`],
+    /// in action order: device memory the plan's launches read.
+    batch_tables: Vec<Vec<BatchTable>>,
     /// Further streams; [`StreamId`] `k` is `streams[k - 1]`.
     streams: Vec<Arc<CudaStream>>,
     stream: Arc<CudaStream>,
@@ -80,6 +86,13 @@ struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
     /// Owns the allocation; dropping it frees the memory in stream order.
     _memory: CudaSlice<u8>,
+}
+
+/// The argument table of one prepared batch (`crate::batch_words`), in device
+/// memory for as long as the plan lives.
+struct BatchTable {
+    ptr: sys::CUdeviceptr,
+    _memory: CudaSlice<u64>,
 }
 
 struct Staging {
@@ -168,6 +181,14 @@ fn unknown(what: &'static str, id: u32) -> Error {
 }
 
 /// The text of a caught panic.
+/// The position of `kernel` in [`Kernel::ALL`], which orders the loaded functions.
+fn kernel_index(kernel: Kernel) -> usize {
+    Kernel::ALL
+        .iter()
+        .position(|k| *k == kernel)
+        .expect("Kernel::ALL lists every kernel")
+}
+
 fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
     panic
         .downcast_ref::<&str>()
@@ -246,6 +267,19 @@ impl CudaDriver {
                     .map_err(|e| cuda_error(format!("find kernel {}", k.cuda_name()), e))
             })
             .collect::<Result<Vec<_>>>()?;
+        let batch_functions = Kernel::ALL
+            .iter()
+            .map(|k| {
+                let name = format!("{}_batch", k.cuda_name());
+                k.batches()
+                    .then(|| {
+                        module
+                            .load_function(&name)
+                            .map_err(|e| cuda_error(format!("find kernel {name}"), e))
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
         let device_name = ctx.name().map_err(|e| cuda_error("read the device name", e))?;
         Ok(CudaDriver {
             buffers: Vec::new(),
@@ -255,6 +289,8 @@ impl CudaDriver {
             plan_mode: PlanMode::default(),
             events: Vec::new(),
             functions,
+            batch_functions,
+            batch_tables: Vec::new(),
             streams: Vec::new(),
             stream,
             ctx,
@@ -307,13 +343,8 @@ impl CudaDriver {
 
     /// Enqueues a launch that the check has passed.
     fn enqueue(&self, launch: &Launch) -> Result<()> {
-        let name = launch.kernel.cuda_name();
         let params = marshal(&launch.args, |id| Ok(self.buffer(id)?.ptr))?;
-        let index = Kernel::ALL
-            .iter()
-            .position(|k| *k == launch.kernel)
-            .expect("Kernel::ALL lists every kernel");
-        let mut builder = self.stream.launch_builder(&self.functions[index]);
+        let mut builder = self.stream.launch_builder(&self.functions[kernel_index(launch.kernel)]);
         for param in &params {
             match param {
                 Param::U32(v) => builder.arg(v),
@@ -334,27 +365,89 @@ impl CudaDriver {
         // optional buffer (a null pointer) is never read; those buffers stay
         // allocated until the launch completes because frees are stream-ordered;
         // and `params` outlives this call, which copies the values.
-        unsafe { builder.launch(config) }.map_err(|e| cuda_error(format!("launch {name}"), e))?;
+        unsafe { builder.launch(config) }.map_err(|e| cuda_error(format!("launch {}", launch.kernel), e))?;
         Ok(())
     }
 
-    /// Enqueues one checked action of a plan on the main stream.
-    fn enqueue_action(&mut self, action: &Action) -> Result<()> {
+    /// Enqueues a batch that the check has passed, through its kernel's
+    /// `_batch` entry reading `table`: member 0's grid times one z layer
+    /// per member.
+    fn enqueue_batch(&self, batch: &BatchLaunch, table: &BatchTable) -> Result<()> {
+        let first = batch.first();
+        let function = self.batch_functions[kernel_index(first.kernel)]
+            .as_ref()
+            .expect("check_batch admits only kernels with a _batch entry");
+        let mut builder = self.stream.launch_builder(function);
+        builder.arg(&table.ptr);
+        let config = LaunchConfig {
+            grid_dim: (first.grid[0], first.grid[1], batch.members() as u32),
+            block_dim: first.block.into(),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the entry takes one pointer, to `table`: every member's
+        // arguments as words in signature order (`batch_words`, which
+        // batch.cuh reads back with the body's own parameter types, the tidy
+        // test pinning those to the launch structs); `check_batch` proved
+        // every member's accesses lie inside its buffers and that no member
+        // touches bytes another writes; the table lives as long as the plan,
+        // and a plan's buffers outlive its replays (a freed one makes the
+        // replay stale).
+        unsafe { builder.launch(config) }.map_err(|e| cuda_error(format!("launch {}_batch", first.kernel), e))?;
+        Ok(())
+    }
+
+    /// Enqueues one checked action of plan `plan` on the main stream; a
+    /// batch takes the plan's next argument table from `tables`.
+    fn enqueue_action<'t>(&self, action: &Action, tables: &mut impl Iterator<Item = &'t BatchTable>) -> Result<()> {
         match action {
             Action::Launch(launch) => self.enqueue(launch),
-            Action::Memset { buffer, bytes, value } => self.memset_async(*buffer, 0, *bytes, *value),
+            Action::Batch(batch) => self.enqueue_batch(batch, tables.next().expect("one table per batch")),
+            Action::Memset { buffer, bytes, value } => self.memset_range(*buffer, 0, *bytes, *value),
         }
+    }
+
+    /// Enqueues a memset of a range, on a bound context.
+    fn memset_range(&self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
+        let dst = self.range("memset", buffer, byte_offset, bytes)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range lies inside a live allocation (checked by `range`),
+        // and a buffer freed later is released in stream order, after the memset.
+        unsafe { result::memset_d8_async(dst, value, bytes, self.stream.cu_stream()) }
+            .map_err(|e| cuda_error("memset", e))
+    }
+
+    /// Every batch's argument table of `actions`, uploaded.
+    fn batch_tables_of(&self, actions: &[Action]) -> Result<Vec<BatchTable>> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Batch(batch) => Some(batch),
+                _ => None,
+            })
+            .map(|batch| {
+                let words = crate::batch_words(batch, |id| Ok(self.buffer(id)?.ptr))?;
+                let memory = self
+                    .stream
+                    .clone_htod(&words)
+                    .map_err(|e| cuda_error("upload a batch's argument table", e))?;
+                let ptr = memory.device_ptr(&self.stream).0;
+                Ok(BatchTable { ptr, _memory: memory })
+            })
+            .collect()
     }
 
     /// `actions`, captured from the main stream into an instantiated graph
     /// (`None` for an empty plan). Nothing runs: a captured stream only
     /// records.
-    fn capture(&mut self, label: &str, actions: &[Action]) -> Result<Option<PlanGraph>> {
+    fn capture(&mut self, label: &str, actions: &[Action], tables: &[BatchTable]) -> Result<Option<PlanGraph>> {
         let operation = format!("capture plan `{label}` as a CUDA graph");
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| cuda_error(operation.clone(), e))?;
-        let recorded = actions.iter().try_for_each(|a| self.enqueue_action(a));
+        let mut tables = tables.iter();
+        let recorded = actions.iter().try_for_each(|a| self.enqueue_action(a, &mut tables));
         // End the capture whatever happened, so the stream is usable again.
         let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         recorded?;
@@ -469,15 +562,8 @@ impl Driver for CudaDriver {
     }
 
     fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
-        let dst = self.range("memset", buffer, byte_offset, bytes)?;
-        if bytes == 0 {
-            return Ok(());
-        }
         self.bind("memset")?;
-        // SAFETY: the range lies inside a live allocation (checked by `range`),
-        // and a buffer freed later is released in stream order, after the memset.
-        unsafe { result::memset_d8_async(dst, value, bytes, self.stream.cu_stream()) }
-            .map_err(|e| cuda_error("memset", e))
+        self.memset_range(buffer, byte_offset, bytes, value)
     }
 
     fn copy_async(
@@ -665,19 +751,26 @@ impl Driver for CudaDriver {
         let id = self.plans.prepare(actions, BACKEND, |id| {
             live_buffer(buffers, id, BACKEND).ok().map(|b| b.bytes)
         })?;
-        let graph = match self.plan_mode {
-            PlanMode::Graphs => self.bind("prepare").and_then(|()| self.capture(label, actions)),
-            PlanMode::Launches => Ok(None),
-        };
-        let graph = match graph {
-            Ok(graph) => graph,
+        let prepared = self.bind("prepare").and_then(|()| {
+            let tables = self.batch_tables_of(actions)?;
+            let graph = match self.plan_mode {
+                PlanMode::Graphs => self.capture(label, actions, &tables)?,
+                PlanMode::Launches => None,
+            };
+            Ok((tables, graph))
+        });
+        let (tables, graph) = match prepared {
+            Ok(prepared) => prepared,
             Err(e) => {
                 self.plans.release(id, BACKEND)?;
                 return Err(e);
             }
         };
-        self.graphs.resize_with(id.0 as usize + 1, || None);
+        let slot = id.0 as usize + 1;
+        self.graphs.resize_with(slot, || None);
         self.graphs[id.0 as usize] = graph;
+        self.batch_tables.resize_with(slot, Vec::new);
+        self.batch_tables[id.0 as usize] = tables;
         Ok(id)
     }
 
@@ -687,7 +780,10 @@ impl Driver for CudaDriver {
         self.bind("replay")?;
         match self.graphs.get(plan.0 as usize).and_then(Option::as_ref) {
             Some(graph) => graph.0.launch().map_err(|e| cuda_error("replay a plan's graph", e)),
-            None => actions.iter().try_for_each(|a| self.enqueue_action(a)),
+            None => {
+                let mut tables = self.batch_tables[plan.0 as usize].iter();
+                actions.iter().try_for_each(|a| self.enqueue_action(a, &mut tables))
+            }
         }
     }
 
@@ -696,6 +792,10 @@ impl Driver for CudaDriver {
         if let Some(slot) = self.graphs.get_mut(plan.0 as usize) {
             // A graph still running is freed when it completes.
             *slot = None;
+        }
+        if let Some(tables) = self.batch_tables.get_mut(plan.0 as usize) {
+            // Freed in stream order, after the plan's enqueued work.
+            tables.clear();
         }
         Ok(())
     }

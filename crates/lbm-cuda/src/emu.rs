@@ -9,13 +9,15 @@
 
 use std::ffi::{CString, c_char, c_void};
 
-use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId, live_buffer_mut};
+use lbm_core::device::{Action, BatchLaunch, EventId, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut};
 use lbm_core::kernels::{PlanTable, check_launch};
-use lbm_core::{Arg, BufferId, Driver, Error, Launch, Result};
+use lbm_core::{BufferId, Driver, Error, Launch, Result};
+
+use crate::{arg_word, batch_words};
 
 const BACKEND: &str = "emu";
 
-type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, u32, *mut *mut c_void) -> i32;
+type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, u32, u32, *mut *mut c_void) -> i32;
 
 struct HostBuffer {
     /// u64 words keep every buffer 8-byte aligned, as device allocations are.
@@ -91,48 +93,63 @@ impl EmuDriver {
             .map(|b| b.bytes)
     }
 
+    fn address(&self, id: BufferId) -> Result<u64> {
+        live_buffer(&self.buffers, id, BACKEND).map(|b| b.words.as_ptr() as u64)
+    }
+
     /// Runs a launch the check has passed through `lbm_emu_launch`.
     fn run(&mut self, launch: &Launch) -> Result<()> {
-        if launch.grid[2] != 1 || launch.block[1] != 1 || launch.block[2] != 1 {
+        let mut slots = launch
+            .args
+            .iter()
+            .map(|a| arg_word(a, &|id| self.address(id)))
+            .collect::<Result<Vec<u64>>>()?;
+        self.call(launch.kernel.cuda_name(), launch, 1, &mut slots)
+    }
+
+    /// Runs a batch the check has passed through its `_batch` entry, members
+    /// on the grid's z layers.
+    fn run_batch(&mut self, batch: &BatchLaunch) -> Result<()> {
+        let words = batch_words(batch, |id| self.address(id))?;
+        let mut slots = vec![words.as_ptr() as u64];
+        let name = format!("{}_batch", batch.first().kernel.cuda_name());
+        self.call(&name, batch.first(), batch.members() as u32, &mut slots)
+    }
+
+    /// Calls kernel `name` with the parameter `slots` on `shape`'s grid times
+    /// `layers` z layers.
+    fn call(&mut self, name: &str, shape: &Launch, layers: u32, slots: &mut [u64]) -> Result<()> {
+        if shape.grid[2] != 1 || shape.block[1] != 1 || shape.block[2] != 1 {
             return Err(unavailable(format!(
                 "{}: host_emu.cpp runs grids of x by y one-dimensional blocks, not grid {:?} of blocks {:?}",
-                launch.kernel, launch.grid, launch.block
+                shape.kernel, shape.grid, shape.block
             )));
-        }
-        let mut slots = Vec::with_capacity(launch.args.len());
-        for arg in &launch.args {
-            slots.push(match *arg {
-                Arg::Buffer { id, byte_offset } => self.buffer(id)?.words.as_mut_ptr() as u64 + byte_offset,
-                Arg::NoBuffer => 0,
-                Arg::U32(v) => v as u64,
-                Arg::U64(v) => v,
-                Arg::F32(v) => v.to_bits() as u64,
-                Arg::F64(v) => v.to_bits(),
-            });
         }
         // Each slot holds its value in its first bytes (little-endian), as
         // the kernel reads it through a pointer to the parameter.
         let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
-        let name = CString::new(launch.kernel.cuda_name()).expect("kernel names have no NUL");
-        // SAFETY: `check_launch` proved every access of the kernel lies inside
+        let cname = CString::new(name).expect("kernel names have no NUL");
+        // SAFETY: the launch check (`check_launch`, or `check_batch` for each
+        // member of a batch) proved every access of the kernel lies inside
         // the buffers passed, which live in `self.buffers` for the call, and an
-        // absent buffer (0) is never read; the parameter slots outlive the call;
-        // the launch runs to completion before returning.
+        // absent buffer (0) is never read; the parameter slots and a batch's
+        // word table outlive the call; the launch runs to completion before
+        // returning.
         let rc = unsafe {
             (self.launch_fn)(
-                name.as_ptr(),
-                launch.grid[0],
-                launch.grid[1],
-                launch.block[0],
+                cname.as_ptr(),
+                shape.grid[0],
+                shape.grid[1],
+                layers,
+                shape.block[0],
                 params.as_mut_ptr(),
             )
         };
         match rc {
             0 => Ok(()),
-            1 => Err(unavailable(format!("host_emu.cpp has no kernel {}", launch.kernel))),
+            1 => Err(unavailable(format!("host_emu.cpp has no kernel {name}"))),
             _ => Err(unavailable(format!(
-                "{} synchronises its block: mark it threaded in host_emu.cpp",
-                launch.kernel
+                "{name} synchronises its block: mark it threaded in host_emu.cpp"
             ))),
         }
     }
@@ -262,6 +279,7 @@ impl Driver for EmuDriver {
         for action in actions.iter() {
             match action {
                 Action::Launch(launch) => self.run(launch)?,
+                Action::Batch(batch) => self.run_batch(batch)?,
                 Action::Memset { buffer, bytes, value } => self.memset_async(*buffer, 0, *bytes, *value)?,
             }
         }

@@ -41,6 +41,35 @@ mod driver;
 pub mod emu;
 pub mod testing;
 
+use lbm_core::device::BatchLaunch;
+use lbm_core::{Arg, BufferId, Result};
+
+/// One kernel argument as a 64-bit word: a buffer its address (resolved by
+/// `pointer`) plus its offset, an absent buffer 0, a 32-bit value in the low
+/// half. What kernels/batch.cuh reads, and what host_emu.cpp's parameter
+/// slots hold.
+fn arg_word(arg: &Arg, pointer: &impl Fn(BufferId) -> Result<u64>) -> Result<u64> {
+    Ok(match *arg {
+        Arg::Buffer { id, byte_offset } => pointer(id)? + byte_offset,
+        Arg::NoBuffer => 0,
+        Arg::U32(v) => u64::from(v),
+        Arg::U64(v) => v,
+        Arg::F32(v) => u64::from(v.to_bits()),
+        Arg::F64(v) => v.to_bits(),
+    })
+}
+
+/// A batch's argument table for its `_batch` entry: member after member,
+/// each member's arguments as [`arg_word`]s in signature order.
+fn batch_words(batch: &BatchLaunch, pointer: impl Fn(BufferId) -> Result<u64>) -> Result<Vec<u64>> {
+    batch
+        .launches
+        .iter()
+        .flat_map(|l| &l.args)
+        .map(|a| arg_word(a, &pointer))
+        .collect()
+}
+
 pub use driver::{CudaDriver, PlanMode, device_available, device_names, driver_library_present};
 
 /// Every kernel of `kernels/`, compiled for sm_90 into one PTX module.

@@ -1607,3 +1607,87 @@ fn lockstep_batches_match_the_cpu() {
     cpu.close().unwrap();
     gpu.close().unwrap();
 }
+
+/// A fused batch (one `_batch` launch per kernel per hop for all members) on
+/// the device against the lockstep runner on the device, members on their
+/// own drivers: the same kernels on the same arguments, so every member's
+/// populations, norms, statistics and windows agree bit for bit; and against
+/// the CPU's lockstep within the tolerance of the test above.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn fused_batches_match_lockstep_bit_for_bit() {
+    use lbm_core::fused::FusedMember;
+    use lbm_core::member::{FieldQuantity, FixedSchedule, Statistic, StatsSpec};
+    use lockstep::LockstepRunner;
+    let lattice = channel_lattice();
+    let (hierarchy, _) = lattice.validate(&ExecConfig::default().tiles).unwrap();
+    let mut statistics = vec![Statistic::Mass];
+    for (level, patches) in hierarchy.levels.iter().enumerate() {
+        for patch in 0..patches.len() {
+            for quantity in [FieldQuantity::DeltaRho, FieldQuantity::Ux, FieldQuantity::Uy] {
+                statistics.push(Statistic::Field { level, patch, quantity });
+            }
+        }
+    }
+    let spec = StatsSpec { statistics };
+    let exec = ExecConfig {
+        observe_window_exchange: true,
+        schedule: Some(FixedSchedule::new(6, 3).unwrap().with_diagnostics_every(2).unwrap()),
+        stats: spec.clone(),
+        ..ExecConfig::default()
+    };
+    let member = |k: usize| {
+        let mut l = channel_lattice();
+        l.tau += 0.05 * k as f64;
+        if let Some(inlet) = &mut l.inlet {
+            inlet.velocity *= 1.0 + 0.2 * k as f64;
+        }
+        (l, exec.clone())
+    };
+    const MEMBERS: usize = 5;
+    let mut lockstep = LockstepRunner::new(
+        (0..MEMBERS)
+            .map(|k| {
+                let (l, e) = member(k);
+                Stepper::new(lbm_cuda::testing::open_device().driver, l, e).unwrap()
+            })
+            .collect(),
+    )
+    .unwrap();
+    let mut fused = LockstepRunner::new(
+        FusedMember::batch(
+            lbm_cuda::testing::open_device().driver,
+            (0..MEMBERS).map(member).collect(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut cpu =
+        LockstepRunner::new(FusedMember::batch(CpuDriver::new(), (0..MEMBERS).map(member).collect()).unwrap()).unwrap();
+    lockstep.run().unwrap();
+    fused.run().unwrap();
+    cpu.run().unwrap();
+    assert_eq!(fused.norms(), lockstep.norms(), "every member's norms, to the bit");
+    let (a, b) = (fused.observe_members().unwrap(), lockstep.observe_members().unwrap());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.observation, y.observation, "member {}", x.index);
+        assert_eq!(x.rows, y.rows, "member {}: statistics at the save points", x.index);
+    }
+    let (f, l, c) = (
+        fused.stats(&spec).unwrap(),
+        lockstep.stats(&spec).unwrap(),
+        cpu.stats(&spec).unwrap(),
+    );
+    for (name, values) in &f {
+        assert_eq!(values.shape()[0], MEMBERS);
+        let ours: Vec<u64> = values.iter().map(|x| x.to_bits()).collect();
+        let theirs: Vec<u64> = l[name].iter().map(|x| x.to_bits()).collect();
+        assert_eq!(ours, theirs, "{name}: fused and lockstep on the device");
+        let host: Vec<f32> = c[name].iter().map(|v| *v as f32).collect();
+        let device: Vec<f32> = values.iter().map(|v| *v as f32).collect();
+        assert_close(name, &host, &device, 1e-5);
+    }
+    fused.close().unwrap();
+    lockstep.close().unwrap();
+    cpu.close().unwrap();
+}

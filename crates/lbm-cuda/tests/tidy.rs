@@ -1,14 +1,18 @@
 //! Tidy: project rules about `kernels/` that plain `cargo test` enforces.
 //!
-//! - The `__global__` functions of `kernels/*.cu` and `Kernel::ALL` name the same
-//!   kernels, both ways, each once, each `extern "C"`.
-//! - Each `__global__` parameter list is exactly the argument list of its
+//! - The kernels of `kernels/*.cu` (each `LBM_KERNEL(name)(...)`, which
+//!   all.cu makes `extern "C" __global__`) and `Kernel::ALL` name the same
+//!   kernels, both ways, each once; only all.cu and batch.cuh spell
+//!   `__global__`, always `extern "C"`; all.cu's batch pass holds exactly the
+//!   families and `_batch` entries of the kernels `Kernel::batches` names.
+//! - Each kernel's parameter list is exactly the argument list of its
 //!   family's launch struct in `lbm_core::kernels`, kinds and names (buffer ->
 //!   pointer, U32 -> `unsigned int`, U64 -> `unsigned long long`, F32 ->
 //!   `float`, F64 -> `double`; names as `Kernel::params` gives them).
 //! - `kernels/constants.cuh` is what `lbm_core::kernels::cuda_constants`
 //!   generates from the Rust constants (`cargo xtask ptx` writes it).
-//! - The embedded PTX has one entry per kernel with the same parameter types, so
+//! - The embedded PTX has one entry per kernel with the same parameter types
+//!   (and each `_batch` entry with its one table pointer), so
 //!   a stale `kernels/lbm.ptx` fails here without nvcc.
 //! - `kernels/all.cu` includes every other `.cu` file, every `.cu`/`.cuh`
 //!   file opens with a comment naming itself, and `kernels/host_emu.cpp` (the
@@ -123,22 +127,32 @@ fn arg_kind(arg: &Arg) -> Kind {
 /// A `__global__` function: file, name and parameter kinds and names.
 type Global = (String, String, Vec<(Kind, String)>);
 
-/// Every `__global__` function.
+/// Every kernel: each family defines its kernels as `LBM_KERNEL(name)(...)`,
+/// which all.cu makes an `extern "C" __global__` function (and, for the
+/// families a batch runs, a device function behind its `_batch` entry). Only
+/// all.cu and batch.cuh, which define those, may spell `__global__`.
 fn globals() -> Vec<Global> {
     let mut out = Vec::new();
     for (file, source) in sources() {
         let code = strip_comments(&source);
-        for (at, _) in code.match_indices("__global__") {
-            assert!(
-                code[..at].trim_end().ends_with("extern \"C\""),
-                "{file}: a __global__ function is not extern \"C\", so its name would be mangled"
-            );
-            let open = at + code[at..].find('(').expect("a parameter list");
-            let name = code[at + "__global__".len()..open]
-                .split_whitespace()
-                .last()
-                .expect("a function name")
-                .to_owned();
+        if file == "all.cu" || file == "batch.cuh" {
+            for (at, _) in code.match_indices("__global__") {
+                assert!(
+                    code[..at].trim_end().ends_with("extern \"C\""),
+                    "{file}: a __global__ function is not extern \"C\", so its name would be mangled"
+                );
+            }
+            continue;
+        }
+        assert!(
+            !code.contains("__global__"),
+            "kernels/{file}: define kernels with LBM_KERNEL(name)(...), which all.cu makes global"
+        );
+        for (at, _) in code.match_indices("LBM_KERNEL(") {
+            let start = at + "LBM_KERNEL(".len();
+            let name_end = start + code[start..].find(')').expect("a kernel name");
+            let name = code[start..name_end].trim().to_owned();
+            let open = name_end + 1 + code[name_end + 1..].find('(').expect("a parameter list");
             let close = open + code[open..].find(')').expect("a closed parameter list");
             let params = code[open + 1..close]
                 .split(',')
@@ -234,6 +248,12 @@ fn the_embedded_ptx_has_every_kernel_with_its_parameters() {
                 .collect();
             (k.cuda_name().to_owned(), params)
         })
+        .chain(
+            Kernel::ALL
+                .iter()
+                .filter(|k| k.batches())
+                .map(|k| (format!("{}_batch", k.cuda_name()), vec![".u64".to_owned()])),
+        )
         .collect();
     assert_eq!(
         entries, expected,
@@ -278,6 +298,24 @@ fn all_cu_includes_every_kernel_family() {
             "kernels/all.cu does not include {name}, so its kernels miss the PTX"
         );
     }
+    // The batch pass: every family with a batchable kernel inside namespace
+    // lbm_batch, and each batchable kernel's entry.
+    let batch_pass = &all[all.find("namespace lbm_batch {").expect("all.cu has the batch pass")..];
+    let batches = |name: &str| Kernel::ALL.iter().any(|k| k.cuda_name() == name && k.batches());
+    let globals = globals();
+    for (file, name, _) in &globals {
+        let in_pass = globals.iter().any(|(f, n, _)| f == file && batches(n));
+        assert_eq!(
+            batch_pass.contains(&format!("#include \"{file}\"")),
+            in_pass,
+            "kernels/all.cu: {file} belongs in the batch pass exactly when one of its kernels has a `_batch` entry"
+        );
+        assert_eq!(
+            batch_pass.contains(&format!("LBM_BATCH_ENTRY({name})")),
+            batches(name),
+            "kernels/all.cu: LBM_BATCH_ENTRY({name}) exactly when Kernel::batches says so"
+        );
+    }
 }
 
 #[test]
@@ -289,6 +327,13 @@ fn the_host_emulation_knows_every_kernel() {
         assert!(
             emu.contains(&format!("{{\"{name}\", [](void** p) {{ emu_call({name}, p); }}")),
             "kernels/host_emu.cpp has no EMU_KERNELS entry for {name}"
+        );
+        assert_eq!(
+            emu.contains(&format!(
+                "{{\"{name}_batch\", [](void** p) {{ emu_call({name}_batch, p); }}"
+            )),
+            kernel.batches(),
+            "kernels/host_emu.cpp lists {name}_batch exactly when the kernel has a `_batch` entry"
         );
     }
 }

@@ -172,6 +172,15 @@ pub enum Event {
         block: [u32; 3],
         args: Vec<NamedArg>,
     },
+    /// One launch for every member of a fused batch, with member 0's
+    /// arguments.
+    BatchLaunch {
+        kernel: Kernel,
+        members: usize,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: Vec<NamedArg>,
+    },
     Synchronize,
     CreateStream {
         stream: u32,
@@ -240,7 +249,7 @@ impl Event {
             Event::Download { .. } => EventKind::Download,
             Event::Memset { .. } => EventKind::Memset,
             Event::Copy { .. } => EventKind::Copy,
-            Event::Launch { .. } => EventKind::Launch,
+            Event::Launch { .. } | Event::BatchLaunch { .. } => EventKind::Launch,
             Event::Synchronize => EventKind::Synchronize,
             Event::CreateStream { .. } => EventKind::CreateStream,
             Event::CreateEvent { .. } => EventKind::CreateEvent,
@@ -304,6 +313,26 @@ impl fmt::Display for Event {
                 args,
             } => {
                 write!(f, "launch {} grid {grid:?} block {block:?} (", kernel.cuda_name())?;
+                for (i, arg) in args.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{arg}")?;
+                }
+                f.write_str(")")
+            }
+            Event::BatchLaunch {
+                kernel,
+                members,
+                grid,
+                block,
+                args,
+            } => {
+                write!(
+                    f,
+                    "launch {}_batch x{members} grid {grid:?} block {block:?} (member 0: ",
+                    kernel.cuda_name()
+                )?;
                 for (i, arg) in args.iter().enumerate() {
                     if i > 0 {
                         f.write_str(", ")?;

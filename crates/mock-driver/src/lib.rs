@@ -235,13 +235,13 @@ impl MockHandle {
         self.recorder().log.iter().filter(|e| e.kind() == kind).count()
     }
 
-    /// The kernels of the logged launches, in order.
+    /// The kernels of the logged launches (a batch's once), in order.
     pub fn launch_kernels(&self) -> Vec<Kernel> {
         self.recorder()
             .log
             .iter()
             .filter_map(|e| match e {
-                Event::Launch { kernel, .. } => Some(*kernel),
+                Event::Launch { kernel, .. } | Event::BatchLaunch { kernel, .. } => Some(*kernel),
                 _ => None,
             })
             .collect()

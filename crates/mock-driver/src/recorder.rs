@@ -265,7 +265,17 @@ impl Recorder {
     }
 
     pub(crate) fn log_launch(&mut self, launch: &Launch) {
-        let args = launch
+        let args = self.named_args(launch);
+        self.log.push(Event::Launch {
+            kernel: launch.kernel,
+            grid: launch.grid,
+            block: launch.block,
+            args,
+        });
+    }
+
+    fn named_args(&self, launch: &Launch) -> Vec<NamedArg> {
+        launch
             .args
             .iter()
             .zip(launch.kernel.params())
@@ -283,13 +293,7 @@ impl Recorder {
                     Arg::F64(v) => LoggedArg::F64(v),
                 },
             })
-            .collect();
-        self.log.push(Event::Launch {
-            kernel: launch.kernel,
-            grid: launch.grid,
-            block: launch.block,
-            args,
-        });
+            .collect()
     }
 
     /// Counts a launch against the armed launch fault.
@@ -342,6 +346,21 @@ impl Recorder {
                 Action::Launch(launch) => {
                     self.log_launch(launch);
                     let result = self.fault().and_then(|()| self.execute(launch));
+                    self.outcome(EventKind::Launch, result)?;
+                }
+                Action::Batch(batch) => {
+                    let first = batch.first();
+                    let args = self.named_args(first);
+                    self.log.push(Event::BatchLaunch {
+                        kernel: first.kernel,
+                        members: batch.members(),
+                        grid: first.grid,
+                        block: first.block,
+                        args,
+                    });
+                    let result = self
+                        .fault()
+                        .and_then(|()| batch.launches.iter().try_for_each(|l| self.execute(l)));
                     self.outcome(EventKind::Launch, result)?;
                 }
                 Action::Memset { buffer, bytes, value } => self.memset(*buffer, 0, *bytes, *value)?,

@@ -4,11 +4,11 @@
 //!
 //! It reads no buffer contents.
 
-use crate::device::{Action, BufferId, Launch, MAX_BLOCK_THREADS, PlanId};
+use crate::device::{Action, BatchLaunch, BufferId, Launch, MAX_BATCH_MEMBERS, MAX_BLOCK_THREADS, PlanId};
 use crate::domain::hierarchy::{Layout, Rect};
 use crate::error::{Error, LaunchProblem, Result};
 
-use super::{Access, FamilyVisitor, KernelArgs, dispatch};
+use super::{Access, FamilyVisitor, KernelArgs, dispatch, uses_of};
 
 /// Checks `launch` against buffer sizes (`size_of` answers bytes, or `None`
 /// for a buffer the driver does not hold); see the module documentation.
@@ -26,11 +26,104 @@ pub fn check_launch(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>
     })
 }
 
-/// [`check_launch`] for a launch, and for a memset that its range lies inside
-/// the buffer.
+/// Checks a fused batch: every member's launch as [`check_launch`] checks it,
+/// all of one kernel (one that has a `_batch` entry), grid and block, a grid
+/// of one z layer (the device's z index is the member), at most
+/// [`MAX_BATCH_MEMBERS`] members, and no member touching bytes another
+/// member writes (or writing bytes another touches).
+pub fn check_batch(batch: &BatchLaunch, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
+    let Some(first) = batch.launches.first() else {
+        return Err(Error::Launch {
+            kernel: crate::device::Kernel::StreamCollide,
+            problem: LaunchProblem::Batch {
+                members: 0,
+                why: "a batch needs at least one member",
+            },
+        });
+    };
+    let refuse = |problem| Error::Launch {
+        kernel: first.kernel,
+        problem,
+    };
+    let members = batch.launches.len();
+    if members > MAX_BATCH_MEMBERS {
+        return Err(refuse(LaunchProblem::Batch {
+            members,
+            why: "more members than a grid's z dimension holds (65535)",
+        }));
+    }
+    if !first.kernel.batches() {
+        return Err(refuse(LaunchProblem::Batch {
+            members,
+            why: "the kernel has no `_batch` entry",
+        }));
+    }
+    if first.grid[2] != 1 {
+        return Err(refuse(LaunchProblem::Batch {
+            members,
+            why: "a member's grid must have one z layer: the z index is the member",
+        }));
+    }
+    let mut uses = Vec::with_capacity(members);
+    for (member, launch) in batch.launches.iter().enumerate() {
+        if (launch.kernel, launch.grid, launch.block) != (first.kernel, first.grid, first.block) {
+            return Err(refuse(LaunchProblem::BatchShape {
+                member,
+                kernel: launch.kernel,
+                grid: launch.grid,
+                block: launch.block,
+                first_kernel: first.kernel,
+                first_grid: first.grid,
+                first_block: first.block,
+            }));
+        }
+        check_launch(launch, &size_of).map_err(|e| match e {
+            Error::Launch { problem, .. } => refuse(LaunchProblem::BatchMember {
+                member,
+                problem: Box::new(problem),
+            }),
+            other => other,
+        })?;
+        uses.push(uses_of(launch)?);
+    }
+    // Every use of every member, by buffer and start: a use overlaps only
+    // those after it that start before it ends, so the scan stays short.
+    let mut all: Vec<(usize, &super::BufferUse)> = uses
+        .iter()
+        .enumerate()
+        .flat_map(|(member, u)| u.iter().map(move |u| (member, u)))
+        .collect();
+    all.sort_by_key(|(_, u)| (u.buffer.id, u.buffer.byte_offset));
+    for (i, &(member, a)) in all.iter().enumerate() {
+        let end = a.buffer.byte_offset + a.bytes as u64;
+        for &(other, b) in all[i + 1..]
+            .iter()
+            .take_while(|(_, b)| b.buffer.id == a.buffer.id && b.buffer.byte_offset < end)
+        {
+            if other != member && (a.access != Access::Read || b.access != Access::Read) {
+                let (m, p, o, op) = match member > other {
+                    true => (member, a.param, other, b.param),
+                    false => (other, b.param, member, a.param),
+                };
+                return Err(refuse(LaunchProblem::BatchOverlap {
+                    member: m,
+                    param: p,
+                    other: o,
+                    other_param: op,
+                    buffer: a.buffer.id,
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`check_launch`] for a launch, [`check_batch`] for a batch, and for a
+/// memset that its range lies inside the buffer.
 fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
     match action {
         Action::Launch(launch) => check_launch(launch, size_of),
+        Action::Batch(batch) => check_batch(batch, size_of),
         Action::Memset { buffer, bytes, .. } => {
             let size = size_of(*buffer).ok_or(Error::UnknownBuffer {
                 backend,

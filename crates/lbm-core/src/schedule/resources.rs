@@ -264,7 +264,8 @@ pub struct Resources {
     pub memory: MemoryLedger,
     /// The buffers the plan writes, in allocation order: what a snapshot holds.
     pub state: Vec<StateBuffer>,
-    allocated: Vec<BufferId>,
+    /// Every buffer with its label and size, in allocation order.
+    allocated: Vec<(BufferId, String, usize)>,
 }
 
 /// A buffer whose contents change as the run advances (populations, interface
@@ -310,10 +311,16 @@ impl Resources {
         }
     }
 
+    /// Every buffer with its label and size, in allocation order (what a
+    /// fused batch lays out once for all its members).
+    pub(crate) fn allocations(&self) -> &[(BufferId, String, usize)] {
+        &self.allocated
+    }
+
     /// Frees every buffer, reporting the first failure after trying them all.
     pub fn release<D: Driver>(&mut self, driver: &mut D) -> Result<()> {
         let mut first_error = None;
-        for id in std::mem::take(&mut self.allocated) {
+        for (id, _, _) in std::mem::take(&mut self.allocated) {
             if let Err(e) = driver.free(id) {
                 first_error.get_or_insert(e);
             }
@@ -323,8 +330,8 @@ impl Resources {
 
     fn alloc<D: Driver>(&mut self, driver: &mut D, label: String, bytes: usize) -> Result<BufferId> {
         let id = driver.alloc(&label, bytes)?;
-        self.allocated.push(id);
-        self.memory.add(label, bytes as u64);
+        self.memory.add(label.clone(), bytes as u64);
+        self.allocated.push((id, label, bytes));
         Ok(id)
     }
 

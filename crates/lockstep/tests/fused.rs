@@ -1,0 +1,247 @@
+//! A fused batch (`lbm_core::fused`) under the lockstep runner: the same
+//! results as the lockstep baseline bit for bit on a refined channel with a
+//! body, one launch per kernel per hop for every member together, the
+//! runner's refusals and per-member ledgers, and members of different shapes
+//! refused naming the member.
+
+use lbm_core::config::{Amplitude, InletSpec, Profile};
+use lbm_core::domain::geometry::{Body, Shape};
+use lbm_core::domain::hierarchy::Rect;
+use lbm_core::fused::FusedMember;
+use lbm_core::member::{FieldQuantity, FixedSchedule, Member, Statistic, StatsSpec};
+use lbm_core::{Boundary, CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Stepper};
+use lockstep::{LockstepError, LockstepRunner};
+use mock_driver::{EventKind, MockDriver};
+
+/// A channel with an inflow ramp and a refined patch around a cylinder at
+/// `center_x`; `tau` and `velocity` are what the sweep varies.
+fn channel(tau: f64, velocity: f64, center_x: f64) -> LatticeConfig {
+    let mut lattice = LatticeConfig::uniform(
+        48,
+        24,
+        tau,
+        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
+    );
+    lattice.inlet = Some(InletSpec {
+        profile: Profile::Parabolic,
+        velocity,
+        amplitude: Amplitude::Ramp { duration: 5.0 },
+    });
+    lattice.hierarchy.levels = vec![vec![Rect::new(8, 0, 32, 24)]];
+    lattice.bodies = vec![Body {
+        shape: Shape::Circle {
+            center: [center_x, 12.3],
+            radius: 3.2,
+        },
+        level: 1,
+    }];
+    lattice
+}
+
+fn stats_spec() -> StatsSpec {
+    StatsSpec {
+        statistics: vec![
+            Statistic::Mass,
+            Statistic::Field {
+                level: 1,
+                patch: 0,
+                quantity: FieldQuantity::Ux,
+            },
+            Statistic::Field {
+                level: 0,
+                patch: 0,
+                quantity: FieldQuantity::DeltaRho,
+            },
+            Statistic::Exchange { body: 0 },
+        ],
+    }
+}
+
+fn exec() -> ExecConfig {
+    ExecConfig {
+        observe_raw_exchange: true,
+        observe_window_exchange: true,
+        schedule: Some(FixedSchedule::new(40, 20).unwrap().with_diagnostics_every(10).unwrap()),
+        stats: stats_spec(),
+        ..ExecConfig::default()
+    }
+}
+
+/// Viscosity and inflow differ; the geometry is one.
+const PARAMETERS: [(f64, f64); 3] = [(0.6, 0.04), (0.7, 0.05), (0.8, 0.03)];
+
+fn configs() -> Vec<(LatticeConfig, ExecConfig)> {
+    PARAMETERS
+        .iter()
+        .map(|&(tau, u)| (channel(tau, u, 20.0), exec()))
+        .collect()
+}
+
+fn fused<D: Driver>(driver: D) -> Vec<FusedMember<D>> {
+    FusedMember::batch(driver, configs()).unwrap()
+}
+
+fn lockstep() -> LockstepRunner<Stepper<CpuDriver>> {
+    let members = configs()
+        .into_iter()
+        .map(|(l, e)| Stepper::new(CpuDriver::new(), l, e).unwrap())
+        .collect();
+    LockstepRunner::new(members).unwrap()
+}
+
+#[test]
+fn a_fused_batch_reproduces_the_lockstep_runner_bit_for_bit() {
+    let mut baseline = lockstep();
+    let mut batch = LockstepRunner::new(fused(CpuDriver::new())).unwrap();
+    baseline.run().unwrap();
+    batch.run().unwrap();
+    assert_eq!(batch.position(), 40);
+    // Every member's own norms, to the bit, and not all alike.
+    assert_eq!(batch.norms(), baseline.norms());
+    assert_eq!(batch.norms()[0].len(), 4);
+    assert_ne!(
+        batch.norms()[0],
+        batch.norms()[1],
+        "members differ in viscosity and inflow"
+    );
+    let (ours, theirs) = (batch.observe_members().unwrap(), baseline.observe_members().unwrap());
+    for (a, b) in ours.iter().zip(&theirs) {
+        assert_eq!(a.observation, b.observation, "member {}: mass and windows", a.index);
+        assert_eq!(a.rows, b.rows, "member {}: statistics at each save point", a.index);
+        assert!(
+            a.observation.windows[0].force[0] != 0.0,
+            "the body feels the flow: {:?}",
+            a.observation.windows
+        );
+    }
+    let spec = stats_spec();
+    let (a, b) = (batch.stats(&spec).unwrap(), baseline.stats(&spec).unwrap());
+    for (name, values) in &a {
+        assert_eq!(values.shape()[0], 3, "{name}: a leading batch axis");
+        let same = values
+            .iter()
+            .zip(b[name].iter())
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{name}: fused and lockstep differ");
+    }
+    batch.close().unwrap();
+    baseline.close().unwrap();
+}
+
+#[test]
+fn a_fused_batch_launches_each_kernel_once_per_hop_for_every_member() {
+    let driver = MockDriver::executing();
+    let log = driver.handle();
+    // One member alone, to count its launches per interval.
+    let alone = MockDriver::new();
+    let alone_log = alone.handle();
+    let (lattice, exec) = configs().remove(0);
+    let single = Stepper::new(alone, lattice, exec).unwrap();
+    alone_log.clear_log();
+    single.step(10).unwrap();
+    let per_member = alone_log.launch_kernels();
+
+    let members = fused(driver);
+    log.clear_log();
+    let mut runner = LockstepRunner::new(members).unwrap();
+    // The first stop: a diagnostic point at interval 10, as two advances
+    // (nine intervals, then the one the norm covers).
+    assert_eq!(runner.advance().unwrap(), Some(10));
+    let kernels = log.launch_kernels();
+    assert_eq!(
+        kernels, per_member,
+        "the batch launches what one member launches, once for all three"
+    );
+    assert!(kernels.contains(&Kernel::RestrictToParent) && kernels.contains(&Kernel::AccumulateExchange));
+    assert_eq!(log.count(EventKind::Replay), 10, "one replay per interval");
+    let rendered = log.render();
+    assert!(
+        rendered
+            .lines()
+            .filter(|l| l.contains("launch "))
+            .all(|l| l.contains("_batch x3")),
+        "every launch is a batch of the three members"
+    );
+    let first_interval: String = rendered
+        .lines()
+        .skip_while(|l| !l.starts_with("replay"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("replay"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    insta::assert_snapshot!("fused_interval", first_interval);
+    runner.close().unwrap();
+}
+
+#[test]
+fn the_runner_refuses_fused_members_as_it_refuses_steppers() {
+    let mut configs = configs();
+    configs[2].1.schedule = Some(FixedSchedule::new(40, 10).unwrap().with_diagnostics_every(2).unwrap());
+    let members = FusedMember::batch(CpuDriver::new(), configs).unwrap();
+    let message = LockstepRunner::new(members).err().expect("refused").to_string();
+    assert!(
+        message.contains("member 2") && message.contains("save points"),
+        "{message}"
+    );
+
+    // A member advanced before it joins the runner.
+    let members = fused(CpuDriver::new());
+    members.iter().for_each(|m| m.begin_advance(1).unwrap());
+    members.iter().for_each(|m| m.finish_advance().unwrap());
+    assert!(matches!(
+        LockstepRunner::new(members),
+        Err(LockstepError::Advanced {
+            index: 0,
+            step_count: 1
+        })
+    ));
+}
+
+#[test]
+fn members_of_another_shape_are_refused_naming_the_member() {
+    let mut configs = configs();
+    // The cylinder moved: other links, so other buffer sizes.
+    configs[1].0 = channel(0.7, 0.05, 23.6);
+    let refused = FusedMember::batch(CpuDriver::new(), configs).err().expect("refused");
+    let message = refused.to_string();
+    assert!(matches!(refused, Error::FusedShape { member: 1, .. }), "{message}");
+    assert!(message.contains(".links") && message.contains("lockstep"), "{message}");
+
+    // A bad member is named too.
+    let mut configs = self::configs();
+    configs[2].0.tau = 0.5;
+    let refused = FusedMember::batch(CpuDriver::new(), configs).err().expect("refused");
+    assert!(matches!(refused, Error::FusedMember { member: 2, .. }), "{refused}");
+}
+
+#[test]
+fn a_fused_batch_advances_only_as_a_whole() {
+    let members = fused(CpuDriver::new());
+    members[0].begin_advance(2).unwrap();
+    let early = members[0].finish_advance().unwrap_err();
+    assert!(early.to_string().contains("not every member"), "{early}");
+    let other = members[1].begin_advance(3).unwrap_err();
+    assert!(other.to_string().contains("same intervals"), "{other}");
+    members[1].begin_advance(2).unwrap();
+    members[2].begin_advance(2).unwrap();
+    assert!(matches!(members[1].velocity(), Err(Error::InFlight { .. })));
+    members.iter().for_each(|m| m.finish_advance().unwrap());
+    assert!(members.iter().all(|m| m.step_count() == 2));
+    assert!(members[1].velocity().is_ok());
+}
+
+#[test]
+fn each_member_holds_its_share_of_every_buffer() {
+    let members = fused(MockDriver::new());
+    let one = members[0].memory_ledger();
+    let runner = LockstepRunner::new(members).unwrap();
+    let ledger = runner.memory_ledger();
+    assert_eq!(ledger.entries.len(), 3 * one.entries.len());
+    for (name, bytes) in &one.entries {
+        assert_eq!(*bytes % 256, 0, "{name}: a member's copy is 256-byte aligned");
+        for i in 0..3 {
+            assert_eq!(ledger.entries[&format!("member/{i}/{name}")], *bytes);
+        }
+    }
+    assert!(one.entries.contains_key("L1.p0.f.a"));
+}
