@@ -153,7 +153,7 @@ enum Command {
         /// Advance the members in lockstep, each on its own driver (the default).
         #[arg(long, conflicts_with = "fused")]
         lockstep: bool,
-        /// One launch per kernel for all members (not available yet).
+        /// One fused batch on one driver: one launch per kernel per hop for all members.
         #[arg(long)]
         fused: bool,
         /// Run members K, K+N, K+2N, ... only (K from 0): one task of a job array.

@@ -19,6 +19,16 @@
 //! of its case. A member that fails is reported and the others
 //! go on.
 //!
+//! With `--fused` the members are one fused batch (`lbm_core::fused`) on one
+//! driver: one launch per kernel per hop for all of them, each member a
+//! stepper on its member driver, so everything else (samples, outputs,
+//! checks) is as in lockstep, and so are the results, bit for bit. Before
+//! anything is written every member is also built on the host and compared
+//! with member 0 (`lbm_core::fused::check`): members whose buffers or plans
+//! differ in shape (a body moved so that its links differ) are refused,
+//! exit code 2, naming the member; run those in lockstep. Every member's
+//! chunk is the same length (the shortest any member asks for).
+//!
 //! `--shard K/N` runs members K, K + N, K + 2N, ... (K from 0), one task of a
 //! job array each; `lbm sweep --merge OUT SHARD_DIR...` joins the shards'
 //! results into one `sweep.csv` and its plots, refusing shards of another
@@ -28,9 +38,8 @@
 //! all resident at once) is admitted before anything is written, as `lbm
 //! run` admits one case's.
 //!
-//! What it does not do: the fused batch stepper (`--fused` is refused until
-//! it exists), a pilot, or `lbm resume` of a whole sweep (each member's
-//! directory resumes on its own).
+//! What it does not do: a pilot, or `lbm resume` of a whole sweep (each
+//! member's directory resumes on its own).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -57,7 +66,8 @@ use crate::run::{
 pub enum SweepMode {
     /// Every member on its own driver, in lockstep.
     Lockstep,
-    /// One launch per kernel for all members (not built yet: refused).
+    /// One fused batch on one driver: one launch per kernel per hop for all
+    /// members.
     Fused,
 }
 
@@ -379,13 +389,6 @@ fn strouhal(series: &[(f64, f64)], drag: f64, length: f64, velocity: f64) -> Opt
 
 /// Runs the sweep; see the module documentation.
 pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
-    if options.mode == SweepMode::Fused {
-        return Err(AppError::Flag {
-            flag: "--fused",
-            value: "given".into(),
-            accepted: "not available yet: the fused batch stepper is not built; use --lockstep (the default)".into(),
-        });
-    }
     if options.sets.is_empty() {
         return Err(flag("(none)", "at least one --set KEY=V1,V2,..."));
     }
@@ -405,11 +408,36 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .iter()
         .filter(|m| shard.is_none_or(|[k, n]| m.index % n == k))
         .collect();
+    let fused = options.mode == SweepMode::Fused;
+    if fused {
+        let configs: Vec<_> = chosen
+            .iter()
+            .map(|m| (m.resolved.lattice.clone(), exec(&m.resolved)))
+            .collect();
+        lbm_core::fused::check(&configs).map_err(|e| {
+            let k = match &e {
+                lbm_core::Error::FusedShape { member, .. } | lbm_core::Error::FusedMember { member, .. } => *member,
+                _ => 0,
+            };
+            AppError::SweepMember {
+                member: chosen[k].index,
+                parameters: describe(&chosen[k].parameters),
+                reason: format!("{e} (--fused)"),
+            }
+        })?;
+    }
     // Every driver opens, and the whole batch's memory is admitted, before
     // anything is written.
-    let mut drivers = Vec::with_capacity(chosen.len());
-    for _ in &chosen {
-        drivers.push(options.backend.open(options.device)?);
+    let mut drivers: Vec<(Box<dyn lbm_core::Driver>, crate::backend::Device)> = Vec::with_capacity(chosen.len());
+    if fused {
+        let (driver, device) = options.backend.open(options.device)?;
+        for member in lbm_core::fused::member_drivers(driver, chosen.len()) {
+            drivers.push((Box::new(member), device.clone()));
+        }
+    } else {
+        for _ in &chosen {
+            drivers.push(options.backend.open(options.device)?);
+        }
     }
     let needs = chosen
         .iter()
@@ -534,6 +562,14 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
             }
             if chunks.iter().all(Option::is_none) {
                 break;
+            }
+            if fused {
+                // A fused batch advances as a whole: every member by the same intervals.
+                let shortest = chunks.iter().flatten().min().copied();
+                chunks
+                    .iter_mut()
+                    .flatten()
+                    .for_each(|n| *n = shortest.expect("some member has a chunk"));
             }
             let mut failed = |k: usize, slot: &mut Option<Session<'_, Box<dyn lbm_core::Driver>>>, e: AppError| {
                 let session = slot.as_mut().expect("a member with a chunk is open");

@@ -237,17 +237,26 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         assert!(stderr(&output).contains(expect), "{set}: {}", stderr(&output));
         assert!(!out.exists(), "{set}: nothing is written");
     }
+    // A fused batch needs one shape: a larger cylinder has more links.
     let output = lbm(&[
         "sweep",
         &dfg(),
         "--set",
-        "fluid.viscosity=1e-3",
+        "bodies.0.radius=0.05,0.06",
         "--fused",
+        "--steps",
+        "10",
+        "--backend",
+        "cpu",
         "--out",
         &out_arg,
     ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("--lockstep"), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("sweep member 1") && message.contains("--fused") && message.contains("lockstep"),
+        "{message}"
+    );
     let output = lbm(&[
         "sweep",
         &dfg(),
@@ -261,6 +270,55 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("--shard"), "{}", stderr(&output));
     assert!(!out.exists());
+}
+
+#[test]
+fn a_fused_sweep_writes_what_a_lockstep_sweep_writes() {
+    let (fused, lockstep) = (scratch("sweep-fused"), scratch("sweep-lockstep"));
+    for (out, mode) in [(&fused, "--fused"), (&lockstep, "--lockstep")] {
+        let output = lbm(&[
+            "sweep",
+            &dfg(),
+            "--set",
+            "fluid.viscosity=1e-3,1.5e-3",
+            mode,
+            "--backend",
+            "cpu",
+            "--steps",
+            "60",
+            "--quiet",
+            "--out",
+            &out.display().to_string(),
+        ]);
+        assert!(output.status.success(), "{mode}: {}", stderr(&output));
+    }
+    for member in ["members/000", "members/001"] {
+        for file in ["forces.csv", "probes/wake.csv"] {
+            assert_eq!(
+                std::fs::read(fused.join(member).join(file)).unwrap(),
+                std::fs::read(lockstep.join(member).join(file)).unwrap(),
+                "{member}/{file}: fused and lockstep"
+            );
+        }
+    }
+    // The same rows but for the speed.
+    let (a, b) = (
+        csv_rows(&fused.join("sweep.csv")),
+        csv_rows(&lockstep.join("sweep.csv")),
+    );
+    let mlups = a[0].iter().position(|h| h == "mlups").unwrap();
+    let without = |rows: Vec<Vec<String>>| -> Vec<Vec<String>> {
+        rows.into_iter()
+            .map(|mut r| {
+                r.remove(mlups);
+                r
+            })
+            .collect()
+    };
+    assert_eq!(without(a), without(b));
+    for dir in [fused, lockstep] {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
 
 #[test]

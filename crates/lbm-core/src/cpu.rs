@@ -9,10 +9,14 @@
 //! memory and dispatch only: no kernel arithmetic lives here.
 
 use crate::device::{
-    Action, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut,
+    Action, BatchLaunch, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut,
 };
 use crate::error::{Error, Result};
-use crate::kernels::{Access, FamilyVisitor, HostViews, KernelArgs, PlanTable, check_launch, dispatch};
+use std::collections::BTreeSet;
+
+use rayon::prelude::*;
+
+use crate::kernels::{Access, BufferUse, FamilyVisitor, HostViews, KernelArgs, PlanTable, check_launch, dispatch};
 
 /// The name [`Driver::backend`] gives: its buffers are host memory.
 pub const BACKEND: &str = "cpu";
@@ -74,11 +78,23 @@ pub struct CpuDriver {
     plans: PlanTable,
     streams: u32,
     events: u32,
+    /// What [`Driver::batch_members`] answers (0 stands for 1).
+    batch_members: usize,
 }
 
 impl CpuDriver {
     pub fn new() -> Self {
         CpuDriver::default()
+    }
+
+    /// A driver that answers [`Driver::batch_members`] with `members`: a
+    /// stepper on it is built as a member of a fused batch of that size
+    /// would be, which is how [`crate::fused::check`] sees a member's shape.
+    pub fn for_batch(members: usize) -> Self {
+        CpuDriver {
+            batch_members: members,
+            ..CpuDriver::default()
+        }
     }
 
     fn get(&self, id: BufferId) -> Result<&HostBuffer> {
@@ -121,7 +137,9 @@ impl CpuDriver {
 
     /// Takes every written buffer out of the table so that it can be borrowed
     /// mutably beside the ones read (the check refused aliases), runs the
-    /// reference and puts them back.
+    /// reference on views of exactly the bytes each use declares (so a
+    /// reference sees what a kernel may touch, and nothing of a fused batch's
+    /// other members) and puts them back.
     fn run<K: KernelArgs>(&mut self, k: &K) -> Result<()> {
         let uses = k.buffer_uses();
         let mut taken = Vec::new();
@@ -134,7 +152,7 @@ impl CpuDriver {
         for u in uses.iter().filter(|u| u.access == Access::Read) {
             let offset = u.buffer.byte_offset as usize;
             match self.buffers[u.buffer.id.0 as usize].as_ref() {
-                Some(b) => views.reads.add(u.param, &b.bytes()[offset..]),
+                Some(b) => views.reads.add(u.param, &b.bytes()[offset..offset + u.bytes]),
                 None => {
                     drop(views);
                     self.restore(taken);
@@ -145,14 +163,95 @@ impl CpuDriver {
                 }
             }
         }
-        for (param, r, buffer) in taken.iter_mut() {
+        for ((param, r, buffer), u) in taken.iter_mut().zip(uses.iter().filter(|u| u.access != Access::Read)) {
+            let offset = r.byte_offset as usize;
             views
                 .writes
-                .add(param, &mut buffer.bytes_mut()[r.byte_offset as usize..]);
+                .add(param, &mut buffer.bytes_mut()[offset..offset + u.bytes]);
         }
         k.run_on_host(&mut views);
         drop(views);
         self.restore(taken);
+        Ok(())
+    }
+
+    /// A fused batch: every member's launch, the members side by side
+    /// (`check_batch` proved no member touches bytes another writes), each
+    /// computing exactly what its own launch computes.
+    fn execute_batch(&mut self, batch: &BatchLaunch) -> Result<()> {
+        struct Run<'a>(&'a mut CpuDriver, &'a BatchLaunch);
+        impl FamilyVisitor for Run<'_> {
+            type Output = Result<()>;
+            fn visit<K: KernelArgs>(self, _: &Launch) -> Result<()> {
+                let members = self.1.launches.iter().map(K::decode).collect::<Result<Vec<K>>>()?;
+                self.0.run_batch(&members)
+            }
+        }
+        dispatch(batch.first(), Run(self, batch))
+    }
+
+    /// [`CpuDriver::run`] for every member at once: each written buffer is
+    /// taken out of the table and split into the members' disjoint ranges,
+    /// the read ones are shared. A buffer one member reads and another writes
+    /// runs the members one after another instead.
+    fn run_batch<K: KernelArgs>(&mut self, members: &[K]) -> Result<()> {
+        let uses: Vec<Vec<BufferUse>> = members.iter().map(KernelArgs::buffer_uses).collect();
+        let written: BTreeSet<BufferId> = uses
+            .iter()
+            .flatten()
+            .filter(|u| u.access != Access::Read)
+            .map(|u| u.buffer.id)
+            .collect();
+        if uses
+            .iter()
+            .flatten()
+            .any(|u| u.access == Access::Read && written.contains(&u.buffer.id))
+        {
+            return members.iter().try_for_each(|k| self.run(k));
+        }
+        for u in uses.iter().flatten() {
+            self.get(u.buffer.id)?;
+        }
+        let mut taken: Vec<(BufferId, HostBuffer)> = written
+            .iter()
+            .map(|id| (*id, self.buffers[id.0 as usize].take().expect("checked above")))
+            .collect();
+        let mut views: Vec<HostViews> = (0..members.len()).map(|_| HostViews::default()).collect();
+        for (m, own) in uses.iter().enumerate() {
+            for u in own.iter().filter(|u| u.access == Access::Read) {
+                let b = self.buffers[u.buffer.id.0 as usize].as_ref().expect("checked above");
+                let offset = u.buffer.byte_offset as usize;
+                views[m].reads.add(u.param, &b.bytes()[offset..offset + u.bytes]);
+            }
+        }
+        for (id, buffer) in taken.iter_mut() {
+            // This buffer's written ranges, in order; they are disjoint.
+            let mut ranges: Vec<(usize, usize, &'static str, usize)> = uses
+                .iter()
+                .enumerate()
+                .flat_map(|(m, own)| own.iter().map(move |u| (m, u)))
+                .filter(|(_, u)| u.buffer.id == *id)
+                .map(|(m, u)| (u.buffer.byte_offset as usize, u.bytes, u.param, m))
+                .collect();
+            ranges.sort_unstable();
+            let mut rest = buffer.bytes_mut();
+            let mut at = 0;
+            for (start, bytes, param, m) in ranges {
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(start - at);
+                let (mine, tail) = tail.split_at_mut(bytes);
+                views[m].writes.add(param, mine);
+                rest = tail;
+                at = start + bytes;
+            }
+        }
+        views
+            .par_iter_mut()
+            .zip(members)
+            .for_each(|(views, k)| k.run_on_host(views));
+        drop(views);
+        for (id, buffer) in taken {
+            self.buffers[id.0 as usize] = Some(buffer);
+        }
         Ok(())
     }
 
@@ -322,6 +421,10 @@ impl Driver for CpuDriver {
         Ok(())
     }
 
+    fn batch_members(&self) -> usize {
+        self.batch_members.max(1)
+    }
+
     fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {
         let buffers = &self.buffers;
         self.plans.prepare(actions, BACKEND, |id| size_in(buffers, id))
@@ -332,10 +435,13 @@ impl Driver for CpuDriver {
         for action in actions.iter() {
             match action {
                 Action::Launch(launch) => self.execute(launch)?,
-                // Members in order, each its own launch: on the host a batch is
-                // the members' launches one after another.
-                Action::Batch(batch) => batch.launches.iter().try_for_each(|l| self.execute(l))?,
-                Action::Memset { buffer, bytes, value } => self.memset_async(*buffer, 0, *bytes, *value)?,
+                Action::Batch(batch) => self.execute_batch(batch)?,
+                Action::Memset {
+                    buffer,
+                    byte_offset,
+                    bytes,
+                    value,
+                } => self.memset_async(*buffer, *byte_offset, *bytes, *value)?,
             }
         }
         Ok(())

@@ -3,551 +3,693 @@
 //! hop for all of them ([`crate::device::BatchLaunch`]), where a lockstep
 //! batch launches every kernel once per member.
 //!
-//! Each member is first built as an ordinary [`Stepper`] on a [`CpuDriver`]:
-//! its *host mirror*. That runs every check a stepper makes and fills every
-//! table (flags, wall distances, links, inlet profile, the lattice at rest).
-//! The batch then lays each of member 0's buffers out once on the device for
-//! all members, member `m`'s copy at `m` times the buffer's stride (its size
-//! rounded up to [`MEMBER_ALIGN`] bytes), and fuses the members' hop plans
-//! step by step: a launch becomes one batch of every member's launch, its
-//! buffers moved to the member's slice, its scalars (relaxation, forcing,
-//! wall velocities, the inlet's amplitude) the member's own; a memset of a
-//! whole buffer becomes one memset of every member's copy. Members whose
-//! buffers or launches differ in shape are refused ([`Error::FusedShape`]).
-//! Every member thus computes exactly what its own stepper computes: the same
-//! kernels with the same arguments, bit for bit.
+//! [`member_drivers`] splits one driver into a [`MemberDriver`] per member.
+//! Each member is an ordinary [`Stepper`] on its member driver, so it is
+//! checked, built, observed, checked for divergence, snapshotted and read out
+//! by the stepper's own code. The member drivers lay every buffer out once on
+//! the device for all members: the k-th buffer each member allocates is one
+//! allocation, member `m`'s copy at `m` times its stride (its size rounded up
+//! to [`MEMBER_ALIGN`] bytes), and a member whose k-th buffer differs in name
+//! or size from member 0's is refused ([`Error::FusedShape`]). Every call of
+//! a member lands on its own copy; its launches are checked against its own
+//! buffers first.
 //!
-//! Reads go through the mirror: a member's state buffers are downloaded into
-//! it (once per advance, on the first read) and the mirror answers with the
-//! stepper's own code, so a fused member observes exactly as a stepper does.
+//! The two interval plans ([`INTERVAL_PLANS`]) are fused: once every member
+//! has prepared its own, the batch prepares one plan whose every launch is a
+//! batch of each member's launch (its buffers moved to its copy, its scalars
+//! — relaxation, forcing, wall velocities, the inlet's amplitude — its own)
+//! and whose memsets cover every member's copy. A member's replay of an
+//! interval is queued; when every member has queued the same interval, the
+//! fused interval is enqueued once. So a batch advances as a whole: every
+//! member begins the same intervals ([`Member::begin_advance`], the last one
+//! enqueues them), then each finishes; a member that waits while its own
+//! intervals are still queued fails ([`Error::FusedAdvance`]). Every other
+//! plan (the health check, the output ring's) runs per member, on its copy.
 //!
-//! [`FusedMember`] implements [`Member`], so `lockstep::LockstepRunner` runs a
-//! fused batch with the whole member contract. A fused batch advances only as
-//! a whole: every member calls [`Member::begin_advance`] with the same number
-//! of intervals (the last of them enqueues the batch's intervals), then each
-//! calls [`Member::finish_advance`] (the first waits). What it does not do:
-//! the divergence check, snapshots and the output ring of a single stepper;
-//! members of different shapes.
+//! Every member computes exactly what its own stepper on its own driver
+//! computes: the same kernels on the same arguments, bit for bit.
+//!
+//! [`Member::begin_advance`]: crate::member::Member::begin_advance
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-use ndarray::ArrayD;
 
 use crate::config::{ExecConfig, LatticeConfig};
 use crate::cpu::CpuDriver;
-use crate::device::{Action, Arg, BatchLaunch, BufferId, Driver, Launch, PlanId};
+use crate::device::{Action, Arg, BatchLaunch, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId};
 use crate::error::{Error, Result};
+use crate::kernels::PlanTable;
 use crate::ledger::MemoryLedger;
-use crate::member::{Member, MemberIdentity, MemberObservation, StatsSpec};
-use crate::schedule::plan::{HopPlan, parity_at_interval_start};
-use crate::stepper::{Stepper, prepare_pair};
+use crate::stepper::{INTERVAL_PLANS, Stepper};
 
 /// The alignment of every member's copy of a buffer: device allocations are
-/// 256-byte aligned, so each member's slice starts as its own buffer would.
+/// 256-byte aligned, so each member's copy starts as its own buffer would.
 pub const MEMBER_ALIGN: usize = 256;
 
-/// Where one of a mirror's buffers lives on the device.
-#[derive(Clone, Debug)]
-struct Slot {
-    device: BufferId,
-    /// Bytes of one member's copy.
-    bytes: usize,
-    /// Bytes from one member's copy to the next.
-    stride: usize,
-    label: String,
-}
+/// A member of a fused batch: a stepper on its member driver.
+pub type FusedMember<D> = Stepper<MemberDriver<D>>;
 
-/// How far the batch is in an advance.
-#[derive(Clone, Debug, PartialEq)]
-enum Phase {
-    Ready,
-    /// Some members have called `begin_advance` with `intervals`.
-    Begun {
-        intervals: u64,
-        begun: Vec<bool>,
-    },
-    /// Every member has begun; the intervals are enqueued.
-    InFlight {
-        intervals: u64,
-    },
-    Failed,
-}
-
-struct Inner<D: Driver> {
-    driver: D,
-    /// By the mirror's buffer id (every mirror has the same ids).
-    slots: Vec<Option<Slot>>,
-    /// Every device buffer, in allocation order.
-    device: Vec<BufferId>,
-    /// The fused interval plans, by level-0 parity.
-    prepared: [PlanId; 2],
-    phase: Phase,
-    /// Members that began the last advance and have not yet finished it.
-    owed: Vec<bool>,
-    step_count: u64,
-    /// The last interval's raw exchange is there to read.
-    exchange_valid: bool,
-    /// Each member's open exchange window.
-    window_start: Vec<Option<u64>>,
-    /// Whether a member's mirror holds the device state.
-    synced: Vec<bool>,
-    closed: Vec<bool>,
-}
-
-struct Batch<D: Driver> {
-    mirrors: Vec<Stepper<CpuDriver>>,
-    backend: &'static str,
-    inner: Mutex<Inner<D>>,
-}
-
-/// One member of a fused batch; see the module documentation.
-pub struct FusedMember<D: Driver> {
-    batch: Arc<Batch<D>>,
-    index: usize,
-}
-
-impl<D: Driver> FusedMember<D> {
-    /// Builds the members' host mirrors, lays their buffers out on `driver`
-    /// and prepares the fused plans; an empty list gives no members.
-    pub fn batch(mut driver: D, members: Vec<(LatticeConfig, ExecConfig)>) -> Result<Vec<FusedMember<D>>> {
-        if members.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mirrors = members
-            .into_iter()
-            .enumerate()
-            .map(|(member, (lattice, exec))| {
-                Stepper::new(CpuDriver::new(), lattice, exec).map_err(|source| Error::FusedMember {
+/// Builds one member per configuration on `driver`, in order, as a fused
+/// batch; a member that cannot be built is named.
+pub fn batch<D: Driver>(driver: D, members: Vec<(LatticeConfig, ExecConfig)>) -> Result<Vec<FusedMember<D>>> {
+    member_drivers(driver, members.len())
+        .into_iter()
+        .zip(members)
+        .enumerate()
+        .map(|(member, (driver, (lattice, exec)))| {
+            Stepper::new(driver, lattice, exec).map_err(|source| match source {
+                shape @ Error::FusedShape { .. } => shape,
+                source => Error::FusedMember {
                     member,
                     source: Box::new(source),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let layout = mirrors[0].with_parts(|_, _, r, _| r.allocations().to_vec());
-        for (member, mirror) in mirrors.iter().enumerate().skip(1) {
-            let own = mirror.with_parts(|_, _, r, _| r.allocations().to_vec());
-            if own.len() != layout.len() {
-                return Err(Error::FusedShape {
-                    member,
-                    what: format!("it has {} buffers, member 0 {}", own.len(), layout.len()),
-                });
-            }
-            if let Some(((_, label, bytes), (_, first_label, first_bytes))) =
-                own.iter().zip(&layout).find(|(a, b)| a != b)
-            {
-                return Err(Error::FusedShape {
-                    member,
-                    what: format!(
-                        "its buffer `{label}` has {bytes} bytes where member 0's `{first_label}` has {first_bytes}"
-                    ),
-                });
-            }
-        }
-        let n = mirrors.len();
-        let mut slots: Vec<Option<Slot>> = Vec::new();
-        let mut device = Vec::new();
-        let laid_out = lay_out(&mut driver, &mirrors, &layout, &mut slots, &mut device).and_then(|()| {
-            let plans: Vec<HopPlan> = mirrors.iter().map(|m| m.with_parts(|_, _, _, p| p.clone())).collect();
-            let fused = [0, 1].map(|step_count| {
-                let actions: Vec<Vec<Action>> = plans.iter().map(|p| p.actions(step_count)).collect();
-                fuse(&actions, &slots, n)
-            });
-            let [even, odd] = fused;
-            prepare_pair(
-                &mut driver,
-                ["fused.interval.even", "fused.interval.odd"],
-                &[even?, odd?],
-            )
-        });
-        let prepared = match laid_out {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                // The refusal is what to report; freeing adds nothing to act on.
-                for id in device {
-                    let _ = driver.free(id);
-                }
-                return Err(e);
-            }
-        };
-        let backend = driver.backend();
-        let batch = Arc::new(Batch {
-            mirrors,
-            backend,
-            inner: Mutex::new(Inner {
-                driver,
-                slots,
-                device,
-                prepared,
-                phase: Phase::Ready,
-                owed: vec![false; n],
-                step_count: 0,
-                exchange_valid: false,
-                window_start: vec![None; n],
-                synced: vec![true; n],
-                closed: vec![false; n],
-            }),
-        });
-        Ok((0..n)
-            .map(|index| FusedMember {
-                batch: Arc::clone(&batch),
-                index,
-            })
-            .collect())
-    }
-
-    /// The member's position in its batch.
-    pub fn index(&self) -> usize {
-        self.index
-    }
-
-    /// Members in the batch.
-    pub fn members(&self) -> usize {
-        self.batch.mirrors.len()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner<D>> {
-        // A panic inside a driver poisons the lock; the phase still says
-        // what can be done, so recover the guard.
-        self.batch.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn mirror(&self) -> &Stepper<CpuDriver> {
-        &self.batch.mirrors[self.index]
-    }
-
-    /// The member's mirror, holding the device state; `action` names the
-    /// read for a refusal.
-    fn synced(&self, action: &'static str) -> Result<&Stepper<CpuDriver>> {
-        let mut inner = self.lock();
-        inner.require_ready(self.index, action)?;
-        if !inner.synced[self.index] {
-            let Inner {
-                driver,
-                slots,
-                step_count,
-                exchange_valid,
-                window_start,
-                ..
-            } = &mut *inner;
-            let m = self.index;
-            let result = self
-                .mirror()
-                .mirror(*step_count, window_start[m], *exchange_valid, |b, out| {
-                    let slot = slots[b.id.0 as usize].as_ref().expect("every mirror buffer has a slot");
-                    driver.download(slot.device, m * slot.stride, out)
-                });
-            if let Err(e) = result {
-                inner.phase = Phase::Failed;
-                return Err(e);
-            }
-            inner.synced[self.index] = true;
-        }
-        Ok(self.mirror())
-    }
-}
-
-/// Allocates each of `layout`'s buffers once for all members and fills every
-/// member's copy from its mirror.
-fn lay_out<D: Driver>(
-    driver: &mut D,
-    mirrors: &[Stepper<CpuDriver>],
-    layout: &[(BufferId, String, usize)],
-    slots: &mut Vec<Option<Slot>>,
-    device: &mut Vec<BufferId>,
-) -> Result<()> {
-    for (id, label, bytes) in layout {
-        let stride = bytes.next_multiple_of(MEMBER_ALIGN).max(MEMBER_ALIGN);
-        let buffer = driver.alloc(label, stride * mirrors.len())?;
-        device.push(buffer);
-        let mut data = vec![0u8; stride * mirrors.len()];
-        for (m, mirror) in mirrors.iter().enumerate() {
-            let own = &mut data[m * stride..m * stride + bytes];
-            mirror.with_parts(|cpu, _, _, _| cpu.download(*id, 0, own))?;
-        }
-        driver.upload(buffer, 0, &data)?;
-        let at = id.0 as usize;
-        if slots.len() <= at {
-            slots.resize(at + 1, None);
-        }
-        slots[at] = Some(Slot {
-            device: buffer,
-            bytes: *bytes,
-            stride,
-            label: label.clone(),
-        });
-    }
-    Ok(())
-}
-
-/// Member `m`'s launch with every buffer moved to the member's copy.
-fn member_launch(launch: &Launch, m: usize, slots: &[Option<Slot>]) -> Launch {
-    let mut out = launch.clone();
-    for arg in &mut out.args {
-        if let Arg::Buffer { id, byte_offset } = arg {
-            let slot = slots[id.0 as usize].as_ref().expect("every mirror buffer has a slot");
-            *id = slot.device;
-            *byte_offset += (m * slot.stride) as u64;
-        }
-    }
-    out
-}
-
-/// The members' plans (each `actions[m]`, in mirror buffer ids) as one plan
-/// of batches; see the module documentation.
-fn fuse(actions: &[Vec<Action>], slots: &[Option<Slot>], n: usize) -> Result<Vec<Action>> {
-    let first = &actions[0];
-    if let Some((member, own)) = actions.iter().enumerate().find(|(_, a)| a.len() != first.len()) {
-        return Err(Error::FusedShape {
-            member,
-            what: format!("its interval has {} steps, member 0's {}", own.len(), first.len()),
-        });
-    }
-    let shape_of = |a: &Action| match a {
-        Action::Launch(l) => format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block),
-        Action::Memset { bytes, value, .. } => format!("a memset of {bytes} bytes to {value}"),
-        Action::Batch(b) => format!("a batch of {}", b.first().kernel),
-    };
-    (0..first.len())
-        .map(|k| {
-            for (member, own) in actions.iter().enumerate() {
-                let same = match (&own[k], &first[k]) {
-                    (Action::Launch(a), Action::Launch(b)) => {
-                        (a.kernel, a.grid, a.block) == (b.kernel, b.grid, b.block)
-                    }
-                    (a @ Action::Memset { .. }, b @ Action::Memset { .. }) => a == b,
-                    _ => false,
-                };
-                if !same {
-                    return Err(Error::FusedShape {
-                        member,
-                        what: format!(
-                            "its step {k} is {}, member 0's {}",
-                            shape_of(&own[k]),
-                            shape_of(&first[k])
-                        ),
-                    });
-                }
-            }
-            Ok(match &first[k] {
-                Action::Launch(_) => Action::Batch(BatchLaunch {
-                    launches: actions
-                        .iter()
-                        .enumerate()
-                        .map(|(m, own)| match &own[k] {
-                            Action::Launch(l) => member_launch(l, m, slots),
-                            _ => unreachable!("every member's step is a launch (compared above)"),
-                        })
-                        .collect(),
-                }),
-                Action::Memset { buffer, bytes, value } => {
-                    let slot = slots[buffer.0 as usize]
-                        .as_ref()
-                        .expect("every mirror buffer has a slot");
-                    // A plan's memsets set whole buffers (accumulators, the
-                    // health results), so one memset covers every member's.
-                    assert_eq!(*bytes, slot.bytes, "plan memsets set whole buffers");
-                    Action::Memset {
-                        buffer: slot.device,
-                        bytes: slot.stride * n,
-                        value: *value,
-                    }
-                }
-                Action::Batch(_) => unreachable!("a stepper's plan holds no batches"),
+                },
             })
         })
         .collect()
 }
 
-impl<D: Driver> Inner<D> {
-    fn require_ready(&self, member: usize, action: &'static str) -> Result<()> {
-        if self.closed[member] {
-            return Err(Error::Closed { action });
+/// Checks before any work that `members` can run as one fused batch: each
+/// member is built in turn on the host, as a member of a batch of its size,
+/// and its buffers and interval plans compared with member 0's. The member
+/// that cannot be built, or whose shape differs, is named.
+pub fn check(members: &[(LatticeConfig, ExecConfig)]) -> Result<()> {
+    let mut first: Option<(MemoryLedger, [Vec<Action>; 2])> = None;
+    for (member, (lattice, exec)) in members.iter().enumerate() {
+        let stepper =
+            Stepper::new(CpuDriver::for_batch(members.len()), lattice.clone(), exec.clone()).map_err(|source| {
+                Error::FusedMember {
+                    member,
+                    source: Box::new(source),
+                }
+            })?;
+        let plan = stepper.plan();
+        let shape = (stepper.memory_ledger(), [plan.actions(0), plan.actions(1)]);
+        match &first {
+            None => first = Some(shape),
+            Some((ledger, intervals)) => {
+                if let Some((label, bytes)) = shape.0.entries.iter().find(|(l, b)| ledger.entries.get(*l) != Some(b)) {
+                    let theirs = ledger
+                        .entries
+                        .get(label)
+                        .map_or("none".into(), |b| format!("{b} bytes"));
+                    return Err(Error::FusedShape {
+                        member,
+                        what: format!("its buffer `{label}` has {bytes} bytes where member 0's has {theirs}"),
+                    });
+                }
+                for (theirs, mine) in intervals.iter().zip(&shape.1) {
+                    same_shape(theirs, mine).map_err(|what| Error::FusedShape { member, what })?;
+                }
+            }
         }
-        match &self.phase {
-            Phase::Ready if !self.owed[member] => Ok(()),
-            Phase::Failed => Err(Error::Failed { action }),
-            _ => Err(Error::InFlight { action }),
+    }
+    Ok(())
+}
+
+/// Splits `driver` into the drivers of `members` members of one fused batch.
+pub fn member_drivers<D: Driver>(driver: D, members: usize) -> Vec<MemberDriver<D>> {
+    let shared = Arc::new(Mutex::new(Shared {
+        device: driver,
+        members,
+        slots: Vec::new(),
+        allocated: vec![0; members],
+        streams: vec![Vec::new(); members],
+        events: vec![Vec::new(); members],
+        staging: vec![Vec::new(); members],
+        plans: (0..members).map(|_| Vec::new()).collect(),
+        fusions: Vec::new(),
+        queues: vec![VecDeque::new(); members],
+        closed: vec![false; members],
+    }));
+    (0..members)
+        .map(|member| MemberDriver {
+            shared: Arc::clone(&shared),
+            member,
+        })
+        .collect()
+}
+
+/// One member's view of a fused batch's driver; see the module documentation.
+pub struct MemberDriver<D: Driver> {
+    shared: Arc<Mutex<Shared<D>>>,
+    member: usize,
+}
+
+/// One buffer every member allocated, laid out once.
+struct Slot {
+    device: BufferId,
+    label: String,
+    /// Bytes of one member's copy.
+    bytes: usize,
+    /// Bytes from one member's copy to the next.
+    stride: usize,
+    /// Which members hold their copy (not freed).
+    live: Vec<bool>,
+}
+
+/// A member's prepared plan.
+enum Plan {
+    /// Prepared on the device for this member alone, with the member's own
+    /// actions (in its buffer ids) for the stale check.
+    Own {
+        device: PlanId,
+        actions: Vec<Action>,
+    },
+    /// The member's part of the fusion with this index.
+    Fused(usize),
+    Released,
+}
+
+/// One interval plan of every member, fused once all have prepared it.
+struct Fusion {
+    label: String,
+    /// Each member's actions, in its buffer ids.
+    actions: Vec<Option<Vec<Action>>>,
+    prepared: Option<PlanId>,
+    released: Vec<bool>,
+}
+
+struct Shared<D: Driver> {
+    device: D,
+    members: usize,
+    /// By the members' buffer id: the k-th allocation of every member.
+    slots: Vec<Slot>,
+    /// Each member's allocations so far (its next buffer id).
+    allocated: Vec<usize>,
+    /// Each member's streams: its stream `k` (k >= 1) is `streams[m][k - 1]`.
+    streams: Vec<Vec<StreamId>>,
+    events: Vec<Vec<EventId>>,
+    staging: Vec<Vec<StagingId>>,
+    plans: Vec<Vec<Plan>>,
+    fusions: Vec<Fusion>,
+    /// Each member's replayed intervals (fusion indices) not yet enqueued.
+    queues: Vec<VecDeque<usize>>,
+    /// Members that released a fused plan (closed): the batch goes on
+    /// without waiting for them, their copies computed but never read.
+    closed: Vec<bool>,
+}
+
+fn unknown(what: &'static str, id: u32) -> Error {
+    Error::UnknownHandle {
+        backend: "fused",
+        what,
+        id,
+    }
+}
+
+impl<D: Driver> Shared<D> {
+    /// Member `m`'s live copy of `id`.
+    fn slot(&self, m: usize, id: BufferId) -> Result<&Slot> {
+        self.slots
+            .get(id.0 as usize)
+            .filter(|s| s.live[m])
+            .ok_or(Error::UnknownBuffer {
+                backend: "fused",
+                buffer: id,
+            })
+    }
+
+    /// Bytes of member `m`'s copy of `id`, `None` when it holds none.
+    fn size_of(&self, m: usize, id: BufferId) -> Option<usize> {
+        self.slot(m, id).ok().map(|s| s.bytes)
+    }
+
+    /// Where `[offset, offset + len)` of member `m`'s copy of `id` lies on the
+    /// device.
+    fn at(
+        &self,
+        m: usize,
+        id: BufferId,
+        operation: &'static str,
+        offset: usize,
+        len: usize,
+    ) -> Result<(BufferId, usize)> {
+        let slot = self.slot(m, id)?;
+        let end = offset.saturating_add(len);
+        if end > slot.bytes {
+            return Err(Error::OutOfRange {
+                backend: "fused",
+                operation,
+                label: slot.label.clone(),
+                start: offset as u64,
+                end: end as u64,
+                size: slot.bytes as u64,
+            });
+        }
+        Ok((slot.device, m * slot.stride + offset))
+    }
+
+    fn stream(&self, m: usize, stream: StreamId) -> Result<StreamId> {
+        match stream.0 {
+            0 => Ok(StreamId::MAIN),
+            k => self.streams[m].get(k as usize - 1).copied().ok_or(unknown("stream", k)),
+        }
+    }
+
+    fn event(&self, m: usize, event: EventId) -> Result<EventId> {
+        self.events[m]
+            .get(event.0 as usize)
+            .copied()
+            .ok_or(unknown("event", event.0))
+    }
+
+    fn staging(&self, m: usize, staging: StagingId) -> Result<StagingId> {
+        self.staging[m]
+            .get(staging.0 as usize)
+            .copied()
+            .ok_or(unknown("staging", staging.0))
+    }
+
+    /// Member `m`'s launch with every buffer moved to its copy.
+    fn launch_of(&self, m: usize, launch: &Launch) -> Launch {
+        let mut out = launch.clone();
+        for arg in &mut out.args {
+            if let Arg::Buffer { id, byte_offset } = arg {
+                let slot = &self.slots[id.0 as usize];
+                *id = slot.device;
+                *byte_offset += (m * slot.stride) as u64;
+            }
+        }
+        out
+    }
+
+    /// Member `m`'s checked action on the device.
+    fn action_of(&self, m: usize, action: &Action) -> Action {
+        match action {
+            Action::Launch(l) => Action::Launch(self.launch_of(m, l)),
+            Action::Memset {
+                buffer,
+                byte_offset,
+                bytes,
+                value,
+            } => {
+                let slot = &self.slots[buffer.0 as usize];
+                Action::Memset {
+                    buffer: slot.device,
+                    byte_offset: m * slot.stride + byte_offset,
+                    bytes: *bytes,
+                    value: *value,
+                }
+            }
+            Action::Batch(_) => unreachable!("a member's plan holding a batch is refused at prepare"),
+        }
+    }
+
+    /// Every member's `actions` as one plan of batches; see the module
+    /// documentation.
+    fn fuse(&self, actions: &[Vec<Action>]) -> Vec<Action> {
+        let mut out = Vec::new();
+        for (k, first) in actions[0].iter().enumerate() {
+            match first {
+                Action::Launch(_) => out.push(Action::Batch(BatchLaunch {
+                    launches: actions
+                        .iter()
+                        .enumerate()
+                        .map(|(m, own)| match &own[k] {
+                            Action::Launch(l) => self.launch_of(m, l),
+                            _ => unreachable!("every member's step has member 0's shape (checked at prepare)"),
+                        })
+                        .collect(),
+                })),
+                Action::Memset {
+                    buffer,
+                    byte_offset: 0,
+                    bytes,
+                    value,
+                } if *bytes == self.slots[buffer.0 as usize].bytes => {
+                    // A whole buffer (an accumulator): every member's copy at once.
+                    let slot = &self.slots[buffer.0 as usize];
+                    out.push(Action::Memset {
+                        buffer: slot.device,
+                        byte_offset: 0,
+                        bytes: slot.stride * self.members,
+                        value: *value,
+                    });
+                }
+                Action::Memset { .. } => {
+                    out.extend(actions.iter().enumerate().map(|(m, own)| self.action_of(m, &own[k])))
+                }
+                Action::Batch(_) => unreachable!("a member's plan holding a batch is refused at prepare"),
+            }
+        }
+        out
+    }
+
+    /// Enqueues every interval that all open members have queued.
+    fn drain(&mut self, m: usize) -> Result<()> {
+        loop {
+            let open: Vec<usize> = (0..self.members).filter(|k| !self.closed[*k]).collect();
+            if open.is_empty() || open.iter().any(|k| self.queues[*k].is_empty()) {
+                return Ok(());
+            }
+            let head = self.queues[open[0]][0];
+            if open.iter().any(|k| self.queues[*k][0] != head) {
+                return Err(Error::FusedAdvance {
+                    member: m,
+                    action: "replay an interval",
+                    why: "the members of a fused batch queued different intervals: every member advances by the same intervals",
+                });
+            }
+            for k in open {
+                self.queues[k].pop_front();
+            }
+            let plan = self.fusions[head].prepared.expect("queued only once prepared");
+            self.device.replay(plan)?;
         }
     }
 }
 
-impl<D: Driver> Member for FusedMember<D> {
+/// Whether `mine` has the shape of `first`: the same steps, each launch of
+/// the same kernel, grid and block, each memset the same; else what differs.
+fn same_shape(first: &[Action], mine: &[Action]) -> std::result::Result<(), String> {
+    if first.len() != mine.len() {
+        return Err(format!(
+            "its interval has {} steps, member 0's {}",
+            mine.len(),
+            first.len()
+        ));
+    }
+    let shape = |a: &Action| match a {
+        Action::Launch(l) => format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block),
+        Action::Memset { bytes, value, .. } => format!("a memset of {bytes} bytes to {value}"),
+        Action::Batch(b) => format!("a batch of {}", b.first().kernel),
+    };
+    match first
+        .iter()
+        .zip(mine)
+        .enumerate()
+        .find(|(_, (a, b))| shape(a) != shape(b))
+    {
+        Some((k, (a, b))) => Err(format!("its step {k} is {}, member 0's {}", shape(b), shape(a))),
+        None => Ok(()),
+    }
+}
+
+impl<D: Driver> MemberDriver<D> {
+    fn lock(&self) -> MutexGuard<'_, Shared<D>> {
+        // A panic inside the device driver poisons the lock; every later
+        // call still gets the device's own answer, so recover the guard.
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<D: Driver> Driver for MemberDriver<D> {
     fn backend(&self) -> &'static str {
-        self.batch.backend
+        self.lock().device.backend()
     }
 
-    fn step_count(&self) -> u64 {
-        self.lock().step_count
-    }
-
-    fn identity(&self) -> MemberIdentity {
-        self.mirror().identity()
-    }
-
-    fn open_window(&self) -> Result<()> {
-        let mut inner = self.lock();
-        inner.require_ready(self.index, "open the exchange window")?;
-        if !self.mirror().configuration().1.observe_window_exchange {
-            return Ok(());
-        }
-        let windows: Vec<BufferId> = self
-            .mirror()
-            .with_parts(|_, _, r, _| r.accumulators.iter().filter_map(|a| a.window).collect());
-        let m = self.index;
-        for window in windows {
-            let slot = inner.slots[window.0 as usize]
-                .clone()
-                .expect("every mirror buffer has a slot");
-            if let Err(e) = inner.driver.memset_async(slot.device, m * slot.stride, slot.bytes, 0) {
-                inner.phase = Phase::Failed;
-                return Err(e);
-            }
-        }
-        inner.window_start[m] = Some(inner.step_count);
-        inner.synced[m] = false;
-        Ok(())
-    }
-
-    fn begin_advance(&self, intervals: u64) -> Result<()> {
-        let mut inner = self.lock();
-        let (m, n) = (self.index, self.batch.mirrors.len());
-        if inner.closed[m] {
-            return Err(Error::Closed { action: "step" });
-        }
-        if inner.owed[m] {
-            return Err(Error::InFlight { action: "step" });
-        }
-        match &mut inner.phase {
-            Phase::Failed => return Err(Error::Failed { action: "step" }),
-            Phase::InFlight { .. } => return Err(Error::InFlight { action: "step" }),
-            Phase::Ready => {
-                inner.phase = Phase::Begun {
-                    intervals,
-                    begun: vec![false; n],
-                }
-            }
-            Phase::Begun { intervals: asked, .. } if *asked != intervals => {
-                return Err(Error::FusedAdvance {
+    fn alloc(&mut self, label: &str, bytes: usize) -> Result<BufferId> {
+        let m = self.member;
+        let mut s = self.lock();
+        let k = s.allocated[m];
+        if let Some(slot) = s.slots.get(k) {
+            if slot.label != label || slot.bytes != bytes {
+                return Err(Error::FusedShape {
                     member: m,
-                    action: "step",
-                    why: "every member of a fused batch advances by the same intervals as the first to begin",
+                    what: format!(
+                        "its buffer `{label}` has {bytes} bytes where member 0's `{}` has {}",
+                        slot.label, slot.bytes
+                    ),
                 });
             }
-            Phase::Begun { .. } => {}
+        } else {
+            let stride = bytes.next_multiple_of(MEMBER_ALIGN).max(MEMBER_ALIGN);
+            let members = s.members;
+            let device = s.device.alloc(label, stride * members)?;
+            s.slots.push(Slot {
+                device,
+                label: label.to_owned(),
+                bytes,
+                stride,
+                live: vec![false; members],
+            });
         }
-        let Phase::Begun { begun, .. } = &mut inner.phase else {
-            unreachable!("set above")
-        };
-        begun[m] = true;
-        if !begun.iter().all(|b| *b) {
-            return Ok(());
-        }
-        inner.phase = Phase::InFlight { intervals };
-        inner.owed = vec![true; n];
-        inner.exchange_valid = false;
-        let Inner {
-            driver,
-            prepared,
-            step_count,
-            ..
-        } = &mut *inner;
-        let enqueued =
-            (0..intervals).try_for_each(|k| driver.replay(prepared[parity_at_interval_start(0, *step_count + k)]));
-        if enqueued.is_err() {
-            inner.phase = Phase::Failed;
-        }
-        enqueued
+        s.slots[k].live[m] = true;
+        s.allocated[m] += 1;
+        Ok(BufferId(k as u32))
     }
 
-    fn finish_advance(&self) -> Result<()> {
-        let mut inner = self.lock();
-        let m = self.index;
-        match inner.phase.clone() {
-            Phase::InFlight { intervals } => {
-                let waited = inner.driver.synchronize();
-                inner.owed[m] = false;
-                if let Err(e) = waited {
-                    inner.phase = Phase::Failed;
-                    return Err(e);
+    fn free(&mut self, buffer: BufferId) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        s.slot(m, buffer)?;
+        let slot = &mut s.slots[buffer.0 as usize];
+        slot.live[m] = false;
+        if slot.live.iter().any(|l| *l) {
+            return Ok(());
+        }
+        let device = slot.device;
+        s.device.free(device)
+    }
+
+    fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> Result<()> {
+        let mut s = self.lock();
+        let (id, at) = s.at(self.member, buffer, "upload", byte_offset, data.len())?;
+        s.device.upload(id, at, data)
+    }
+
+    fn download(&mut self, buffer: BufferId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        let mut s = self.lock();
+        let (id, at) = s.at(self.member, buffer, "download", byte_offset, out.len())?;
+        s.device.download(id, at, out)
+    }
+
+    fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
+        let mut s = self.lock();
+        let (id, at) = s.at(self.member, buffer, "memset", byte_offset, bytes)?;
+        s.device.memset_async(id, at, bytes, value)
+    }
+
+    fn copy_async(
+        &mut self,
+        src: BufferId,
+        src_offset: usize,
+        dst: BufferId,
+        dst_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let mut s = self.lock();
+        let (src, so) = s.at(self.member, src, "copy", src_offset, bytes)?;
+        let (dst, dof) = s.at(self.member, dst, "copy", dst_offset, bytes)?;
+        s.device.copy_async(src, so, dst, dof, bytes)
+    }
+
+    fn launch(&mut self, launch: &Launch) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        crate::kernels::check_launch(launch, |id| s.size_of(m, id))?;
+        let own = s.launch_of(m, launch);
+        s.device.launch(&own)
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        if !s.queues[m].is_empty() {
+            return Err(Error::FusedAdvance {
+                member: m,
+                action: "wait for its intervals",
+                why: "they are enqueued once every member of the fused batch has begun the same intervals",
+            });
+        }
+        s.device.synchronize()
+    }
+
+    fn free_memory(&self) -> Result<u64> {
+        self.lock().device.free_memory()
+    }
+
+    fn create_stream(&mut self) -> Result<StreamId> {
+        let m = self.member;
+        let mut s = self.lock();
+        let stream = s.device.create_stream()?;
+        s.streams[m].push(stream);
+        Ok(StreamId(s.streams[m].len() as u32))
+    }
+
+    fn create_event(&mut self) -> Result<EventId> {
+        let m = self.member;
+        let mut s = self.lock();
+        let event = s.device.create_event()?;
+        s.events[m].push(event);
+        Ok(EventId(s.events[m].len() as u32 - 1))
+    }
+
+    fn record_event(&mut self, event: EventId, stream: StreamId) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        let (event, stream) = (s.event(m, event)?, s.stream(m, stream)?);
+        s.device.record_event(event, stream)
+    }
+
+    fn wait_event(&mut self, stream: StreamId, event: EventId) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        let (stream, event) = (s.stream(m, stream)?, s.event(m, event)?);
+        s.device.wait_event(stream, event)
+    }
+
+    fn synchronize_event(&mut self, event: EventId) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        let event = s.event(m, event)?;
+        s.device.synchronize_event(event)
+    }
+
+    fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
+        let m = self.member;
+        let mut s = self.lock();
+        let staging = s.device.alloc_staging(label, bytes)?;
+        s.staging[m].push(staging);
+        Ok(StagingId(s.staging[m].len() as u32 - 1))
+    }
+
+    fn free_staging(&mut self, staging: StagingId) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        let staging = s.staging(m, staging)?;
+        s.device.free_staging(staging)
+    }
+
+    fn download_async(
+        &mut self,
+        stream: StreamId,
+        buffer: BufferId,
+        byte_offset: usize,
+        staging: StagingId,
+        staging_offset: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        let stream = s.stream(m, stream)?;
+        let (id, at) = s.at(m, buffer, "download", byte_offset, bytes)?;
+        let staging = s.staging(m, staging)?;
+        s.device.download_async(stream, id, at, staging, staging_offset, bytes)
+    }
+
+    fn read_staging(&mut self, staging: StagingId, byte_offset: usize, out: &mut [u8]) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        let staging = s.staging(m, staging)?;
+        s.device.read_staging(staging, byte_offset, out)
+    }
+
+    fn prepare(&mut self, label: &str, actions: &[Action]) -> Result<PlanId> {
+        let m = self.member;
+        let mut s = self.lock();
+        let backend = s.device.backend();
+        // The member's own check, against its own copies.
+        PlanTable::default().prepare(actions, backend, |id| s.size_of(m, id))?;
+        if let Some(Action::Batch(_)) = actions.iter().find(|a| matches!(a, Action::Batch(_))) {
+            return Err(Error::FusedShape {
+                member: m,
+                what: "its plan holds a batch already".into(),
+            });
+        }
+        let plan = match INTERVAL_PLANS.contains(&label) {
+            true => {
+                let index = match s
+                    .fusions
+                    .iter()
+                    .position(|f| f.label == label && f.actions[m].is_none())
+                {
+                    Some(index) => index,
+                    None => {
+                        let members = s.members;
+                        s.fusions.push(Fusion {
+                            label: label.to_owned(),
+                            actions: vec![None; members],
+                            prepared: None,
+                            released: vec![false; members],
+                        });
+                        s.fusions.len() - 1
+                    }
+                };
+                if let Some(first) = s.fusions[index].actions.iter().flatten().next() {
+                    same_shape(first, actions).map_err(|what| Error::FusedShape { member: m, what })?;
                 }
-                inner.step_count += intervals;
-                inner.exchange_valid = intervals > 0;
-                inner.synced.iter_mut().for_each(|s| *s = false);
-                inner.phase = Phase::Ready;
-                Ok(())
+                s.fusions[index].actions[m] = Some(actions.to_vec());
+                if s.fusions[index].actions.iter().all(Option::is_some) {
+                    let all: Vec<Vec<Action>> = s.fusions[index].actions.iter().flatten().cloned().collect();
+                    let fused = s.fuse(&all);
+                    let prepared = s.device.prepare(&format!("fused.{label}"), &fused)?;
+                    s.fusions[index].prepared = Some(prepared);
+                }
+                Plan::Fused(index)
             }
-            Phase::Ready if inner.owed[m] => {
-                inner.owed[m] = false;
-                Ok(())
+            false => {
+                let own: Vec<Action> = actions.iter().map(|a| s.action_of(m, a)).collect();
+                Plan::Own {
+                    device: s.device.prepare(label, &own)?,
+                    actions: actions.to_vec(),
+                }
             }
-            Phase::Failed if inner.owed[m] => {
-                inner.owed[m] = false;
-                Err(Error::Failed { action: "step" })
-            }
-            Phase::Begun { .. } => Err(Error::FusedAdvance {
+        };
+        s.plans[m].push(plan);
+        Ok(PlanId(s.plans[m].len() as u32 - 1))
+    }
+
+    fn replay(&mut self, plan: PlanId) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        let (device, actions) = match s.plans[m].get(plan.0 as usize) {
+            Some(Plan::Own { device, actions }) => (Some(*device), actions),
+            Some(Plan::Fused(f)) => (None, s.fusions[*f].actions[m].as_ref().expect("set at prepare")),
+            _ => return Err(unknown("plan", plan.0)),
+        };
+        if let Some(buffer) = actions
+            .iter()
+            .flat_map(Action::buffers)
+            .find(|b| s.size_of(m, *b).is_none())
+        {
+            return Err(Error::StalePlan {
+                backend: "fused",
+                plan,
+                buffer,
+            });
+        }
+        if let Some(device) = device {
+            return s.device.replay(device);
+        }
+        let Some(Plan::Fused(f)) = s.plans[m].get(plan.0 as usize) else {
+            unreachable!("matched above")
+        };
+        let f = *f;
+        if s.fusions[f].prepared.is_none() {
+            return Err(Error::FusedAdvance {
                 member: m,
-                action: "finish its advance",
-                why: "not every member of the fused batch has begun it (begin_advance on all, then finish_advance)",
-            }),
-            _ => Err(Error::FusedAdvance {
-                member: m,
-                action: "finish its advance",
-                why: "nothing was begun",
-            }),
+                action: "replay an interval",
+                why: "not every member of the fused batch has been built",
+            });
         }
+        s.queues[m].push_back(f);
+        s.drain(m)
     }
 
-    fn velocity(&self) -> Result<Vec<f32>> {
-        Member::velocity(self.synced("read the velocity")?)
-    }
-
-    fn stats(&self, spec: &StatsSpec) -> Result<std::collections::BTreeMap<String, ArrayD<f64>>> {
-        Member::stats(self.synced("read statistics")?, spec)
-    }
-
-    fn observe(&self) -> Result<MemberObservation> {
-        Member::observe(self.synced("observe")?)
-    }
-
-    /// The member's share of every buffer: its stride of each.
-    fn memory_ledger(&self) -> MemoryLedger {
-        let inner = self.lock();
-        let mut ledger = MemoryLedger::default();
-        for slot in inner.slots.iter().flatten() {
-            ledger.add(slot.label.clone(), slot.stride as u64);
-        }
-        ledger
-    }
-
-    fn available_device_memory(&self) -> Result<u64> {
-        self.lock().driver.free_memory()
-    }
-
-    /// Closes the member's mirror; the last member to close releases the
-    /// batch's plans and device buffers.
-    fn close(&self) -> Result<()> {
-        let mut inner = self.lock();
-        if inner.closed[self.index] {
-            return Ok(());
-        }
-        inner.closed[self.index] = true;
-        let mirror = self.mirror().close();
-        if !inner.closed.iter().all(|c| *c) {
-            return mirror;
-        }
-        let Inner {
-            driver,
-            prepared,
-            device,
-            ..
-        } = &mut *inner;
-        let plans = prepared.iter().try_for_each(|p| driver.release_plan(*p));
-        let mut freed = Ok(());
-        for id in std::mem::take(device) {
-            if let Err(e) = driver.free(id) {
-                freed = freed.and(Err(e));
+    fn release_plan(&mut self, plan: PlanId) -> Result<()> {
+        let m = self.member;
+        let mut s = self.lock();
+        let slot = s.plans[m].get_mut(plan.0 as usize).ok_or(unknown("plan", plan.0))?;
+        match std::mem::replace(slot, Plan::Released) {
+            Plan::Own { device, .. } => s.device.release_plan(device),
+            Plan::Fused(f) => {
+                s.closed[m] = true;
+                s.queues[m].clear();
+                // The others no longer wait for this member's intervals.
+                s.drain(m)?;
+                let fusion = &mut s.fusions[f];
+                fusion.released[m] = true;
+                match (fusion.released.iter().all(|r| *r), fusion.prepared) {
+                    (true, Some(device)) => s.device.release_plan(device),
+                    _ => Ok(()),
+                }
             }
+            Plan::Released => Err(unknown("plan", plan.0)),
         }
-        mirror.and(plans).and(freed)
+    }
+
+    fn batch_members(&self) -> usize {
+        self.lock().members
     }
 }

@@ -18,7 +18,7 @@ use std::time::Instant;
 use bench_record::Group;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use lbm_core::case::Case;
-use lbm_core::fused::FusedMember;
+
 use lbm_core::member::{FixedSchedule, Member};
 use lbm_core::{Boundary, ExecConfig, LatticeConfig, Stepper};
 use lbm_cuda::CudaDriver;
@@ -116,7 +116,7 @@ fn bench(c: &mut Criterion) {
             .iter()
             .map(|(l, e)| Stepper::new(CudaDriver::new(0).unwrap(), l.clone(), e.clone()).unwrap())
             .collect();
-        let fused = FusedMember::batch(CudaDriver::new(0).unwrap(), configs).unwrap();
+        let fused = lbm_core::fused::batch(CudaDriver::new(0).unwrap(), configs).unwrap();
         let per_member = batch[0].hierarchy().cell_updates_per_interval();
         let updates = per_member * INTERVALS;
         let param = format!("{id}x{n}");

@@ -402,7 +402,12 @@ impl CudaDriver {
         match action {
             Action::Launch(launch) => self.enqueue(launch),
             Action::Batch(batch) => self.enqueue_batch(batch, tables.next().expect("one table per batch")),
-            Action::Memset { buffer, bytes, value } => self.memset_range(*buffer, 0, *bytes, *value),
+            Action::Memset {
+                buffer,
+                byte_offset,
+                bytes,
+                value,
+            } => self.memset_range(*buffer, *byte_offset, *bytes, *value),
         }
     }
 

@@ -280,7 +280,12 @@ impl Driver for EmuDriver {
             match action {
                 Action::Launch(launch) => self.run(launch)?,
                 Action::Batch(batch) => self.run_batch(batch)?,
-                Action::Memset { buffer, bytes, value } => self.memset_async(*buffer, 0, *bytes, *value)?,
+                Action::Memset {
+                    buffer,
+                    byte_offset,
+                    bytes,
+                    value,
+                } => self.memset_async(*buffer, *byte_offset, *bytes, *value)?,
             }
         }
         Ok(())

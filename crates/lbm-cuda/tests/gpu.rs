@@ -829,6 +829,7 @@ fn streams_events_staging_and_plans_match_the_cpu() {
         Action::Launch(step(dst, src)),
         Action::Memset {
             buffer: dst,
+            byte_offset: 0,
             bytes: 64,
             value: 0,
         },
@@ -867,6 +868,7 @@ fn streams_events_staging_and_plans_match_the_cpu() {
             "stale",
             &[Action::Memset {
                 buffer: dst,
+                byte_offset: 0,
                 bytes: 4,
                 value: 0,
             }],
@@ -1525,6 +1527,7 @@ fn graph_replays_match_plain_launches_bit_for_bit() {
             "memset",
             &[Action::Memset {
                 buffer,
+                byte_offset: 0,
                 bytes: 64,
                 value: 0xAB,
             }],
@@ -1616,7 +1619,6 @@ fn lockstep_batches_match_the_cpu() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn fused_batches_match_lockstep_bit_for_bit() {
-    use lbm_core::fused::FusedMember;
     use lbm_core::member::{FieldQuantity, FixedSchedule, Statistic, StatsSpec};
     use lockstep::LockstepRunner;
     let lattice = channel_lattice();
@@ -1655,7 +1657,7 @@ fn fused_batches_match_lockstep_bit_for_bit() {
     )
     .unwrap();
     let mut fused = LockstepRunner::new(
-        FusedMember::batch(
+        lbm_core::fused::batch(
             lbm_cuda::testing::open_device().driver,
             (0..MEMBERS).map(member).collect(),
         )
@@ -1663,7 +1665,8 @@ fn fused_batches_match_lockstep_bit_for_bit() {
     )
     .unwrap();
     let mut cpu =
-        LockstepRunner::new(FusedMember::batch(CpuDriver::new(), (0..MEMBERS).map(member).collect()).unwrap()).unwrap();
+        LockstepRunner::new(lbm_core::fused::batch(CpuDriver::new(), (0..MEMBERS).map(member).collect()).unwrap())
+            .unwrap();
     lockstep.run().unwrap();
     fused.run().unwrap();
     cpu.run().unwrap();

@@ -78,7 +78,7 @@ fn configs() -> Vec<(LatticeConfig, ExecConfig)> {
 }
 
 fn fused<D: Driver>(driver: D) -> Vec<FusedMember<D>> {
-    FusedMember::batch(driver, configs()).unwrap()
+    lbm_core::fused::batch(driver, configs()).unwrap()
 }
 
 fn lockstep() -> LockstepRunner<Stepper<CpuDriver>> {
@@ -123,6 +123,12 @@ fn a_fused_batch_reproduces_the_lockstep_runner_bit_for_bit() {
             .zip(b[name].iter())
             .all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(same, "{name}: fused and lockstep differ");
+    }
+    // A member's own plans (here the health check, its memset on the
+    // member's copy) run per member.
+    for m in batch.members() {
+        assert_eq!(m.check_health(0.5).unwrap(), None);
+        assert!(m.check_health(1e-9).unwrap().is_some(), "a tiny limit finds a cell");
     }
     batch.close().unwrap();
     baseline.close().unwrap();
@@ -177,7 +183,7 @@ fn a_fused_batch_launches_each_kernel_once_per_hop_for_every_member() {
 fn the_runner_refuses_fused_members_as_it_refuses_steppers() {
     let mut configs = configs();
     configs[2].1.schedule = Some(FixedSchedule::new(40, 10).unwrap().with_diagnostics_every(2).unwrap());
-    let members = FusedMember::batch(CpuDriver::new(), configs).unwrap();
+    let members = lbm_core::fused::batch(CpuDriver::new(), configs).unwrap();
     let message = LockstepRunner::new(members).err().expect("refused").to_string();
     assert!(
         message.contains("member 2") && message.contains("save points"),
@@ -202,7 +208,9 @@ fn members_of_another_shape_are_refused_naming_the_member() {
     let mut configs = configs();
     // The cylinder moved: other links, so other buffer sizes.
     configs[1].0 = channel(0.7, 0.05, 23.6);
-    let refused = FusedMember::batch(CpuDriver::new(), configs).err().expect("refused");
+    let refused = lbm_core::fused::batch(CpuDriver::new(), configs)
+        .err()
+        .expect("refused");
     let message = refused.to_string();
     assert!(matches!(refused, Error::FusedShape { member: 1, .. }), "{message}");
     assert!(message.contains(".links") && message.contains("lockstep"), "{message}");
@@ -210,38 +218,101 @@ fn members_of_another_shape_are_refused_naming_the_member() {
     // A bad member is named too.
     let mut configs = self::configs();
     configs[2].0.tau = 0.5;
-    let refused = FusedMember::batch(CpuDriver::new(), configs).err().expect("refused");
+    let refused = lbm_core::fused::batch(CpuDriver::new(), configs)
+        .err()
+        .expect("refused");
     assert!(matches!(refused, Error::FusedMember { member: 2, .. }), "{refused}");
 }
 
 #[test]
 fn a_fused_batch_advances_only_as_a_whole() {
     let members = fused(CpuDriver::new());
-    members[0].begin_advance(2).unwrap();
-    let early = members[0].finish_advance().unwrap_err();
-    assert!(early.to_string().contains("not every member"), "{early}");
-    let other = members[1].begin_advance(3).unwrap_err();
-    assert!(other.to_string().contains("same intervals"), "{other}");
-    members[1].begin_advance(2).unwrap();
-    members[2].begin_advance(2).unwrap();
-    assert!(matches!(members[1].velocity(), Err(Error::InFlight { .. })));
-    members.iter().for_each(|m| m.finish_advance().unwrap());
+    members.iter().for_each(|m| m.begin_advance(2).unwrap());
+    assert!(members.iter().all(|m| m.finish_advance().is_ok()));
     assert!(members.iter().all(|m| m.step_count() == 2));
     assert!(members[1].velocity().is_ok());
+    // A member that waits before the others began: its intervals are still
+    // queued, and it fails saying why.
+    members[0].begin_advance(1).unwrap();
+    let early = members[0].finish_advance().unwrap_err();
+    assert!(
+        early.to_string().contains("every member of the fused batch has begun"),
+        "{early}"
+    );
+    assert!(matches!(members[0].velocity(), Err(Error::Failed { .. })));
 }
 
 #[test]
-fn each_member_holds_its_share_of_every_buffer() {
-    let members = fused(MockDriver::new());
+fn each_member_holds_its_share_of_one_allocation_per_buffer() {
+    let driver = MockDriver::new();
+    let log = driver.handle();
+    let members = fused(driver);
     let one = members[0].memory_ledger();
+    assert!(one.entries.contains_key("L1.p0.f.a"));
+    // One device buffer for each of a member's, holding all three copies.
+    assert_eq!(log.live_buffers().len(), one.entries.len());
     let runner = LockstepRunner::new(members).unwrap();
     let ledger = runner.memory_ledger();
     assert_eq!(ledger.entries.len(), 3 * one.entries.len());
     for (name, bytes) in &one.entries {
-        assert_eq!(*bytes % 256, 0, "{name}: a member's copy is 256-byte aligned");
         for i in 0..3 {
             assert_eq!(ledger.entries[&format!("member/{i}/{name}")], *bytes);
         }
     }
-    assert!(one.entries.contains_key("L1.p0.f.a"));
+}
+
+#[test]
+fn a_batch_large_enough_splits_its_update_and_keeps_the_bits() {
+    // 16 members of a 96 x 48 channel: each member's interior is too small
+    // for the split, the batch's is not.
+    let config = |k: usize| {
+        let mut lattice = channel(0.6 + 0.01 * k as f64, 0.04, 40.0);
+        lattice.hierarchy.base = [96, 48];
+        lattice.hierarchy.levels.clear();
+        lattice.bodies[0].level = 0;
+        let exec = ExecConfig {
+            schedule: Some(FixedSchedule::new(10, 5).unwrap().with_diagnostics_every(5).unwrap()),
+            stats: StatsSpec {
+                statistics: vec![
+                    Statistic::Mass,
+                    Statistic::Field {
+                        level: 0,
+                        patch: 0,
+                        quantity: FieldQuantity::Ux,
+                    },
+                ],
+            },
+            ..ExecConfig::default()
+        };
+        (lattice, exec)
+    };
+    let alone = Stepper::new(CpuDriver::new(), config(0).0, config(0).1).unwrap();
+    let plain = alone
+        .plan()
+        .interval(0)
+        .iter()
+        .map(|s| s.name.clone())
+        .collect::<Vec<_>>();
+    assert!(!plain.iter().any(|n| n.ends_with("stream_collide_bulk")), "{plain:?}");
+    let driver = MockDriver::executing();
+    let log = driver.handle();
+    let members = lbm_core::fused::batch(driver, (0..16).map(config).collect()).unwrap();
+    let mut fused = LockstepRunner::new(members).unwrap();
+    let mut baseline = LockstepRunner::new(
+        (0..16)
+            .map(|k| Stepper::new(CpuDriver::new(), config(k).0, config(k).1).unwrap())
+            .collect(),
+    )
+    .unwrap();
+    fused.run().unwrap();
+    baseline.run().unwrap();
+    assert!(
+        log.launch_kernels().contains(&Kernel::StreamCollideBulk),
+        "the batch splits"
+    );
+    assert_eq!(fused.norms(), baseline.norms());
+    let (a, b) = (fused.observe_members().unwrap(), baseline.observe_members().unwrap());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.rows, y.rows, "member {}", x.index);
+    }
 }

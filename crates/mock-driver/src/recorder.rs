@@ -363,7 +363,12 @@ impl Recorder {
                         .and_then(|()| batch.launches.iter().try_for_each(|l| self.execute(l)));
                     self.outcome(EventKind::Launch, result)?;
                 }
-                Action::Memset { buffer, bytes, value } => self.memset(*buffer, 0, *bytes, *value)?,
+                Action::Memset {
+                    buffer,
+                    byte_offset,
+                    bytes,
+                    value,
+                } => self.memset(*buffer, *byte_offset, *bytes, *value)?,
             }
         }
         Ok(())

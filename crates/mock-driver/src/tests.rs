@@ -214,6 +214,7 @@ fn streams_events_staging_and_plans_are_logged_and_executed_in_order() {
                 Action::Launch(stream_collide(a, b, f)),
                 Action::Memset {
                     buffer: a,
+                    byte_offset: 0,
                     bytes: 4,
                     value: 0xAB,
                 },
@@ -272,6 +273,7 @@ fn streams_events_staging_and_plans_are_logged_and_executed_in_order() {
             "again",
             &[Action::Memset {
                 buffer: f,
+                byte_offset: 0,
                 bytes: 4,
                 value: 0,
             }],

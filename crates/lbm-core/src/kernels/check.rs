@@ -124,18 +124,24 @@ fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(BufferI
     match action {
         Action::Launch(launch) => check_launch(launch, size_of),
         Action::Batch(batch) => check_batch(batch, size_of),
-        Action::Memset { buffer, bytes, .. } => {
+        Action::Memset {
+            buffer,
+            byte_offset,
+            bytes,
+            ..
+        } => {
             let size = size_of(*buffer).ok_or(Error::UnknownBuffer {
                 backend,
                 buffer: *buffer,
             })?;
-            if *bytes > size {
+            let end = byte_offset.saturating_add(*bytes);
+            if end > size {
                 return Err(Error::OutOfRange {
                     backend,
                     operation: "memset",
                     label: buffer.to_string(),
-                    start: 0,
-                    end: *bytes as u64,
+                    start: *byte_offset as u64,
+                    end: end as u64,
                     size: size as u64,
                 });
             }

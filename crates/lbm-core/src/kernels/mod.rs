@@ -120,7 +120,7 @@ pub fn population_bytes(layout: &Layout) -> usize {
 
 /// The launch struct of one kernel: its arguments in the order of the
 /// `__global__` signature, and what the launch may touch.
-pub trait KernelArgs: Sized {
+pub trait KernelArgs: Sized + Sync {
     const KERNEL: Kernel;
     /// The `__global__` parameter names, in order (checked by the tidy test).
     const PARAMS: &'static [&'static str];

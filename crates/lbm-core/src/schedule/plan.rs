@@ -96,6 +96,7 @@ impl HopPlan {
                         name: format!("L{}.zero_interval_integral", acc.level),
                         action: Action::Memset {
                             buffer: acc.interval,
+                            byte_offset: 0,
                             bytes: acc.bytes,
                             value: 0,
                         },
@@ -145,6 +146,7 @@ pub(crate) fn health_steps(
         name: "health.reset".into(),
         action: Action::Memset {
             buffer: resources.health,
+            byte_offset: 0,
             bytes: hierarchy.patches().count() * HEALTH_WORDS * 4,
             value: 0xFF,
         },

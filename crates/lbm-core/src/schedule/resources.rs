@@ -54,16 +54,18 @@ fn accumulator_bytes(bodies: usize) -> usize {
     bodies * EXCHANGE_WORDS * 8
 }
 
-/// Interior cells from which a patch's update is split into the bulk kernel
-/// and the general one over its boundary cells. Below, one launch over every
-/// cell costs less than the second launch saves: on an H200 a launch costs
-/// about 4 microseconds, what the general kernel spends on 2^16 cells more
-/// than the bulk one.
+/// Interior cells, over all members of a fused batch, from which a patch's
+/// update is split into the bulk kernel and the general one over its
+/// boundary cells. Below, one launch over every cell costs less than the
+/// second launch saves: on an H200 a launch costs about 4 microseconds, what
+/// the general kernel spends on 2^16 cells more than the bulk one.
 pub const BULK_MIN_CELLS: usize = 1 << 16;
 
-/// The bulk region of `patch` when its update is split (see [`BULK_MIN_CELLS`]).
-pub fn bulk_region(patch: &Patch) -> Option<Rect> {
-    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() >= BULK_MIN_CELLS)
+/// The bulk region of `patch` when its update is split (see
+/// [`BULK_MIN_CELLS`]), for a batch of `members` members launched together
+/// (1 for a stepper alone).
+pub fn bulk_region(patch: &Patch, members: usize) -> Option<Rect> {
+    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() * members >= BULK_MIN_CELLS)
 }
 
 /// Bytes of a split patch's boundary cells at most: its rim, and the
@@ -101,6 +103,7 @@ pub fn estimate(
     sides: &[Vec<PatchSides>],
     lattice: &LatticeConfig,
     exec: &ExecConfig,
+    members: usize,
 ) -> MemoryLedger {
     let mut ledger = MemoryLedger::default();
     let observe = exec.observe_raw_exchange || exec.observe_window_exchange;
@@ -135,7 +138,7 @@ pub fn estimate(
                 x1 + 1.0 > ax0 && x0 - 1.0 < ax1 && y1 + 1.0 > ay0 && y0 - 1.0 < ay1
             })
             .collect();
-        if let Some(bulk) = bulk_region(patch) {
+        if let Some(bulk) = bulk_region(patch, members) {
             // Bounds in the patch's storage cells: its active region starts at
             // `patch.active` in storage and at `global_active` on the level.
             let bounds: Vec<[f64; 4]> = near
@@ -264,8 +267,7 @@ pub struct Resources {
     pub memory: MemoryLedger,
     /// The buffers the plan writes, in allocation order: what a snapshot holds.
     pub state: Vec<StateBuffer>,
-    /// Every buffer with its label and size, in allocation order.
-    allocated: Vec<(BufferId, String, usize)>,
+    allocated: Vec<BufferId>,
 }
 
 /// A buffer whose contents change as the run advances (populations, interface
@@ -281,12 +283,15 @@ pub struct StateBuffer {
 impl Resources {
     /// Allocates and fills every buffer. On failure what was allocated is
     /// freed again and the allocation's error is returned.
+    /// `members` is the size of the fused batch the run belongs to (1 for a
+    /// stepper alone): it decides which patches split their update.
     pub fn allocate<D: Driver>(
         driver: &mut D,
         hierarchy: &Hierarchy,
         sides: &[Vec<PatchSides>],
         lattice: &LatticeConfig,
         exec: &ExecConfig,
+        members: usize,
     ) -> Result<Resources> {
         let mut resources = Resources {
             patches: vec![Vec::new(); hierarchy.n_levels()],
@@ -300,7 +305,7 @@ impl Resources {
             state: Vec::new(),
             allocated: Vec::new(),
         };
-        match resources.fill(driver, hierarchy, sides, lattice, exec) {
+        match resources.fill(driver, hierarchy, sides, lattice, exec, members) {
             Ok(()) => Ok(resources),
             Err(e) => {
                 // The allocation error is the one to report; a failure to free
@@ -311,16 +316,10 @@ impl Resources {
         }
     }
 
-    /// Every buffer with its label and size, in allocation order (what a
-    /// fused batch lays out once for all its members).
-    pub(crate) fn allocations(&self) -> &[(BufferId, String, usize)] {
-        &self.allocated
-    }
-
     /// Frees every buffer, reporting the first failure after trying them all.
     pub fn release<D: Driver>(&mut self, driver: &mut D) -> Result<()> {
         let mut first_error = None;
-        for (id, _, _) in std::mem::take(&mut self.allocated) {
+        for id in std::mem::take(&mut self.allocated) {
             if let Err(e) = driver.free(id) {
                 first_error.get_or_insert(e);
             }
@@ -330,8 +329,8 @@ impl Resources {
 
     fn alloc<D: Driver>(&mut self, driver: &mut D, label: String, bytes: usize) -> Result<BufferId> {
         let id = driver.alloc(&label, bytes)?;
-        self.memory.add(label.clone(), bytes as u64);
-        self.allocated.push((id, label, bytes));
+        self.allocated.push(id);
+        self.memory.add(label, bytes as u64);
         Ok(id)
     }
 
@@ -355,6 +354,7 @@ impl Resources {
         sides: &[Vec<PatchSides>],
         lattice: &LatticeConfig,
         exec: &ExecConfig,
+        members: usize,
     ) -> Result<()> {
         if let Some(inlet) = &lattice.inlet {
             let profile = inlet.profile_samples(hierarchy.base().layout.ny);
@@ -374,7 +374,14 @@ impl Resources {
         }
         let observe = exec.observe_raw_exchange || exec.observe_window_exchange;
         for patch in hierarchy.patches() {
-            self.fill_patch(driver, patch, sides[patch.level][patch.index], lattice, observe)?;
+            self.fill_patch(
+                driver,
+                patch,
+                sides[patch.level][patch.index],
+                lattice,
+                observe,
+                members,
+            )?;
         }
         for level in 0..hierarchy.n_levels() {
             if !observe || self.body_slots[level].is_empty() {
@@ -405,6 +412,7 @@ impl Resources {
         sides: PatchSides,
         lattice: &LatticeConfig,
         observe: bool,
+        members: usize,
     ) -> Result<()> {
         let name = patch.name();
         let f_bytes = population_bytes(patch);
@@ -422,7 +430,7 @@ impl Resources {
         let (mask, owner) = geometry::rasterize(patch, &level_bodies);
         debug_assert_eq!(mask.len(), flag_bytes(patch), "the estimate's flags");
         let flags = self.upload(driver, format!("{name}.flags"), &mask)?;
-        let boundary = match bulk_region(patch) {
+        let boundary = match bulk_region(patch, members) {
             Some(bulk) => {
                 let cells = boundary_cells(&mask, &patch.layout, &patch.active);
                 let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&cells))?;
@@ -522,7 +530,7 @@ mod tests {
             let estimated = lattice.memory_estimate(&exec).unwrap();
             let (hierarchy, sides) = lattice.validate(&exec.tiles).unwrap();
             let mut driver = CpuDriver::new();
-            let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec).unwrap();
+            let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec, 1).unwrap();
             let allocated = resources.memory.clone();
             resources.release(&mut driver).unwrap();
             let names = |l: &MemoryLedger| l.entries.keys().cloned().collect::<Vec<_>>();

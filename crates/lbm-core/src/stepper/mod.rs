@@ -39,7 +39,12 @@ use crate::kernels::moments::SaveMoments;
 use crate::lattice::Moments;
 use crate::ledger::{ExchangeRecord, MemoryLedger};
 use crate::schedule::plan::{HopPlan, PlanInputs, current_buffer, parity_at_interval_start};
-use crate::schedule::resources::{Resources, StateBuffer};
+use crate::schedule::resources::Resources;
+
+/// The labels under which a stepper prepares its two interval plans (by
+/// level-0 parity): what a fused batch's member drivers fuse
+/// (`crate::fused`).
+pub const INTERVAL_PLANS: [&str; 2] = ["interval.even", "interval.odd"];
 
 /// The complete changing state of a stepper between intervals; see
 /// [`Stepper::snapshot`].
@@ -179,9 +184,10 @@ impl<D: Driver> Stepper<D> {
     /// prepares the hop plan and fills the lattice at rest.
     pub fn new(mut driver: D, lattice: LatticeConfig, exec: ExecConfig) -> Result<Self> {
         let (hierarchy, sides) = lattice.validate(&exec.tiles)?;
+        let members = driver.batch_members();
         let physics: Vec<LevelPhysics> = (0..hierarchy.n_levels()).map(|l| lattice.level_physics(l)).collect();
         let wall_velocity = lattice.wall_velocity.map(|v| v.map(|c| c as f32));
-        let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec)?;
+        let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec, members)?;
         let plan = HopPlan::build(
             &PlanInputs {
                 hierarchy: &hierarchy,
@@ -195,11 +201,7 @@ impl<D: Driver> Stepper<D> {
             },
             &resources,
         );
-        let prepared = match prepare_pair(
-            &mut driver,
-            ["interval.even", "interval.odd"],
-            &[plan.actions(0), plan.actions(1)],
-        ) {
+        let prepared = match prepare_pair(&mut driver, INTERVAL_PLANS, &[plan.actions(0), plan.actions(1)]) {
             Ok(prepared) => prepared,
             Err(e) => {
                 // The refusal is what to report; freeing adds nothing to act on.
@@ -538,41 +540,6 @@ impl<D: Driver> Stepper<D> {
 
     /// Frees every buffer and prepared plan; the stepper then refuses
     /// everything but `status`.
-    /// Hands `f` the driver, hierarchy, resources and hop plan: what a
-    /// fused batch lays out once for all its members from each member's
-    /// host mirror.
-    pub(crate) fn with_parts<R>(&self, f: impl FnOnce(&mut D, &Hierarchy, &Resources, &HopPlan) -> R) -> R {
-        let mut inner = self.lock();
-        let Inner { driver, state } = &mut *inner;
-        f(driver, &state.hierarchy, &state.resources, &state.plan)
-    }
-
-    /// Makes this stepper a mirror of a fused batch member's device state:
-    /// each state buffer filled by `fetch`, then the step count, the window
-    /// and whether the last interval's raw exchange may be read, as the batch
-    /// has them.
-    pub(crate) fn mirror(
-        &self,
-        step_count: u64,
-        window_start: Option<u64>,
-        exchange_valid: bool,
-        mut fetch: impl FnMut(&StateBuffer, &mut [u8]) -> Result<()>,
-    ) -> Result<()> {
-        let mut inner = self.lock();
-        inner.state.require_ready("mirror a batch member")?;
-        let Inner { driver, state } = &mut *inner;
-        for b in &state.resources.state {
-            let mut bytes = vec![0u8; b.bytes];
-            fetch(b, &mut bytes)?;
-            driver.upload(b.id, 0, &bytes)?;
-        }
-        state.step_count = step_count;
-        state.window_start = window_start;
-        state.window_valid = window_start.is_some();
-        state.exchange_valid = exchange_valid && state.exec.observe_raw_exchange;
-        Ok(())
-    }
-
     pub fn close(&self) -> Result<()> {
         let mut inner = self.lock();
         if inner.state.status == Status::Closed {
@@ -600,11 +567,7 @@ impl<D: Driver> Drop for Stepper<D> {
 
 /// Prepares a plan for each level-0 parity on `driver`; a refusal of the
 /// second releases the first.
-pub(crate) fn prepare_pair<D: Driver>(
-    driver: &mut D,
-    labels: [&str; 2],
-    actions: &[Vec<Action>; 2],
-) -> Result<[PlanId; 2]> {
+fn prepare_pair<D: Driver>(driver: &mut D, labels: [&str; 2], actions: &[Vec<Action>; 2]) -> Result<[PlanId; 2]> {
     let even = driver.prepare(labels[0], &actions[0])?;
     match driver.prepare(labels[1], &actions[1]) {
         Ok(odd) => Ok([even, odd]),
