@@ -467,7 +467,7 @@ impl LatticeConfig {
     /// refused as [`LatticeConfig::validate`] refuses.
     pub fn memory_estimate(&self, exec: &ExecConfig) -> Result<MemoryLedger> {
         let (hierarchy, sides) = self.validate(&exec.tiles)?;
-        Ok(crate::schedule::estimate(&hierarchy, &sides, self, exec, 1))
+        Ok(crate::schedule::estimate(&hierarchy, &sides, self, exec))
     }
 
     /// Refuses a body on a level the hierarchy lacks, and one that keeps

@@ -69,18 +69,16 @@ pub fn batch<D: Driver>(driver: D, members: Vec<(LatticeConfig, ExecConfig)>) ->
 }
 
 /// Checks before any work that `members` can run as one fused batch: each
-/// member is built in turn on the host, as a member of a batch of its size,
-/// and its buffers and interval plans compared with member 0's. The member
+/// member is built in turn on the host and its buffers and interval plans
+/// compared with member 0's. The member
 /// that cannot be built, or whose shape differs, is named.
 pub fn check(members: &[(LatticeConfig, ExecConfig)]) -> Result<()> {
     let mut first: Option<(MemoryLedger, [Vec<Action>; 2])> = None;
     for (member, (lattice, exec)) in members.iter().enumerate() {
         let stepper =
-            Stepper::new(CpuDriver::for_batch(members.len()), lattice.clone(), exec.clone()).map_err(|source| {
-                Error::FusedMember {
-                    member,
-                    source: Box::new(source),
-                }
+            Stepper::new(CpuDriver::new(), lattice.clone(), exec.clone()).map_err(|source| Error::FusedMember {
+                member,
+                source: Box::new(source),
             })?;
         let plan = stepper.plan();
         let shape = (stepper.memory_ledger(), [plan.actions(0), plan.actions(1)]);
@@ -113,6 +111,7 @@ pub fn member_drivers<D: Driver>(driver: D, members: usize) -> Vec<MemberDriver<
         members,
         slots: Vec::new(),
         allocated: vec![0; members],
+        frees: vec![0; members],
         streams: vec![Vec::new(); members],
         events: vec![Vec::new(); members],
         staging: vec![Vec::new(); members],
@@ -150,13 +149,19 @@ struct Slot {
 /// A member's prepared plan.
 enum Plan {
     /// Prepared on the device for this member alone, with the member's own
-    /// actions (in its buffer ids) for the stale check.
+    /// actions (in its buffer ids) for the stale check, and the member's
+    /// frees when it was prepared.
     Own {
         device: PlanId,
         actions: Vec<Action>,
+        frees: u64,
     },
-    /// The member's part of the fusion with this index.
-    Fused(usize),
+    /// The member's part of the fusion with this index, and the member's
+    /// frees when it was prepared.
+    Fused {
+        fusion: usize,
+        frees: u64,
+    },
     Released,
 }
 
@@ -176,6 +181,9 @@ struct Shared<D: Driver> {
     slots: Vec<Slot>,
     /// Each member's allocations so far (its next buffer id).
     allocated: Vec<usize>,
+    /// Each member's frees so far: a replay looks for a freed buffer only
+    /// when the member freed one since the plan was prepared.
+    frees: Vec<u64>,
     /// Each member's streams: its stream `k` (k >= 1) is `streams[m][k - 1]`.
     streams: Vec<Vec<StreamId>>,
     events: Vec<Vec<EventId>>,
@@ -338,20 +346,26 @@ impl<D: Driver> Shared<D> {
     /// Enqueues every interval that all open members have queued.
     fn drain(&mut self, m: usize) -> Result<()> {
         loop {
-            let open: Vec<usize> = (0..self.members).filter(|k| !self.closed[*k]).collect();
-            if open.is_empty() || open.iter().any(|k| self.queues[*k].is_empty()) {
-                return Ok(());
+            let mut head = None;
+            for k in (0..self.members).filter(|k| !self.closed[*k]) {
+                match (self.queues[k].front(), head) {
+                    (None, _) => return Ok(()),
+                    (Some(&f), None) => head = Some(f),
+                    (Some(&f), Some(h)) if f != h => {
+                        return Err(Error::FusedAdvance {
+                            member: m,
+                            action: "replay an interval",
+                            why: "the members of a fused batch queued different intervals: every member advances by the same intervals",
+                        });
+                    }
+                    _ => {}
+                }
             }
-            let head = self.queues[open[0]][0];
-            if open.iter().any(|k| self.queues[*k][0] != head) {
-                return Err(Error::FusedAdvance {
-                    member: m,
-                    action: "replay an interval",
-                    why: "the members of a fused batch queued different intervals: every member advances by the same intervals",
-                });
-            }
-            for k in open {
-                self.queues[k].pop_front();
+            let Some(head) = head else { return Ok(()) };
+            for k in 0..self.members {
+                if !self.closed[k] {
+                    self.queues[k].pop_front();
+                }
             }
             let plan = self.fusions[head].prepared.expect("queued only once prepared");
             self.device.replay(plan)?;
@@ -433,6 +447,7 @@ impl<D: Driver> Driver for MemberDriver<D> {
         let m = self.member;
         let mut s = self.lock();
         s.slot(m, buffer)?;
+        s.frees[m] += 1;
         let slot = &mut s.slots[buffer.0 as usize];
         slot.live[m] = false;
         if slot.live.iter().any(|l| *l) {
@@ -616,13 +631,17 @@ impl<D: Driver> Driver for MemberDriver<D> {
                     let prepared = s.device.prepare(&format!("fused.{label}"), &fused)?;
                     s.fusions[index].prepared = Some(prepared);
                 }
-                Plan::Fused(index)
+                Plan::Fused {
+                    fusion: index,
+                    frees: s.frees[m],
+                }
             }
             false => {
                 let own: Vec<Action> = actions.iter().map(|a| s.action_of(m, a)).collect();
                 Plan::Own {
                     device: s.device.prepare(label, &own)?,
                     actions: actions.to_vec(),
+                    frees: s.frees[m],
                 }
             }
         };
@@ -633,15 +652,22 @@ impl<D: Driver> Driver for MemberDriver<D> {
     fn replay(&mut self, plan: PlanId) -> Result<()> {
         let m = self.member;
         let mut s = self.lock();
-        let (device, actions) = match s.plans[m].get(plan.0 as usize) {
-            Some(Plan::Own { device, actions }) => (Some(*device), actions),
-            Some(Plan::Fused(f)) => (None, s.fusions[*f].actions[m].as_ref().expect("set at prepare")),
+        let (device, fusion, actions, frees) = match s.plans[m].get(plan.0 as usize) {
+            Some(Plan::Own { device, actions, frees }) => (Some(*device), None, actions, *frees),
+            Some(Plan::Fused { fusion, frees }) => (
+                None,
+                Some(*fusion),
+                s.fusions[*fusion].actions[m].as_ref().expect("set at prepare"),
+                *frees,
+            ),
             _ => return Err(unknown("plan", plan.0)),
         };
-        if let Some(buffer) = actions
-            .iter()
-            .flat_map(Action::buffers)
-            .find(|b| s.size_of(m, *b).is_none())
+        // Only a member that freed a buffer since can hold a stale plan.
+        if frees != s.frees[m]
+            && let Some(buffer) = actions
+                .iter()
+                .flat_map(Action::buffers)
+                .find(|b| s.size_of(m, *b).is_none())
         {
             return Err(Error::StalePlan {
                 backend: "fused",
@@ -649,13 +675,9 @@ impl<D: Driver> Driver for MemberDriver<D> {
                 buffer,
             });
         }
-        if let Some(device) = device {
-            return s.device.replay(device);
-        }
-        let Some(Plan::Fused(f)) = s.plans[m].get(plan.0 as usize) else {
-            unreachable!("matched above")
+        let Some(f) = fusion else {
+            return s.device.replay(device.expect("an own plan has its device plan"));
         };
-        let f = *f;
         if s.fusions[f].prepared.is_none() {
             return Err(Error::FusedAdvance {
                 member: m,
@@ -663,8 +685,13 @@ impl<D: Driver> Driver for MemberDriver<D> {
                 why: "not every member of the fused batch has been built",
             });
         }
+        // Only a member whose queue was empty can complete a round.
+        let was_empty = s.queues[m].is_empty();
         s.queues[m].push_back(f);
-        s.drain(m)
+        match was_empty {
+            true => s.drain(m),
+            false => Ok(()),
+        }
     }
 
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {
@@ -673,7 +700,7 @@ impl<D: Driver> Driver for MemberDriver<D> {
         let slot = s.plans[m].get_mut(plan.0 as usize).ok_or(unknown("plan", plan.0))?;
         match std::mem::replace(slot, Plan::Released) {
             Plan::Own { device, .. } => s.device.release_plan(device),
-            Plan::Fused(f) => {
+            Plan::Fused { fusion: f, .. } => {
                 s.closed[m] = true;
                 s.queues[m].clear();
                 // The others no longer wait for this member's intervals.
@@ -687,9 +714,5 @@ impl<D: Driver> Driver for MemberDriver<D> {
             }
             Plan::Released => Err(unknown("plan", plan.0)),
         }
-    }
-
-    fn batch_members(&self) -> usize {
-        self.lock().members
     }
 }

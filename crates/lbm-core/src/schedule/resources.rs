@@ -54,18 +54,18 @@ fn accumulator_bytes(bodies: usize) -> usize {
     bodies * EXCHANGE_WORDS * 8
 }
 
-/// Interior cells, over all members of a fused batch, from which a patch's
-/// update is split into the bulk kernel and the general one over its
-/// boundary cells. Below, one launch over every cell costs less than the
-/// second launch saves: on an H200 a launch costs about 4 microseconds, what
-/// the general kernel spends on 2^16 cells more than the bulk one.
+/// Interior cells from which a patch's update is split into the bulk kernel
+/// and the general one over its boundary cells. Below, one launch over every
+/// cell costs less than the second launch saves: on an H200 a launch costs
+/// about 4 microseconds, what the general kernel spends on 2^16 cells more
+/// than the bulk one. (A fused batch splits by the same rule, per member: on
+/// the H200 a batch of small patches split by the batch's cells ran 2.4x
+/// slower, the bulk kernel's row-aligned blocks mostly idle on short rows.)
 pub const BULK_MIN_CELLS: usize = 1 << 16;
 
-/// The bulk region of `patch` when its update is split (see
-/// [`BULK_MIN_CELLS`]), for a batch of `members` members launched together
-/// (1 for a stepper alone).
-pub fn bulk_region(patch: &Patch, members: usize) -> Option<Rect> {
-    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() * members >= BULK_MIN_CELLS)
+/// The bulk region of `patch` when its update is split (see [`BULK_MIN_CELLS`]).
+pub fn bulk_region(patch: &Patch) -> Option<Rect> {
+    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() >= BULK_MIN_CELLS)
 }
 
 /// Bytes of a split patch's boundary cells at most: its rim, and the
@@ -103,7 +103,6 @@ pub fn estimate(
     sides: &[Vec<PatchSides>],
     lattice: &LatticeConfig,
     exec: &ExecConfig,
-    members: usize,
 ) -> MemoryLedger {
     let mut ledger = MemoryLedger::default();
     let observe = exec.observe_raw_exchange || exec.observe_window_exchange;
@@ -138,7 +137,7 @@ pub fn estimate(
                 x1 + 1.0 > ax0 && x0 - 1.0 < ax1 && y1 + 1.0 > ay0 && y0 - 1.0 < ay1
             })
             .collect();
-        if let Some(bulk) = bulk_region(patch, members) {
+        if let Some(bulk) = bulk_region(patch) {
             // Bounds in the patch's storage cells: its active region starts at
             // `patch.active` in storage and at `global_active` on the level.
             let bounds: Vec<[f64; 4]> = near
@@ -283,15 +282,12 @@ pub struct StateBuffer {
 impl Resources {
     /// Allocates and fills every buffer. On failure what was allocated is
     /// freed again and the allocation's error is returned.
-    /// `members` is the size of the fused batch the run belongs to (1 for a
-    /// stepper alone): it decides which patches split their update.
     pub fn allocate<D: Driver>(
         driver: &mut D,
         hierarchy: &Hierarchy,
         sides: &[Vec<PatchSides>],
         lattice: &LatticeConfig,
         exec: &ExecConfig,
-        members: usize,
     ) -> Result<Resources> {
         let mut resources = Resources {
             patches: vec![Vec::new(); hierarchy.n_levels()],
@@ -305,7 +301,7 @@ impl Resources {
             state: Vec::new(),
             allocated: Vec::new(),
         };
-        match resources.fill(driver, hierarchy, sides, lattice, exec, members) {
+        match resources.fill(driver, hierarchy, sides, lattice, exec) {
             Ok(()) => Ok(resources),
             Err(e) => {
                 // The allocation error is the one to report; a failure to free
@@ -354,7 +350,6 @@ impl Resources {
         sides: &[Vec<PatchSides>],
         lattice: &LatticeConfig,
         exec: &ExecConfig,
-        members: usize,
     ) -> Result<()> {
         if let Some(inlet) = &lattice.inlet {
             let profile = inlet.profile_samples(hierarchy.base().layout.ny);
@@ -374,14 +369,7 @@ impl Resources {
         }
         let observe = exec.observe_raw_exchange || exec.observe_window_exchange;
         for patch in hierarchy.patches() {
-            self.fill_patch(
-                driver,
-                patch,
-                sides[patch.level][patch.index],
-                lattice,
-                observe,
-                members,
-            )?;
+            self.fill_patch(driver, patch, sides[patch.level][patch.index], lattice, observe)?;
         }
         for level in 0..hierarchy.n_levels() {
             if !observe || self.body_slots[level].is_empty() {
@@ -412,7 +400,6 @@ impl Resources {
         sides: PatchSides,
         lattice: &LatticeConfig,
         observe: bool,
-        members: usize,
     ) -> Result<()> {
         let name = patch.name();
         let f_bytes = population_bytes(patch);
@@ -430,7 +417,7 @@ impl Resources {
         let (mask, owner) = geometry::rasterize(patch, &level_bodies);
         debug_assert_eq!(mask.len(), flag_bytes(patch), "the estimate's flags");
         let flags = self.upload(driver, format!("{name}.flags"), &mask)?;
-        let boundary = match bulk_region(patch, members) {
+        let boundary = match bulk_region(patch) {
             Some(bulk) => {
                 let cells = boundary_cells(&mask, &patch.layout, &patch.active);
                 let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&cells))?;
@@ -530,7 +517,7 @@ mod tests {
             let estimated = lattice.memory_estimate(&exec).unwrap();
             let (hierarchy, sides) = lattice.validate(&exec.tiles).unwrap();
             let mut driver = CpuDriver::new();
-            let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec, 1).unwrap();
+            let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec).unwrap();
             let allocated = resources.memory.clone();
             resources.release(&mut driver).unwrap();
             let names = |l: &MemoryLedger| l.entries.keys().cloned().collect::<Vec<_>>();

@@ -184,10 +184,9 @@ impl<D: Driver> Stepper<D> {
     /// prepares the hop plan and fills the lattice at rest.
     pub fn new(mut driver: D, lattice: LatticeConfig, exec: ExecConfig) -> Result<Self> {
         let (hierarchy, sides) = lattice.validate(&exec.tiles)?;
-        let members = driver.batch_members();
         let physics: Vec<LevelPhysics> = (0..hierarchy.n_levels()).map(|l| lattice.level_physics(l)).collect();
         let wall_velocity = lattice.wall_velocity.map(|v| v.map(|c| c as f32));
-        let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec, members)?;
+        let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec)?;
         let plan = HopPlan::build(
             &PlanInputs {
                 hierarchy: &hierarchy,
