@@ -23,7 +23,9 @@
 //! fused interval is enqueued once. So a batch advances as a whole: every
 //! member begins the same intervals ([`Member::begin_advance`], the last one
 //! enqueues them), then each finishes; a member that waits while its own
-//! intervals are still queued fails ([`Error::FusedAdvance`]). Every other
+//! intervals are still queued fails ([`Error::FusedAdvance`]). A member that
+//! closes (or fails and is dropped) leaves the batch: the others go on
+//! without waiting for it, its copies computed but never read. Every other
 //! plan (the health check, the output ring's) runs per member, on its copy.
 //!
 //! Every member computes exactly what its own stepper on its own driver

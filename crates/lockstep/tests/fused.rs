@@ -243,6 +243,32 @@ fn a_fused_batch_advances_only_as_a_whole() {
 }
 
 #[test]
+fn a_member_that_closes_leaves_the_batch_and_the_others_go_on() {
+    let members = fused(CpuDriver::new());
+    let alone: Vec<Stepper<CpuDriver>> = configs()
+        .into_iter()
+        .map(|(l, e)| Stepper::new(CpuDriver::new(), l, e).unwrap())
+        .collect();
+    members.iter().for_each(|m| m.begin_advance(2).unwrap());
+    members.iter().for_each(|m| m.finish_advance().unwrap());
+    members[1].close().unwrap();
+    for k in [0, 2] {
+        members[k].begin_advance(3).unwrap();
+    }
+    for k in [0, 2] {
+        members[k].finish_advance().unwrap();
+        alone[k].step(5).unwrap();
+        let spec = stats_spec();
+        assert_eq!(
+            members[k].stats(&spec).unwrap(),
+            Member::stats(&alone[k], &spec).unwrap(),
+            "member {k}"
+        );
+    }
+    assert!(matches!(members[1].velocity(), Err(Error::Closed { .. })));
+}
+
+#[test]
 fn each_member_holds_its_share_of_one_allocation_per_buffer() {
     let driver = MockDriver::new();
     let log = driver.handle();
