@@ -322,6 +322,54 @@ fn a_fused_sweep_writes_what_a_lockstep_sweep_writes() {
 }
 
 #[test]
+fn a_sweep_turns_a_body_by_its_rotation_key() {
+    let out = scratch("sweep-rotation");
+    let case = workspace().join("cases/square-obstacle.toml").display().to_string();
+    let output = lbm(&[
+        "sweep",
+        &case,
+        "--set",
+        "bodies.0.rotation=0,10",
+        "--backend",
+        "cpu",
+        "--steps",
+        "300",
+        "--quiet",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let rows = csv_rows(&out.join("sweep.csv"));
+    assert_eq!(rows[0][1], "bodies.0.rotation");
+    assert_eq!((rows[1][1].as_str(), rows[2][1].as_str()), ("0", "10"));
+    // Each member's case holds its angle, and the turned square feels
+    // another force.
+    let member = std::fs::read_to_string(out.join("members/001/case.toml")).unwrap();
+    assert!(member.contains("rotation = 10"), "{member}");
+    let cd = rows[0].iter().position(|h| h == "body0_cd").unwrap();
+    assert_ne!(rows[1][cd], rows[2][cd]);
+    // Fused, the two squares have other wall links: refused, naming member 1.
+    let fused = scratch("sweep-rotation-fused");
+    let output = lbm(&[
+        "sweep",
+        &case,
+        "--set",
+        "bodies.0.rotation=0,10",
+        "--fused",
+        "--backend",
+        "cpu",
+        "--steps",
+        "20",
+        "--out",
+        &fused.display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("sweep member 1"), "{}", stderr(&output));
+    assert!(!fused.exists());
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
 fn a_member_that_diverges_is_reported_and_the_others_complete() {
     let out = scratch("sweep-diverge");
     let cavity = workspace().join("cases/cavity-re100.toml").display().to_string();

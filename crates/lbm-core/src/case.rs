@@ -27,11 +27,92 @@ pub struct Case {
     #[serde(default)]
     pub refinement: Vec<RefinementLevel>,
     #[serde(default)]
-    pub bodies: Vec<Shape>,
+    pub bodies: Vec<BodyTable>,
     pub run: Run,
     /// What the run writes; without the table, fields at the end only.
     #[serde(default)]
     pub output: OutputSpec,
+}
+
+/// One `[[bodies]]` table: a shape, and optionally turned about a point
+/// (what an angle-of-attack polar sweeps). The shape's own table refuses
+/// unknown keys.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct BodyTable {
+    #[serde(flatten)]
+    pub shape: Shape,
+    /// Degrees, counter-clockwise, about `pivot`. With the key a rectangle
+    /// becomes the polygon of its corners (at any angle, 0 included, so that
+    /// the members of a sweep over it have one kind of body).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<f64>,
+    /// The point turned about, m; without it the centre of the shape's
+    /// bounding box.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pivot: Option<[f64; 2]>,
+}
+
+impl From<Shape> for BodyTable {
+    fn from(shape: Shape) -> Self {
+        BodyTable {
+            shape,
+            rotation: None,
+            pivot: None,
+        }
+    }
+}
+
+impl BodyTable {
+    /// The shape where it lies, turned when the table says so; refuses a
+    /// rotation or pivot that is not finite, naming `bodies[b]`'s key.
+    pub fn placed(&self, b: usize) -> Result<Shape> {
+        let Some(degrees) = self.rotation else {
+            return match self.pivot {
+                Some(_) => Err(Error::parameter(
+                    &format!("bodies[{b}].pivot"),
+                    "given without a rotation",
+                    "a pivot together with `rotation`",
+                )),
+                None => Ok(self.shape.clone()),
+            };
+        };
+        if !degrees.is_finite() {
+            return Err(Error::parameter(
+                &format!("bodies[{b}].rotation"),
+                degrees,
+                "a finite angle, degrees",
+            ));
+        }
+        let [x0, y0, x1, y1] = self.shape.bounds();
+        let pivot = self.pivot.unwrap_or([0.5 * (x0 + x1), 0.5 * (y0 + y1)]);
+        if let Some(k) = (0..2).find(|k| !pivot[*k].is_finite()) {
+            return Err(Error::parameter(
+                &format!("bodies[{b}].pivot[{k}]"),
+                pivot[k],
+                "a finite number, m",
+            ));
+        }
+        let (sin, cos) = degrees.to_radians().sin_cos();
+        let turn = |p: &[f64; 2]| {
+            let (dx, dy) = (p[0] - pivot[0], p[1] - pivot[1]);
+            [pivot[0] + cos * dx - sin * dy, pivot[1] + sin * dx + cos * dy]
+        };
+        Ok(match &self.shape {
+            Shape::Circle { center, radius } => Shape::Circle {
+                center: turn(center),
+                radius: *radius,
+            },
+            Shape::Rectangle { min, max } => Shape::Polygon {
+                points: [[min[0], min[1]], [max[0], min[1]], [max[0], max[1]], [min[0], max[1]]]
+                    .iter()
+                    .map(turn)
+                    .collect(),
+            },
+            Shape::Polygon { points } => Shape::Polygon {
+                points: points.iter().map(turn).collect(),
+            },
+        })
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -486,11 +567,18 @@ impl Case {
             }),
             _ => None,
         };
-        for (b, shape) in self.bodies.iter().enumerate() {
+        let placed = self
+            .bodies
+            .iter()
+            .enumerate()
+            .map(|(b, table)| table.placed(b))
+            .collect::<Result<Vec<Shape>>>()?;
+        for (b, shape) in placed.iter().enumerate() {
+            // Where it lies once turned.
             check_body(b, shape, [width, height], sides)?;
         }
         let mut bodies = Vec::new();
-        for (b, shape) in self.bodies.iter().enumerate() {
+        for (b, shape) in placed.iter().enumerate() {
             let lattice_shape = shape.scaled(units.length_to_lattice(1.0));
             bodies.push(Body {
                 level: body_level(&validated, &lattice_shape, b)?,
@@ -1068,6 +1156,58 @@ mod tests {
     }
 
     #[test]
+    fn a_body_turns_about_its_pivot_and_a_rectangle_becomes_a_polygon() {
+        let square = "shape = \"rectangle\"\nmin = [0.45, 0.45]\nmax = [0.55, 0.55]";
+        let bodies = |text: &str| {
+            Case::from_toml(&cavity_with(&[text]))
+                .unwrap()
+                .resolve()
+                .unwrap()
+                .lattice
+                .bodies
+        };
+        let plain = bodies(square);
+        assert!(matches!(plain[0].shape, Shape::Rectangle { .. }), "no key: as written");
+        let Shape::Polygon { points } = &bodies(&format!("{square}\nrotation = 0.0"))[0].shape else {
+            panic!("with the key a rectangle is a polygon");
+        };
+        assert_eq!(points.len(), 4);
+        assert_eq!(
+            plain[0].shape.bounds(),
+            Shape::Polygon { points: points.clone() }.bounds()
+        );
+        // Lattice units per m, from the square as written.
+        let [px0, _, px1, _] = plain[0].shape.bounds();
+        let scale = (px1 - px0) / 0.1;
+        let near = |a: f64, b: f64| (a - b * scale).abs() < 1e-9;
+        // A quarter turn about the lower-left corner moves the square left.
+        let turned = bodies(&format!("{square}\nrotation = 90.0\npivot = [0.45, 0.45]"));
+        let [x0, y0, x1, y1] = turned[0].shape.bounds();
+        assert!(
+            near(x0, 0.35) && near(x1, 0.45) && near(y0, 0.45) && near(y1, 0.55),
+            "{:?}",
+            turned[0].shape
+        );
+        // A circle turns its centre about the pivot.
+        let circle =
+            bodies("shape = \"circle\"\ncenter = [0.5, 0.5]\nradius = 0.05\nrotation = 180.0\npivot = [0.47, 0.5]");
+        let Shape::Circle { center, .. } = circle[0].shape else {
+            panic!("a circle stays a circle")
+        };
+        assert!(near(center[0], 0.44) && near(center[1], 0.5), "{center:?}");
+        // A pivot alone, an unknown key, a body turned out of the domain.
+        refused(
+            &cavity_with(&[&format!("{square}\npivot = [0.5, 0.5]")]),
+            &["`bodies[0].pivot`", "rotation"],
+        );
+        refused(&cavity_with(&[&format!("{square}\nangle = 5.0")]), &["angle"]);
+        refused(
+            &cavity_with(&[&format!("{square}\nrotation = 90.0\npivot = [0.02, 0.5]")]),
+            &["bodies[0]"],
+        );
+    }
+
+    #[test]
     fn a_body_error_names_the_body_own_key_first() {
         // A NaN radius (a case built in code; a file's NaN is refused when
         // read) says the radius, not that the body crosses a patch edge.
@@ -1078,7 +1218,8 @@ mod tests {
         case.bodies[0] = Shape::Circle {
             center: [0.25, 0.5],
             radius: f64::NAN,
-        };
+        }
+        .into();
         let e = case.resolve().map(|_| ()).unwrap_err().to_string();
         assert!(e.contains("`bodies[0].radius` = NaN: a finite number"), "{e}");
         // A body through a wall inside a patch that touches it names the wall.
