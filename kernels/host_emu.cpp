@@ -139,12 +139,13 @@ static const EmuKernel EMU_KERNELS[] = {
 // `__shared__` statics and the block barrier allow one block in flight.
 static std::mutex emu_lock;
 
-// Runs a launch of `name` on a grid of grid_x x grid_y x grid_z
-// one-dimensional blocks (z layer after z layer: a batch's members): 0 on
-// success, 1 for an unknown kernel, 2 for a kernel that synchronises but is
-// not marked threaded.
+// Runs a launch of `name` on a grid of grid_x x grid_y x grid_z blocks
+// (z layer after z layer: a batch's members) of block_x x block_y threads:
+// 0 on success, 1 for an unknown kernel, 2 for a kernel that synchronises but
+// is not marked threaded.
 extern "C" int lbm_emu_launch(const char* name, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
-                              unsigned int block, void** params) {
+                              unsigned int block_x, unsigned int block_y, void** params) {
+    const unsigned int block = block_x * block_y;
     const EmuKernel* kernel = nullptr;
     for (const EmuKernel& k : EMU_KERNELS) {
         if (std::strcmp(k.name, name) == 0) {
@@ -162,8 +163,8 @@ extern "C" int lbm_emu_launch(const char* name, unsigned int grid_x, unsigned in
                 if (!kernel->threaded) {
                     for (unsigned int t = 0; t < block; ++t) {
                         blockIdx = {b, by, bz};
-                        threadIdx = {t, 0, 0};
-                        blockDim = {block, 1, 1};
+                        threadIdx = {t % block_x, t / block_x, 0};
+                        blockDim = {block_x, block_y, 1};
                         gridDim = {grid_x, grid_y, grid_z};
                         emu_sync_missing = false;
                         kernel->call(params);
@@ -177,8 +178,8 @@ extern "C" int lbm_emu_launch(const char* name, unsigned int grid_x, unsigned in
                 for (unsigned int t = 0; t < block; ++t) {
                     threads.emplace_back([&, t, b, by, bz] {
                         blockIdx = {b, by, bz};
-                        threadIdx = {t, 0, 0};
-                        blockDim = {block, 1, 1};
+                        threadIdx = {t % block_x, t / block_x, 0};
+                        blockDim = {block_x, block_y, 1};
                         gridDim = {grid_x, grid_y, grid_z};
                         emu_block_barrier = &barrier;
                         kernel->call(params);

@@ -312,10 +312,12 @@ __device__ __forceinline__ void collide_and_store(const float f[LBM_Q], float om
 // interior of a patch stored row-major (one tile column, so a neighbour is a
 // fixed offset away), computed as if the cell and its eight neighbours were
 // fluid: no flag, no side rule, 32-bit indices (the launch check bounds nine
-// planes by 2^32 cells). One grid row per cell row, so no thread divides; each
-// row's blocks start at the storage index below x0 that is a multiple of 32
-// (threads before x0 do nothing), so that every warp's stores, and the loads
-// of the directions without an x component, are whole aligned 128-byte lines:
+// planes by 2^32 cells). Each block row is one cell row (blocks of 256 x 1
+// threads on rows of 225 cells or more, of 32 x 8 on shorter ones, where a
+// 256-thread row would mostly idle), so no thread divides; each row's threads
+// start at the storage index below x0 that is a multiple of 32 (threads
+// before x0 do nothing), so that every warp's stores, and the loads of the
+// directions without an x component, are whole aligned 128-byte lines:
 // misaligned, each took two L2 requests, and the L2 was the bottleneck. The
 // cells where the assumption fails are `stream_collide`'s, over the patch's
 // list, enqueued after this one. lbm_core::kernels::lbm::stream_collide_bulk
@@ -325,7 +327,7 @@ LBM_KERNEL(stream_collide_bulk)(const float* __restrict__ src, float* __restrict
                                                unsigned int tile_y, unsigned int x0, unsigned int y0,
                                                unsigned int x1, unsigned int y1, float omega_plus,
                                                float omega_minus, float force_x, float force_y) {
-    const unsigned int y = y0 + blockIdx.y;
+    const unsigned int y = y0 + blockIdx.y * blockDim.y + threadIdx.y;
     const unsigned int lead = (y * tile_x + x0) & 31u;
     const long long x = (long long)x0 - (long long)lead + (long long)(blockIdx.x * blockDim.x + threadIdx.x);
     if (x < (long long)x0 || x >= (long long)x1 || y >= y1) {

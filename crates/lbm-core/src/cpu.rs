@@ -78,11 +78,23 @@ pub struct CpuDriver {
     plans: PlanTable,
     streams: u32,
     events: u32,
+    /// What [`Driver::batch_members`] answers (0 stands for 1).
+    batch_members: usize,
 }
 
 impl CpuDriver {
     pub fn new() -> Self {
         CpuDriver::default()
+    }
+
+    /// A driver that answers [`Driver::batch_members`] with `members`: a
+    /// stepper on it is built as a member of a fused batch of that size
+    /// would be, which is how [`crate::fused::check`] sees a member's shape.
+    pub fn for_batch(members: usize) -> Self {
+        CpuDriver {
+            batch_members: members,
+            ..CpuDriver::default()
+        }
     }
 
     fn get(&self, id: BufferId) -> Result<&HostBuffer> {
@@ -407,6 +419,10 @@ impl Driver for CpuDriver {
         let range = s.range("read staging", byte_offset, out.len())?;
         out.copy_from_slice(&s.bytes()[range]);
         Ok(())
+    }
+
+    fn batch_members(&self) -> usize {
+        self.batch_members.max(1)
     }
 
     fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {

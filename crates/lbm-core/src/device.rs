@@ -386,6 +386,13 @@ pub trait Driver: Send {
     /// Enqueues every action of a prepared plan on the main stream, in order.
     fn replay(&mut self, plan: PlanId) -> Result<()>;
     fn release_plan(&mut self, plan: PlanId) -> Result<()>;
+
+    /// Members of the fused batch whose launches this driver runs together
+    /// (`crate::fused`): 1 for a driver of its own. A stepper splits a
+    /// patch's update when the batch's interior cells make it pay.
+    fn batch_members(&self) -> usize {
+        1
+    }
 }
 
 /// A boxed driver is a driver, so a backend chosen at run time
@@ -471,5 +478,8 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     }
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {
         (**self).release_plan(plan)
+    }
+    fn batch_members(&self) -> usize {
+        (**self).batch_members()
     }
 }

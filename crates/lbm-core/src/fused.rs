@@ -71,16 +71,18 @@ pub fn batch<D: Driver>(driver: D, members: Vec<(LatticeConfig, ExecConfig)>) ->
 }
 
 /// Checks before any work that `members` can run as one fused batch: each
-/// member is built in turn on the host and its buffers and interval plans
-/// compared with member 0's. The member
+/// member is built in turn on the host, as a member of a batch of its size,
+/// and its buffers and interval plans compared with member 0's. The member
 /// that cannot be built, or whose shape differs, is named.
 pub fn check(members: &[(LatticeConfig, ExecConfig)]) -> Result<()> {
     let mut first: Option<(MemoryLedger, [Vec<Action>; 2])> = None;
     for (member, (lattice, exec)) in members.iter().enumerate() {
         let stepper =
-            Stepper::new(CpuDriver::new(), lattice.clone(), exec.clone()).map_err(|source| Error::FusedMember {
-                member,
-                source: Box::new(source),
+            Stepper::new(CpuDriver::for_batch(members.len()), lattice.clone(), exec.clone()).map_err(|source| {
+                Error::FusedMember {
+                    member,
+                    source: Box::new(source),
+                }
             })?;
         let plan = stepper.plan();
         let shape = (stepper.memory_ledger(), [plan.actions(0), plan.actions(1)]);
@@ -694,6 +696,10 @@ impl<D: Driver> Driver for MemberDriver<D> {
             true => s.drain(m),
             false => Ok(()),
         }
+    }
+
+    fn batch_members(&self) -> usize {
+        self.lock().members
     }
 
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {

@@ -17,7 +17,7 @@ use crate::{arg_word, batch_words};
 
 const BACKEND: &str = "emu";
 
-type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, u32, u32, *mut *mut c_void) -> i32;
+type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, u32, u32, u32, *mut *mut c_void) -> i32;
 
 struct HostBuffer {
     /// u64 words keep every buffer 8-byte aligned, as device allocations are.
@@ -119,9 +119,9 @@ impl EmuDriver {
     /// Calls kernel `name` with the parameter `slots` on `shape`'s grid times
     /// `layers` z layers.
     fn call(&mut self, name: &str, shape: &Launch, layers: u32, slots: &mut [u64]) -> Result<()> {
-        if shape.grid[2] != 1 || shape.block[1] != 1 || shape.block[2] != 1 {
+        if shape.grid[2] != 1 || shape.block[2] != 1 {
             return Err(unavailable(format!(
-                "{}: host_emu.cpp runs grids of x by y one-dimensional blocks, not grid {:?} of blocks {:?}",
+                "{}: host_emu.cpp runs grids of x by y blocks of x by y threads, not grid {:?} of blocks {:?}",
                 shape.kernel, shape.grid, shape.block
             )));
         }
@@ -142,6 +142,7 @@ impl EmuDriver {
                 shape.grid[1],
                 layers,
                 shape.block[0],
+                shape.block[1],
                 params.as_mut_ptr(),
             )
         };

@@ -409,6 +409,10 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
         // 256 cells from an unaligned start: the lead makes it two blocks.
         (Rect::new(29, 3, 285, 20), [0.0, 0.0]),
         (Rect::new(357, 4, 612, 9), [2e-5, 0.0]),
+        // Short rows: blocks of eight rows of 32, the last block partly
+        // past the region.
+        (Rect::new(40, 2, 102, 35), [1e-5, 2e-5]),
+        (Rect::new(3, 1, 200, 12), [0.0, 0.0]),
     ] {
         let src = twin.buffer("src", &random_populations(&mut rng, plane));
         let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);

@@ -288,6 +288,58 @@ fn each_member_holds_its_share_of_one_allocation_per_buffer() {
 }
 
 #[test]
+fn a_batch_large_enough_splits_its_update_and_keeps_the_bits() {
+    // 16 members of a 96 x 48 channel: each member's interior is too small
+    // for the split, the batch's is not (the bulk kernel in blocks of short
+    // rows).
+    let config = |k: usize| {
+        let mut lattice = channel(0.6 + 0.01 * k as f64, 0.04, 40.0);
+        lattice.hierarchy.base = [96, 48];
+        lattice.hierarchy.levels.clear();
+        lattice.bodies[0].level = 0;
+        let exec = ExecConfig {
+            schedule: Some(FixedSchedule::new(10, 5).unwrap().with_diagnostics_every(5).unwrap()),
+            stats: StatsSpec {
+                statistics: vec![
+                    Statistic::Mass,
+                    Statistic::Field {
+                        level: 0,
+                        patch: 0,
+                        quantity: FieldQuantity::Ux,
+                    },
+                ],
+            },
+            ..ExecConfig::default()
+        };
+        (lattice, exec)
+    };
+    let alone = Stepper::new(CpuDriver::new(), config(0).0, config(0).1).unwrap();
+    let plain: Vec<String> = alone.plan().interval(0).iter().map(|s| s.name.clone()).collect();
+    assert!(!plain.iter().any(|n| n.ends_with("stream_collide_bulk")), "{plain:?}");
+    let driver = MockDriver::executing();
+    let log = driver.handle();
+    let members = lbm_core::fused::batch(driver, (0..16).map(config).collect()).unwrap();
+    let mut fused = LockstepRunner::new(members).unwrap();
+    let mut baseline = LockstepRunner::new(
+        (0..16)
+            .map(|k| Stepper::new(CpuDriver::new(), config(k).0, config(k).1).unwrap())
+            .collect(),
+    )
+    .unwrap();
+    fused.run().unwrap();
+    baseline.run().unwrap();
+    assert!(
+        log.launch_kernels().contains(&Kernel::StreamCollideBulk),
+        "the batch splits"
+    );
+    assert_eq!(fused.norms(), baseline.norms());
+    let (a, b) = (fused.observe_members().unwrap(), baseline.observe_members().unwrap());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.rows, y.rows, "member {}", x.index);
+    }
+}
+
+#[test]
 fn members_that_split_their_update_keep_the_bits() {
     // Members of a 300 x 240 channel: each splits its update into the bulk
     // kernel and the general one over its boundary cells.

@@ -442,6 +442,10 @@ pub const ALIGN_CELLS: u32 = 32;
 /// has at most 65535 rows.
 pub const MAX_BULK_ROWS: u32 = 65535;
 
+/// Cell rows of one block of the bulk kernel on rows that span less than
+/// [`BLOCK_THREADS`] cells: 32 x 8 threads, as many as a long row's block.
+pub const SHORT_ROWS: u32 = 8;
+
 /// `stream_collide_bulk`: the update of `interior` as if every cell there and
 /// its eight neighbours were fluid, in blocks of [`BLOCK_THREADS`] along a
 /// row, starting at an aligned storage index, and one grid row per cell row.
@@ -457,13 +461,22 @@ pub struct StreamCollideBulk {
 }
 
 impl StreamCollideBulk {
-    /// A row's blocks start up to [`ALIGN_CELLS`] - 1 cells before the region
-    /// (at an aligned storage index), so they cover that many more.
+    /// A row's threads start up to [`ALIGN_CELLS`] - 1 cells before the
+    /// region (at an aligned storage index), so they cover that many more:
+    /// blocks of one row of 256 threads, or, when a row spans less than that,
+    /// of [`SHORT_ROWS`] rows of 32 (a 256-thread block would mostly idle).
     fn shape(&self) -> ExactShape {
         let span = self.interior.width() + ALIGN_CELLS - 1;
-        ExactShape {
-            grid: [span.div_ceil(BLOCK_THREADS).max(1), self.interior.height().max(1), 1],
-            block: [BLOCK_THREADS, 1, 1],
+        let rows = self.interior.height().max(1);
+        match span < BLOCK_THREADS {
+            true => ExactShape {
+                grid: [span.div_ceil(ALIGN_CELLS).max(1), rows.div_ceil(SHORT_ROWS), 1],
+                block: [ALIGN_CELLS, SHORT_ROWS, 1],
+            },
+            false => ExactShape {
+                grid: [span.div_ceil(BLOCK_THREADS).max(1), rows, 1],
+                block: [BLOCK_THREADS, 1, 1],
+            },
         }
     }
 }

@@ -54,18 +54,18 @@ fn accumulator_bytes(bodies: usize) -> usize {
     bodies * EXCHANGE_WORDS * 8
 }
 
-/// Interior cells from which a patch's update is split into the bulk kernel
-/// and the general one over its boundary cells. Below, one launch over every
-/// cell costs less than the second launch saves: on an H200 a launch costs
-/// about 4 microseconds, what the general kernel spends on 2^16 cells more
-/// than the bulk one. (A fused batch splits by the same rule, per member: on
-/// the H200 a batch of small patches split by the batch's cells ran 2.4x
-/// slower, the bulk kernel's row-aligned blocks mostly idle on short rows.)
+/// Interior cells, over all members of a fused batch, from which a patch's
+/// update is split into the bulk kernel and the general one over its
+/// boundary cells. Below, one launch over every cell costs less than the
+/// second launch saves: on an H200 a launch costs about 4 microseconds, what
+/// the general kernel spends on 2^16 cells more than the bulk one.
 pub const BULK_MIN_CELLS: usize = 1 << 16;
 
-/// The bulk region of `patch` when its update is split (see [`BULK_MIN_CELLS`]).
-pub fn bulk_region(patch: &Patch) -> Option<Rect> {
-    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() >= BULK_MIN_CELLS)
+/// The bulk region of `patch` when its update is split (see
+/// [`BULK_MIN_CELLS`]), for a fused batch of `members` members (1 for a
+/// stepper of its own).
+pub fn bulk_region(patch: &Patch, members: usize) -> Option<Rect> {
+    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() * members >= BULK_MIN_CELLS)
 }
 
 /// Bytes of a split patch's boundary cells at most: its rim, and the
@@ -137,7 +137,7 @@ pub fn estimate(
                 x1 + 1.0 > ax0 && x0 - 1.0 < ax1 && y1 + 1.0 > ay0 && y0 - 1.0 < ay1
             })
             .collect();
-        if let Some(bulk) = bulk_region(patch) {
+        if let Some(bulk) = bulk_region(patch, 1) {
             // Bounds in the patch's storage cells: its active region starts at
             // `patch.active` in storage and at `global_active` on the level.
             let bounds: Vec<[f64; 4]> = near
@@ -282,6 +282,8 @@ pub struct StateBuffer {
 impl Resources {
     /// Allocates and fills every buffer. On failure what was allocated is
     /// freed again and the allocation's error is returned.
+    /// A patch splits its update by the batch's cells ([`bulk_region`]:
+    /// `driver`'s [`Driver::batch_members`]).
     pub fn allocate<D: Driver>(
         driver: &mut D,
         hierarchy: &Hierarchy,
@@ -417,7 +419,7 @@ impl Resources {
         let (mask, owner) = geometry::rasterize(patch, &level_bodies);
         debug_assert_eq!(mask.len(), flag_bytes(patch), "the estimate's flags");
         let flags = self.upload(driver, format!("{name}.flags"), &mask)?;
-        let boundary = match bulk_region(patch) {
+        let boundary = match bulk_region(patch, driver.batch_members()) {
             Some(bulk) => {
                 let cells = boundary_cells(&mask, &patch.layout, &patch.active);
                 let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&cells))?;
