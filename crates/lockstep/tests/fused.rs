@@ -4,38 +4,23 @@
 //! runner's refusals and per-member ledgers, and members of different shapes
 //! refused naming the member.
 
-use lbm_core::config::{Amplitude, InletSpec, Profile};
-use lbm_core::domain::geometry::{Body, Shape};
-use lbm_core::domain::hierarchy::Rect;
+mod common;
+
+use lbm_core::domain::geometry::Shape;
 use lbm_core::fused::FusedMember;
 use lbm_core::member::{FieldQuantity, FixedSchedule, Member, Statistic, StatsSpec};
-use lbm_core::{Boundary, CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Stepper};
+use lbm_core::{CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Stepper};
 use lockstep::{LockstepError, LockstepRunner};
 use mock_driver::{EventKind, MockDriver};
 
 /// A channel with an inflow ramp and a refined patch around a cylinder at
 /// `center_x`; `tau` and `velocity` are what the sweep varies.
 fn channel(tau: f64, velocity: f64, center_x: f64) -> LatticeConfig {
-    let mut lattice = LatticeConfig::uniform(
-        48,
-        24,
-        tau,
-        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
-    );
-    lattice.inlet = Some(InletSpec {
-        profile: Profile::Parabolic,
-        velocity,
-        amplitude: Amplitude::Ramp { duration: 5.0 },
-    });
-    lattice.hierarchy.levels = vec![vec![Rect::new(8, 0, 32, 24)]];
-    lattice.bodies = vec![Body {
-        shape: Shape::Circle {
-            center: [center_x, 12.3],
-            radius: 3.2,
-        },
-        level: 1,
-    }];
-    lattice
+    let cylinder = Shape::Circle {
+        center: [center_x, 12.3],
+        radius: 3.2,
+    };
+    common::refined_channel(tau, velocity, 5.0, cylinder)
 }
 
 fn stats_spec() -> StatsSpec {
@@ -287,93 +272,49 @@ fn each_member_holds_its_share_of_one_allocation_per_buffer() {
     }
 }
 
-#[test]
-fn a_batch_large_enough_splits_its_update_and_keeps_the_bits() {
-    // 16 members of a 96 x 48 channel: each member's interior is too small
-    // for the split, the batch's is not (the bulk kernel in blocks of short
-    // rows).
-    let config = |k: usize| {
-        let mut lattice = channel(0.6 + 0.01 * k as f64, 0.04, 40.0);
-        lattice.hierarchy.base = [96, 48];
-        lattice.hierarchy.levels.clear();
-        lattice.bodies[0].level = 0;
-        let exec = ExecConfig {
-            schedule: Some(FixedSchedule::new(10, 5).unwrap().with_diagnostics_every(5).unwrap()),
-            stats: StatsSpec {
-                statistics: vec![
-                    Statistic::Mass,
-                    Statistic::Field {
-                        level: 0,
-                        patch: 0,
-                        quantity: FieldQuantity::Ux,
-                    },
-                ],
-            },
-            ..ExecConfig::default()
-        };
-        (lattice, exec)
+/// Member `k` of a uniform `size` channel with the cylinder at `center_x`,
+/// for `intervals` intervals (a norm at every half).
+fn uniform_member(k: usize, size: [u32; 2], center_x: f64, intervals: u64) -> (LatticeConfig, ExecConfig) {
+    let mut lattice = channel(0.6 + 0.01 * k as f64, 0.04, center_x);
+    lattice.hierarchy.base = size;
+    lattice.hierarchy.levels.clear();
+    lattice.bodies[0].level = 0;
+    let half = intervals / 2;
+    let exec = ExecConfig {
+        schedule: Some(
+            FixedSchedule::new(intervals, half)
+                .unwrap()
+                .with_diagnostics_every(half)
+                .unwrap(),
+        ),
+        stats: StatsSpec {
+            statistics: vec![
+                Statistic::Mass,
+                Statistic::Field {
+                    level: 0,
+                    patch: 0,
+                    quantity: FieldQuantity::Ux,
+                },
+            ],
+        },
+        ..ExecConfig::default()
     };
-    let alone = Stepper::new(CpuDriver::new(), config(0).0, config(0).1).unwrap();
-    let plain: Vec<String> = alone.plan().interval(0).iter().map(|s| s.name.clone()).collect();
-    assert!(!plain.iter().any(|n| n.ends_with("stream_collide_bulk")), "{plain:?}");
-    let driver = MockDriver::executing();
-    let log = driver.handle();
-    let members = lbm_core::fused::batch(driver, (0..16).map(config).collect()).unwrap();
-    let mut fused = LockstepRunner::new(members).unwrap();
-    let mut baseline = LockstepRunner::new(
-        (0..16)
-            .map(|k| Stepper::new(CpuDriver::new(), config(k).0, config(k).1).unwrap())
-            .collect(),
-    )
-    .unwrap();
-    fused.run().unwrap();
-    baseline.run().unwrap();
-    assert!(
-        log.launch_kernels().contains(&Kernel::StreamCollideBulk),
-        "the batch splits"
-    );
-    assert_eq!(fused.norms(), baseline.norms());
-    let (a, b) = (fused.observe_members().unwrap(), baseline.observe_members().unwrap());
-    for (x, y) in a.iter().zip(&b) {
-        assert_eq!(x.rows, y.rows, "member {}", x.index);
-    }
+    (lattice, exec)
 }
 
-#[test]
-fn members_that_split_their_update_keep_the_bits() {
-    // Members of a 300 x 240 channel: each splits its update into the bulk
-    // kernel and the general one over its boundary cells.
-    let config = |k: usize| {
-        let mut lattice = channel(0.6 + 0.01 * k as f64, 0.04, 60.0);
-        lattice.hierarchy.base = [300, 240];
-        lattice.hierarchy.levels.clear();
-        lattice.bodies[0].level = 0;
-        let exec = ExecConfig {
-            schedule: Some(FixedSchedule::new(6, 3).unwrap().with_diagnostics_every(3).unwrap()),
-            stats: StatsSpec {
-                statistics: vec![
-                    Statistic::Mass,
-                    Statistic::Field {
-                        level: 0,
-                        patch: 0,
-                        quantity: FieldQuantity::Ux,
-                    },
-                ],
-            },
-            ..ExecConfig::default()
-        };
-        (lattice, exec)
-    };
+/// `members` fused on an executing mock against the same in lockstep: the
+/// bulk kernel among the fused launches, and the same bits.
+fn split_and_compare(members: Vec<(LatticeConfig, ExecConfig)>) {
     let driver = MockDriver::executing();
     let log = driver.handle();
-    let members = lbm_core::fused::batch(driver, (0..4).map(config).collect()).unwrap();
-    let mut fused = LockstepRunner::new(members).unwrap();
     let mut baseline = LockstepRunner::new(
-        (0..4)
-            .map(|k| Stepper::new(CpuDriver::new(), config(k).0, config(k).1).unwrap())
+        members
+            .iter()
+            .map(|(l, e)| Stepper::new(CpuDriver::new(), l.clone(), e.clone()).unwrap())
             .collect(),
     )
     .unwrap();
+    let mut fused = LockstepRunner::new(lbm_core::fused::batch(driver, members).unwrap()).unwrap();
     fused.run().unwrap();
     baseline.run().unwrap();
     assert!(
@@ -385,4 +326,23 @@ fn members_that_split_their_update_keep_the_bits() {
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(x.rows, y.rows, "member {}", x.index);
     }
+}
+
+#[test]
+fn a_batch_large_enough_splits_its_update_and_keeps_the_bits() {
+    // 16 members of a 96 x 48 channel: each member's interior is too small
+    // for the split, the batch's is not (the bulk kernel in blocks of short
+    // rows).
+    let (lattice, exec) = uniform_member(0, [96, 48], 40.0, 10);
+    let alone = Stepper::new(CpuDriver::new(), lattice, exec).unwrap();
+    let plain: Vec<String> = alone.plan().interval(0).iter().map(|s| s.name.clone()).collect();
+    assert!(!plain.iter().any(|n| n.ends_with("stream_collide_bulk")), "{plain:?}");
+    split_and_compare((0..16).map(|k| uniform_member(k, [96, 48], 40.0, 10)).collect());
+}
+
+#[test]
+fn members_that_split_their_update_keep_the_bits() {
+    // Members of a 300 x 240 channel: each splits its update into the bulk
+    // kernel and the general one over its boundary cells.
+    split_and_compare((0..4).map(|k| uniform_member(k, [300, 240], 60.0, 6)).collect());
 }

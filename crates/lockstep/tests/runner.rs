@@ -5,11 +5,12 @@
 //! axis, per-member observations and ledgers, and a close that releases
 //! every member when one fails.
 
+mod common;
+
 use std::collections::BTreeMap;
 
-use lbm_core::config::{Amplitude, InletSpec, Profile};
 use lbm_core::device::Action;
-use lbm_core::domain::geometry::{Body, Shape};
+use lbm_core::domain::geometry::Shape;
 use lbm_core::domain::hierarchy::{HierarchySpec, Rect};
 use lbm_core::lattice::Moments;
 use lbm_core::ledger::MemoryLedger;
@@ -22,34 +23,19 @@ use ndarray::ArrayD;
 /// A channel with an inflow, a refined patch around a cylinder of radius
 /// `radius`, and the given base τ and inflow velocity: what a sweep varies.
 fn channel(tau: f64, velocity: f64, angle: f64) -> LatticeConfig {
-    let mut lattice = LatticeConfig::uniform(
-        48,
-        24,
-        tau,
-        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
-    );
-    lattice.inlet = Some(InletSpec {
-        profile: Profile::Parabolic,
-        velocity,
-        amplitude: Amplitude::Ramp { duration: 20.0 },
-    });
-    lattice.hierarchy.levels = vec![vec![Rect::new(8, 0, 32, 24)]];
     // A square turned by `angle` (base units): a body whose angle a polar
     // would sweep.
     let (s, c) = angle.sin_cos();
     let corner = |x: f64, y: f64| [20.0 + 3.0 * (c * x - s * y), 12.0 + 3.0 * (s * x + c * y)];
-    lattice.bodies = vec![Body {
-        shape: Shape::Polygon {
-            points: vec![
-                corner(-1.0, -1.0),
-                corner(1.0, -1.0),
-                corner(1.0, 1.0),
-                corner(-1.0, 1.0),
-            ],
-        },
-        level: 1,
-    }];
-    lattice
+    let square = Shape::Polygon {
+        points: vec![
+            corner(-1.0, -1.0),
+            corner(1.0, -1.0),
+            corner(1.0, 1.0),
+            corner(-1.0, 1.0),
+        ],
+    };
+    common::refined_channel(tau, velocity, 20.0, square)
 }
 
 fn stats_spec() -> StatsSpec {
