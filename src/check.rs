@@ -64,10 +64,14 @@ pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), Ap
 }
 
 /// The report of `lbm check`.
-pub fn check(path: &Path) -> Result<String, AppError> {
+pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
     let (case, resolved) = read_case(path, None)?;
     let levels = resolved.levels()?;
     let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
+    // Refused before anything is printed.
+    let split = devices
+        .map(|g| lbm_core::domain::decompose::Decomposition::plan(&hierarchy, &resolved.lattice, g))
+        .transpose()?;
     let mut out = String::new();
     let plan = &resolved.output;
     let (velocity, length) = (plan.reference_velocity, plan.reference_length);
@@ -121,6 +125,36 @@ pub fn check(path: &Path) -> Result<String, AppError> {
         estimate_seconds(&levels, resolved.steps, false),
         estimate_seconds(&levels, resolved.steps, true)
     );
+    if let Some(split) = &split {
+        let dx = resolved.units.dx;
+        let _ = writeln!(
+            out,
+            "split over {} devices: slabs along x, cuts {} base cells clear of patches and bodies",
+            split.slabs.len(),
+            lbm_core::domain::decompose::CUT_CLEARANCE
+        );
+        let total: u64 = split.slabs.iter().map(|s| s.cell_updates).sum();
+        for (d, s) in split.slabs.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  device {d}: base columns [{}, {}) = x in [{:.4}, {:.4}) m, {} cell updates per interval ({:.1}%)",
+                s.x0,
+                s.x1,
+                s.x0 as f64 * dx,
+                s.x1 as f64 * dx,
+                s.cell_updates,
+                100.0 * s.cell_updates as f64 / total as f64
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  imbalance (most loaded over the mean): {:.3}; halo exchange: {} cut(s) x {} rows, {:.1} KiB per interval",
+            split.imbalance(),
+            split.cuts,
+            split.rows,
+            split.halo_bytes_per_interval() as f64 / 1024.0
+        );
+    }
     let hashed = crate::plan::Plan::of("run", &resolved)?;
     let _ = writeln!(out, "plan sha256: {}", hashed.sha256);
     for (backend, cuda) in [("the CPU backend", false), ("an H200", true)] {

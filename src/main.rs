@@ -135,6 +135,12 @@ enum Command {
     Check {
         /// The case, a TOML file in physical units.
         case: PathBuf,
+        /// Also show the case split over G devices: slabs along x, each cut
+        /// placed to balance the cell updates and clear of patches and
+        /// bodies, and the halo bytes per interval (the plan; runs on
+        /// several devices are not built yet).
+        #[arg(long, value_name = "G")]
+        devices: Option<usize>,
     },
     /// Print the version, the backends this machine offers and the PTX hash.
     Info,
@@ -224,8 +230,8 @@ macro_rules! say {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { case } => {
-            return match lbm::check::check(&case) {
+        Command::Check { case, devices } => {
+            return match lbm::check::check(&case, devices) {
                 Ok(report) => {
                     say!("{}", report.trim_end());
                     ExitCode::SUCCESS

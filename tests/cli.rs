@@ -378,6 +378,34 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
 }
 
 #[test]
+fn check_shows_the_split_over_devices_and_refuses_an_impossible_one() {
+    let cavity = workspace().join("cases/cavity-re100.toml").display().to_string();
+    let output = lbm(&["check", &cavity, "--devices", "2"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = String::from_utf8_lossy(&output.stdout);
+    // The refined centre [16, 48) with its clearance leaves cuts in [4, 12]
+    // and [52, 60]; the patch's work puts the second slab's edge at 12.
+    assert!(report.contains("split over 2 devices"), "{report}");
+    assert!(report.contains("device 0: base columns [0, 12)"), "{report}");
+    assert!(report.contains("device 1: base columns [12, 64)"), "{report}");
+    assert!(report.contains("1 cut(s) x 64 rows, 1.5 KiB per interval"), "{report}");
+    for (devices, expect) in [("0", "1 to 16"), ("8", "patch L1.p0"), ("two", "invalid value")] {
+        let refused = lbm(&["check", &cavity, "--devices", devices]);
+        assert_eq!(refused.status.code(), Some(2), "{devices}");
+        assert!(
+            stderr(&refused).contains("--devices") || stderr(&refused).contains("'--devices"),
+            "{}",
+            stderr(&refused)
+        );
+        assert!(stderr(&refused).contains(expect), "{devices}: {}", stderr(&refused));
+        assert!(
+            refused.stdout.is_empty(),
+            "{devices}: nothing printed before the refusal"
+        );
+    }
+}
+
+#[test]
 fn info_names_the_backends_and_the_ptx() {
     let output = lbm(&["info"]);
     assert!(output.status.success());

@@ -1,0 +1,275 @@
+//! The split of a run over several devices (issue 13's decomposition): the
+//! base grid cut into slabs along x, the cuts placed so that the most loaded
+//! slab holds as few cell updates (over all levels) as they can, each kept
+//! clear of every refinement patch and body, so
+//! that each patch (with its coupling stencil) and each body's links belong
+//! to one slab. A layout where no such cut exists is refused, naming what is
+//! in the way.
+//!
+//! What it does not do: run anything. It is the plan `lbm check --devices G`
+//! prints (cut positions, each slab's share, the populations crossing each
+//! cut per interval); the exchange itself is not built.
+
+use crate::config::{Boundary, LatticeConfig};
+use crate::domain::geometry::BODY_CLEARANCE;
+use crate::domain::hierarchy::{Hierarchy, PARENT_MARGIN};
+use crate::error::{Error, Result};
+
+/// Base cells a cut keeps from a refinement patch's footprint: what its
+/// coupling reads of the parent around it.
+pub const CUT_CLEARANCE: u32 = PARENT_MARGIN;
+
+/// Base columns a slab holds at least.
+pub const MIN_SLAB_COLUMNS: u32 = 4;
+
+/// Populations that cross a cut in each direction per cell of it (those
+/// with an x component pointing across).
+pub const CROSSING_POPULATIONS: usize = 3;
+
+/// One device's part of the base grid: columns `[x0, x1)`, every row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Slab {
+    pub x0: u32,
+    pub x1: u32,
+    /// Cell updates per base interval over all levels.
+    pub cell_updates: u64,
+}
+
+/// The slabs of a run over `slabs.len()` devices.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decomposition {
+    pub slabs: Vec<Slab>,
+    /// Cuts that exchange halos: one between each pair of neighbouring
+    /// slabs, and one more across a periodic x side.
+    pub cuts: usize,
+    /// Rows of the base grid: the cells of each cut.
+    pub rows: u32,
+}
+
+impl Decomposition {
+    /// Cuts `hierarchy`'s base grid into `devices` slabs; see the module
+    /// documentation.
+    pub fn plan(hierarchy: &Hierarchy, lattice: &LatticeConfig, devices: usize) -> Result<Decomposition> {
+        let base = hierarchy.base();
+        let (nx, ny) = (base.active.width(), base.active.height());
+        let most = (nx / MIN_SLAB_COLUMNS) as usize;
+        if devices == 0 || devices > most {
+            return Err(Error::parameter(
+                "--devices",
+                devices,
+                &format!("1 to {most} (slabs of at least {MIN_SLAB_COLUMNS} of the {nx} base columns)"),
+            ));
+        }
+        let work = column_work(hierarchy);
+        // Where a cut may not fall: strictly inside a patch's footprint
+        // widened by the clearance, or a level-0 body's.
+        let mut blocked: Vec<(u32, u32, String)> = hierarchy
+            .patches()
+            .filter(|p| p.level > 0)
+            .map(|p| {
+                let [x0, _, x1, _] = p.global_active();
+                let scale = 1i64 << p.level;
+                let (f0, f1) = (x0.div_euclid(scale), (x1 + scale - 1).div_euclid(scale));
+                (
+                    (f0 - CUT_CLEARANCE as i64).max(0) as u32,
+                    (f1 + CUT_CLEARANCE as i64).min(nx as i64) as u32,
+                    format!("patch {}", p.name()),
+                )
+            })
+            .collect();
+        for (b, body) in lattice.bodies.iter().enumerate().filter(|(_, b)| b.level == 0) {
+            let [x0, _, x1, _] = body.shape.bounds();
+            blocked.push((
+                (x0.floor() - BODY_CLEARANCE).max(0.0) as u32,
+                ((x1.ceil() + BODY_CLEARANCE) as u32).min(nx),
+                format!("body {b}"),
+            ));
+        }
+        let allowed = |c: u32| blocked.iter().all(|(a, b, _)| c <= *a || c >= *b);
+        let prefix: Vec<u64> = std::iter::once(0)
+            .chain(work.iter().scan(0u64, |s, w| {
+                *s += w;
+                Some(*s)
+            }))
+            .collect();
+        let total = prefix[nx as usize];
+        // Cuts `k..` after a cut at `from`, none holding more than `most`
+        // updates, each placed as far right as it may go (which finds them
+        // whenever they exist), or the cut that found no place.
+        let rest = |k0: usize, from: u32, most: u64| -> std::result::Result<Vec<u32>, (usize, u32, u32)> {
+            let mut cuts = vec![from];
+            for k in k0..devices {
+                let prev = *cuts.last().expect("starts with `from`");
+                let lo = prev + MIN_SLAB_COLUMNS;
+                let hi = nx - (devices - k) as u32 * MIN_SLAB_COLUMNS;
+                let start = prefix[prev as usize];
+                match (lo..=hi)
+                    .rev()
+                    .find(|c| allowed(*c) && prefix[*c as usize] - start <= most)
+                {
+                    Some(c) => cuts.push(c),
+                    None => return Err((k, lo, hi)),
+                }
+            }
+            let last = *cuts.last().expect("starts with `from`");
+            match prefix[nx as usize] - prefix[last as usize] <= most {
+                true => Ok(cuts),
+                false => Err((devices - 1, last, nx)),
+            }
+        };
+        if let Err((k, lo, hi)) = rest(1, 0, total) {
+            let (_, _, what) = blocked
+                .iter()
+                .find(|(a, b, _)| *a < hi && *b > lo)
+                .expect("only a blocked range can leave no cut");
+            return Err(Error::parameter(
+                "--devices",
+                devices,
+                &format!(
+                    "a layout whose cut {k} of {} can fall between base columns {lo} and {hi}; {what} and its \
+                     {CUT_CLEARANCE}-cell clearance cover them (patches and bodies stay whole on one device)",
+                    devices - 1
+                ),
+            ));
+        }
+        // The smallest most-loaded slab the cuts allow ...
+        let (mut lo, mut hi) = (total.div_ceil(devices as u64), total);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match rest(1, 0, mid) {
+                Ok(_) => hi = mid,
+                Err(_) => lo = mid + 1,
+            }
+        }
+        let most = lo;
+        // ... and under it each cut nearest an even share of what is left.
+        let mut cuts = vec![0u32];
+        for k in 1..devices {
+            let prev = cuts[k - 1];
+            let start = prefix[prev as usize];
+            let share = start as f64 + (total - start) as f64 / (devices - k + 1) as f64;
+            let lo = prev + MIN_SLAB_COLUMNS;
+            let hi = nx - (devices - k) as u32 * MIN_SLAB_COLUMNS;
+            let cut = (lo..=hi)
+                .filter(|c| allowed(*c) && prefix[*c as usize] - start <= most && rest(k + 1, *c, most).is_ok())
+                .min_by(|a, b| {
+                    let d = |c: u32| (prefix[c as usize] as f64 - share).abs();
+                    d(*a).total_cmp(&d(*b))
+                })
+                .expect("the bound is feasible, so some cut keeps it");
+            cuts.push(cut);
+        }
+        cuts.push(nx);
+        let slabs = cuts
+            .windows(2)
+            .map(|w| Slab {
+                x0: w[0],
+                x1: w[1],
+                cell_updates: prefix[w[1] as usize] - prefix[w[0] as usize],
+            })
+            .collect();
+        let periodic = lattice.boundaries[0] == Boundary::Periodic && devices > 1;
+        Ok(Decomposition {
+            slabs,
+            cuts: devices - 1 + usize::from(periodic),
+            rows: ny,
+        })
+    }
+
+    /// The most loaded slab's cell updates over the mean.
+    pub fn imbalance(&self) -> f64 {
+        let most = self.slabs.iter().map(|s| s.cell_updates).max().unwrap_or(0) as f64;
+        let mean = self.slabs.iter().map(|s| s.cell_updates).sum::<u64>() as f64 / self.slabs.len() as f64;
+        most / mean
+    }
+
+    /// Bytes the halo exchange moves per base interval: at each cut, each
+    /// side's crossing populations (f32) of every row, both ways, once per
+    /// level-0 hop.
+    pub fn halo_bytes_per_interval(&self) -> u64 {
+        (self.cuts * 2 * CROSSING_POPULATIONS * self.rows as usize * 4) as u64
+    }
+}
+
+/// Cell updates per base interval of each base column, over all levels (a
+/// level-`l` cell updates 2^l times and a base column holds 2^l of its
+/// columns).
+fn column_work(hierarchy: &Hierarchy) -> Vec<u64> {
+    let base = hierarchy.base();
+    let nx = base.active.width() as usize;
+    let mut work = vec![0u64; nx];
+    for p in hierarchy.patches() {
+        let [x0, y0, x1, y1] = p.global_active();
+        let (rows, updates) = ((y1 - y0) as u64, 1u64 << p.level);
+        let scale = 1i64 << p.level;
+        for x in x0..x1 {
+            let column = x.div_euclid(scale) - base.origin[0] - base.active.x0 as i64;
+            if let Some(w) = usize::try_from(column).ok().and_then(|c| work.get_mut(c)) {
+                *w += rows * updates;
+            }
+        }
+    }
+    debug_assert_eq!(work.iter().sum::<u64>(), hierarchy.cell_updates_per_interval());
+    work
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::hierarchy::Rect;
+
+    fn plan(lattice: &LatticeConfig, devices: usize) -> Result<Decomposition> {
+        let (hierarchy, _) = lattice.validate(&[]).unwrap();
+        Decomposition::plan(&hierarchy, lattice, devices)
+    }
+
+    #[test]
+    fn a_uniform_grid_splits_evenly_and_counts_its_halos() {
+        let mut lattice = LatticeConfig::uniform(120, 40, 0.8, [Boundary::Periodic; 4]);
+        let d = plan(&lattice, 3).unwrap();
+        assert_eq!(
+            d.slabs.iter().map(|s| (s.x0, s.x1)).collect::<Vec<_>>(),
+            [(0, 40), (40, 80), (80, 120)]
+        );
+        assert_eq!(d.imbalance(), 1.0);
+        // Periodic in x: three cuts, each 2 x 3 populations of 40 rows of f32.
+        assert_eq!(d.cuts, 3);
+        assert_eq!(d.halo_bytes_per_interval(), 3 * 2 * 3 * 40 * 4);
+        lattice.boundaries[0] = Boundary::Wall;
+        lattice.boundaries[1] = Boundary::Wall;
+        assert_eq!(plan(&lattice, 3).unwrap().cuts, 2);
+        assert_eq!(plan(&lattice, 1).unwrap().halo_bytes_per_interval(), 0);
+    }
+
+    #[test]
+    fn cuts_balance_the_refined_work_and_keep_clear_of_patches() {
+        let mut lattice = LatticeConfig::uniform(120, 40, 0.8, [Boundary::Periodic; 4]);
+        lattice.hierarchy.levels = vec![vec![Rect::new(10, 14, 26, 26)]];
+        let d = plan(&lattice, 2).unwrap();
+        let (hierarchy, _) = lattice.validate(&[]).unwrap();
+        assert_eq!(
+            d.slabs.iter().map(|s| s.cell_updates).sum::<u64>(),
+            hierarchy.cell_updates_per_interval()
+        );
+        // The patch's 1536 updates pull the cut left of the middle, to 41.
+        assert_eq!(d.slabs[0].x1, 41);
+        assert!(d.imbalance() < 1.01, "{}", d.imbalance());
+        // A patch holding more than half the work stays whole: the cut keeps
+        // clear of it and the imbalance says what that costs.
+        lattice.hierarchy.levels = vec![vec![Rect::new(10, 8, 40, 32)]];
+        let d = plan(&lattice, 2).unwrap();
+        assert_eq!(d.slabs[0].x1, 40 + CUT_CLEARANCE);
+        assert!(d.imbalance() > 1.4, "{}", d.imbalance());
+    }
+
+    #[test]
+    fn impossible_layouts_and_counts_are_refused_naming_the_flag() {
+        let mut lattice = LatticeConfig::uniform(40, 40, 0.8, [Boundary::Periodic; 4]);
+        lattice.hierarchy.levels = vec![vec![Rect::new(6, 6, 34, 34)]];
+        let e = plan(&lattice, 2).unwrap_err().to_string();
+        assert!(e.contains("--devices") && e.contains("patch L1.p0"), "{e}");
+        let e = plan(&lattice, 0).unwrap_err().to_string();
+        assert!(e.contains("--devices") && e.contains("1 to 10"), "{e}");
+        assert!(plan(&lattice, 11).is_err());
+    }
+}
