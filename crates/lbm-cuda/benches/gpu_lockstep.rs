@@ -82,8 +82,7 @@ fn configs(text: &str, resolution: Option<f64>, n: usize) -> Vec<(LatticeConfig,
 fn advance<M: Member>(members: &[M], iters: u64) -> std::time::Duration {
     let start = Instant::now();
     for _ in 0..iters {
-        members.iter().for_each(|m| m.begin_advance(INTERVALS).unwrap());
-        members.iter().for_each(|m| m.finish_advance().unwrap());
+        lockstep::advance_together(members, INTERVALS).unwrap();
     }
     start.elapsed()
 }

@@ -134,6 +134,32 @@ pub struct MemberReport {
     pub rows: Vec<StatsRow>,
 }
 
+/// Every member advances `intervals`: all are enqueued first, each on its
+/// own driver, then each is waited for, so their work runs side by side
+/// (and a fused batch's launches go out once every member has begun).
+/// Every member that began is waited for even when another fails; the
+/// first failure is reported. What [`LockstepRunner::advance`] does between
+/// its stops, and what the ensemble benches time.
+pub fn advance_together<M: Member>(members: &[M], intervals: u64) -> Result<(), LockstepError> {
+    if intervals == 0 {
+        return Ok(());
+    }
+    let began: Vec<lbm_core::Result<()>> = members.iter().map(|m| m.begin_advance(intervals)).collect();
+    let finished: Vec<lbm_core::Result<()>> = members
+        .iter()
+        .zip(began)
+        .map(|(m, b)| b.and_then(|()| m.finish_advance()))
+        .collect();
+    match finished
+        .into_iter()
+        .enumerate()
+        .find_map(|(index, r)| r.err().map(|e| (index, e)))
+    {
+        Some((index, source)) => Err(LockstepError::Member { index, source }),
+        None => Ok(()),
+    }
+}
+
 /// Advances members on their shared [`FixedSchedule`]; see the crate
 /// documentation.
 pub struct LockstepRunner<M: Member> {
@@ -240,11 +266,11 @@ impl<M: Member> LockstepRunner<M> {
                     .map_err(|source| LockstepError::Member { index, source })?;
             }
         }
-        self.advance_all(plain)?;
+        advance_together(&self.members, plain)?;
         let mut norms = Vec::new();
         if diagnostic {
             let before = self.velocities()?;
-            self.advance_all(1)?;
+            advance_together(&self.members, 1)?;
             let after = self.velocities()?;
             norms = before.iter().zip(&after).map(|(b, a)| relative_change(b, a)).collect();
         }
@@ -270,31 +296,6 @@ impl<M: Member> LockstepRunner<M> {
             }
         }
         Ok(Some(stop))
-    }
-
-    /// Every member advances `intervals`: all are enqueued first, each on its
-    /// own driver, then each is waited for, so their work runs side by side.
-    /// Every member that began is waited for even when another fails; the
-    /// first failure is reported.
-    fn advance_all(&self, intervals: u64) -> Result<(), LockstepError> {
-        if intervals == 0 {
-            return Ok(());
-        }
-        let began: Vec<lbm_core::Result<()>> = self.members.iter().map(|m| m.begin_advance(intervals)).collect();
-        let finished: Vec<lbm_core::Result<()>> = self
-            .members
-            .iter()
-            .zip(began)
-            .map(|(m, b)| b.and_then(|()| m.finish_advance()))
-            .collect();
-        match finished
-            .into_iter()
-            .enumerate()
-            .find_map(|(index, r)| r.err().map(|e| (index, e)))
-        {
-            Some((index, source)) => Err(LockstepError::Member { index, source }),
-            None => Ok(()),
-        }
     }
 
     fn velocities(&self) -> Result<Vec<Vec<f32>>, LockstepError> {

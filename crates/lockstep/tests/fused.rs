@@ -23,33 +23,20 @@ fn channel(tau: f64, velocity: f64, center_x: f64) -> LatticeConfig {
     common::refined_channel(tau, velocity, 5.0, cylinder)
 }
 
+/// The common statistics and the base's density.
 fn stats_spec() -> StatsSpec {
-    StatsSpec {
-        statistics: vec![
-            Statistic::Mass,
-            Statistic::Field {
-                level: 1,
-                patch: 0,
-                quantity: FieldQuantity::Ux,
-            },
-            Statistic::Field {
-                level: 0,
-                patch: 0,
-                quantity: FieldQuantity::DeltaRho,
-            },
-            Statistic::Exchange { body: 0 },
-        ],
-    }
+    let mut spec = common::stats_spec();
+    spec.statistics.push(Statistic::Field {
+        level: 0,
+        patch: 0,
+        quantity: FieldQuantity::DeltaRho,
+    });
+    spec
 }
 
 fn exec() -> ExecConfig {
-    ExecConfig {
-        observe_raw_exchange: true,
-        observe_window_exchange: true,
-        schedule: Some(FixedSchedule::new(40, 20).unwrap().with_diagnostics_every(10).unwrap()),
-        stats: stats_spec(),
-        ..ExecConfig::default()
-    }
+    let schedule = FixedSchedule::new(40, 20).unwrap().with_diagnostics_every(10).unwrap();
+    common::exec(schedule, stats_spec())
 }
 
 /// Viscosity and inflow differ; the geometry is one.

@@ -14,7 +14,7 @@ use lbm_core::domain::geometry::Shape;
 use lbm_core::domain::hierarchy::{HierarchySpec, Rect};
 use lbm_core::lattice::Moments;
 use lbm_core::ledger::MemoryLedger;
-use lbm_core::member::{FieldQuantity, FixedSchedule, Member, MemberIdentity, MemberObservation, Statistic, StatsSpec};
+use lbm_core::member::{FixedSchedule, Member, MemberIdentity, MemberObservation, Statistic, StatsSpec};
 use lbm_core::{Boundary, CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Status, Stepper};
 use lockstep::{LockstepError, LockstepRunner};
 use mock_driver::{EventKind, MockDriver};
@@ -39,27 +39,11 @@ fn channel(tau: f64, velocity: f64, angle: f64) -> LatticeConfig {
 }
 
 fn stats_spec() -> StatsSpec {
-    StatsSpec {
-        statistics: vec![
-            Statistic::Mass,
-            Statistic::Field {
-                level: 1,
-                patch: 0,
-                quantity: FieldQuantity::Ux,
-            },
-            Statistic::Exchange { body: 0 },
-        ],
-    }
+    common::stats_spec()
 }
 
 fn exec(schedule: FixedSchedule) -> ExecConfig {
-    ExecConfig {
-        observe_raw_exchange: true,
-        observe_window_exchange: true,
-        schedule: Some(schedule),
-        stats: stats_spec(),
-        ..ExecConfig::default()
-    }
+    common::exec(schedule, stats_spec())
 }
 
 fn schedule() -> FixedSchedule {
