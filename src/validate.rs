@@ -17,7 +17,7 @@ use std::time::Instant;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use lbm_core::case::{Case, Resolved};
+use lbm_core::case::{BodyTable, Case, Resolved};
 use lbm_core::domain::geometry::Shape;
 use lbm_core::units::UnitSystem;
 use lbm_core::{Driver, ExecConfig, Stepper};
@@ -583,21 +583,17 @@ fn check_benchmark_geometry(case: &Case) -> Result<(), AppError> {
         center: CENTER,
         radius: 0.5 * DIAMETER,
     };
-    let shapes: Vec<&Shape> = case
-        .bodies
-        .iter()
-        .filter(|b| b.rotation.is_none())
-        .map(|b| &b.shape)
-        .collect();
-    match (shapes.as_slice(), case.bodies.len()) {
-        ([Shape::Circle { center, radius }], 1)
-            if close(center[0], CENTER[0]) && close(center[1], CENTER[1]) && close(*radius, 0.5 * DIAMETER) =>
-        {
-            Ok(())
-        }
-        _ => Err(AppError::Flag {
+    match case.bodies.as_slice() {
+        [
+            BodyTable {
+                shape: Shape::Circle { center, radius },
+                rotation: None,
+                ..
+            },
+        ] if close(center[0], CENTER[0]) && close(center[1], CENTER[1]) && close(*radius, 0.5 * DIAMETER) => Ok(()),
+        other => Err(AppError::Flag {
             flag: "--case bodies",
-            value: format!("{:?}", case.bodies),
+            value: format!("{other:?}"),
             accepted: format!("exactly the benchmark's cylinder, {cylinder:?}"),
         }),
     }

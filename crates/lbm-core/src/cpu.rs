@@ -8,14 +8,14 @@
 //! driver does not simulate asynchronous errors (the mock driver does). It owns
 //! memory and dispatch only: no kernel arithmetic lives here.
 
-use crate::device::{
-    Action, BatchLaunch, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut,
-};
-use crate::error::{Error, Result};
 use std::collections::BTreeSet;
 
 use rayon::prelude::*;
 
+use crate::device::{
+    Action, BatchLaunch, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut,
+};
+use crate::error::{Error, Result};
 use crate::kernels::{Access, BufferUse, FamilyVisitor, HostViews, KernelArgs, PlanTable, check_launch, dispatch};
 
 /// The name [`Driver::backend`] gives: its buffers are host memory.

@@ -94,6 +94,10 @@ pub enum Error {
         buffer: BufferId,
     },
 
+    /// A fused batch's launch without a member.
+    #[error("a batch launch needs at least one member")]
+    EmptyBatch,
+
     /// A launch the shared launch check refuses.
     #[error("{kernel} launch: {problem}")]
     Launch { kernel: Kernel, problem: LaunchProblem },

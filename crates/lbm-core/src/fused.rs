@@ -40,7 +40,7 @@ use crate::config::{ExecConfig, LatticeConfig};
 use crate::cpu::CpuDriver;
 use crate::device::{Action, Arg, BatchLaunch, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId};
 use crate::error::{Error, Result};
-use crate::kernels::PlanTable;
+use crate::kernels::check_actions;
 use crate::ledger::MemoryLedger;
 use crate::stepper::{INTERVAL_PLANS, Stepper};
 
@@ -89,14 +89,24 @@ pub fn check(members: &[(LatticeConfig, ExecConfig)]) -> Result<()> {
         match &first {
             None => first = Some(shape),
             Some((ledger, intervals)) => {
-                if let Some((label, bytes)) = shape.0.entries.iter().find(|(l, b)| ledger.entries.get(*l) != Some(b)) {
-                    let theirs = ledger
-                        .entries
-                        .get(label)
-                        .map_or("none".into(), |b| format!("{b} bytes"));
+                // The first buffer, of either member, that the other lacks or sizes otherwise.
+                let bytes = |l: &MemoryLedger, label: &str| {
+                    l.entries.get(label).map_or("none".into(), |b| format!("{b} bytes"))
+                };
+                if let Some(label) = shape
+                    .0
+                    .entries
+                    .keys()
+                    .chain(ledger.entries.keys())
+                    .find(|label| shape.0.entries.get(*label) != ledger.entries.get(*label))
+                {
                     return Err(Error::FusedShape {
                         member,
-                        what: format!("its buffer `{label}` has {bytes} bytes where member 0's has {theirs}"),
+                        what: format!(
+                            "its buffer `{label}` has {} where member 0's has {}",
+                            bytes(&shape.0, label),
+                            bytes(ledger, label)
+                        ),
                     });
                 }
                 for (theirs, mine) in intervals.iter().zip(&shape.1) {
@@ -387,17 +397,17 @@ fn same_shape(first: &[Action], mine: &[Action]) -> std::result::Result<(), Stri
             first.len()
         ));
     }
+    let same = |a: &Action, b: &Action| match (a, b) {
+        (Action::Launch(a), Action::Launch(b)) => (a.kernel, a.grid, a.block) == (b.kernel, b.grid, b.block),
+        (Action::Memset { bytes: a, value: x, .. }, Action::Memset { bytes: b, value: y, .. }) => (a, x) == (b, y),
+        _ => false,
+    };
     let shape = |a: &Action| match a {
         Action::Launch(l) => format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block),
         Action::Memset { bytes, value, .. } => format!("a memset of {bytes} bytes to {value}"),
         Action::Batch(b) => format!("a batch of {}", b.first().kernel),
     };
-    match first
-        .iter()
-        .zip(mine)
-        .enumerate()
-        .find(|(_, (a, b))| shape(a) != shape(b))
-    {
+    match first.iter().zip(mine).enumerate().find(|(_, (a, b))| !same(a, b)) {
         Some((k, (a, b))) => Err(format!("its step {k} is {}, member 0's {}", shape(b), shape(a))),
         None => Ok(()),
     }
@@ -599,8 +609,8 @@ impl<D: Driver> Driver for MemberDriver<D> {
         let mut s = self.lock();
         let backend = s.device.backend();
         // The member's own check, against its own copies.
-        PlanTable::default().prepare(actions, backend, |id| s.size_of(m, id))?;
-        if let Some(Action::Batch(_)) = actions.iter().find(|a| matches!(a, Action::Batch(_))) {
+        check_actions(actions, backend, |id| s.size_of(m, id))?;
+        if actions.iter().any(|a| matches!(a, Action::Batch(_))) {
             return Err(Error::FusedShape {
                 member: m,
                 what: "its plan holds a batch already".into(),

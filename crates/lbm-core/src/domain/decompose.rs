@@ -150,12 +150,18 @@ impl Decomposition {
             let share = start as f64 + (total - start) as f64 / (devices - k + 1) as f64;
             let lo = prev + MIN_SLAB_COLUMNS;
             let hi = nx - (devices - k) as u32 * MIN_SLAB_COLUMNS;
-            let cut = (lo..=hi)
-                .filter(|c| allowed(*c) && prefix[*c as usize] - start <= most && rest(k + 1, *c, most).is_ok())
-                .min_by(|a, b| {
-                    let d = |c: u32| (prefix[c as usize] as f64 - share).abs();
-                    d(*a).total_cmp(&d(*b))
-                })
+            // Nearest the share first, so the feasibility of the rest is
+            // asked of few candidates.
+            let mut candidates: Vec<u32> = (lo..=hi)
+                .filter(|c| allowed(*c) && prefix[*c as usize] - start <= most)
+                .collect();
+            candidates.sort_by(|a, b| {
+                let d = |c: u32| (prefix[c as usize] as f64 - share).abs();
+                d(*a).total_cmp(&d(*b))
+            });
+            let cut = candidates
+                .into_iter()
+                .find(|c| rest(k + 1, *c, most).is_ok())
                 .expect("the bound is feasible, so some cut keeps it");
             cuts.push(cut);
         }

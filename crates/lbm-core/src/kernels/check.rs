@@ -33,13 +33,7 @@ pub fn check_launch(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>
 /// member writes (or writing bytes another touches).
 pub fn check_batch(batch: &BatchLaunch, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
     let Some(first) = batch.launches.first() else {
-        return Err(Error::Launch {
-            kernel: crate::device::Kernel::StreamCollide,
-            problem: LaunchProblem::Batch {
-                members: 0,
-                why: "a batch needs at least one member",
-            },
-        });
+        return Err(Error::EmptyBatch);
     };
     let refuse = |problem| Error::Launch {
         kernel: first.kernel,
@@ -116,6 +110,16 @@ pub fn check_batch(batch: &BatchLaunch, size_of: impl Fn(BufferId) -> Option<usi
         }
     }
     Ok(())
+}
+
+/// Every action of a plan checked as [`PlanTable::prepare`] checks it, for a
+/// driver that keeps its plans itself (a fused batch's member drivers).
+pub fn check_actions(
+    actions: &[Action],
+    backend: &'static str,
+    size_of: impl Fn(BufferId) -> Option<usize>,
+) -> Result<()> {
+    actions.iter().try_for_each(|a| check_action(a, backend, &size_of))
 }
 
 /// [`check_launch`] for a launch, [`check_batch`] for a batch, and for a
@@ -288,9 +292,7 @@ impl PlanTable {
         backend: &'static str,
         size_of: impl Fn(BufferId) -> Option<usize>,
     ) -> Result<PlanId> {
-        for action in actions {
-            check_action(action, backend, &size_of)?;
-        }
+        check_actions(actions, backend, size_of)?;
         self.plans.push(Some(actions.into()));
         Ok(PlanId(self.plans.len() as u32 - 1))
     }

@@ -32,7 +32,7 @@ use crate::domain::hierarchy::Layout;
 use crate::error::{LaunchProblem, Result};
 use crate::lattice::Q;
 
-pub use check::{PlanTable, check_batch, check_launch};
+pub use check::{PlanTable, check_actions, check_batch, check_launch};
 pub use constants::cuda_constants;
 pub use host::{HostViews, ReadViews, WriteViews};
 
