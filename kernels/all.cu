@@ -23,6 +23,7 @@ namespace lbm_plain {
 #include "reflux.cu"
 #include "exchange.cu"
 #include "boundary.cu"
+#include "halo.cu"
 #include "health.cu"
 #include "moments.cu"
 #include "producer.cu"

@@ -119,6 +119,8 @@ static const EmuKernel EMU_KERNELS[] = {
     {"correct_interface_mass", [](void** p) { emu_call(correct_interface_mass, p); }, true},
     {"accumulate_exchange", [](void** p) { emu_call(accumulate_exchange, p); }, true},
     {"update_boundary_state", [](void** p) { emu_call(update_boundary_state, p); }, false},
+    {"pack_halo", [](void** p) { emu_call(pack_halo, p); }, false},
+    {"unpack_halo", [](void** p) { emu_call(unpack_halo, p); }, false},
     {"check_health", [](void** p) { emu_call(check_health, p); }, false},
     {"save_moments", [](void** p) { emu_call(save_moments, p); }, false},
     {"produce_static", [](void** p) { emu_call(produce_static, p); }, true},

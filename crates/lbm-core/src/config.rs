@@ -424,6 +424,10 @@ pub struct ExecConfig {
     /// What an ensemble member reports at each save point.
     #[serde(default)]
     pub stats: crate::member::StatsSpec,
+    /// The part of the domain this stepper holds when a run is split over
+    /// several devices (`crate::split`); `None`: all of it.
+    #[serde(default)]
+    pub slab: Option<crate::domain::decompose::SlabWindow>,
 }
 
 /// The per-level physics [`LatticeConfig::level_physics`] gives.
@@ -440,6 +444,16 @@ impl LatticeConfig {
     /// ([`LatticeConfig::check_bodies`]), and each refined patch's sides. Returns
     /// the validated hierarchy and how each patch's coupling sees its sides.
     pub fn validate(&self, tiles: &[Option<[u32; 2]>]) -> Result<(Hierarchy, Vec<Vec<PatchSides>>)> {
+        self.validate_window(tiles, None)
+    }
+
+    /// [`LatticeConfig::validate`], then the part of the hierarchy `slab`
+    /// holds ([`crate::domain::decompose::SlabWindow::restrict`]).
+    pub fn validate_window(
+        &self,
+        tiles: &[Option<[u32; 2]>],
+        slab: Option<&crate::domain::decompose::SlabWindow>,
+    ) -> Result<(Hierarchy, Vec<Vec<PatchSides>>)> {
         let hierarchy = self.hierarchy.validate(tiles)?;
         self.check_stability(&self.prescribed_speeds())?;
         self.check_boundaries()?;
@@ -459,14 +473,17 @@ impl LatticeConfig {
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok((hierarchy, sides))
+        match slab {
+            Some(window) => window.restrict(&hierarchy, &sides),
+            None => Ok((hierarchy, sides)),
+        }
     }
 
     /// The device memory a run of this configuration allocates, by buffer, as
     /// [`crate::schedule::estimate`] gives it before anything is allocated;
     /// refused as [`LatticeConfig::validate`] refuses.
     pub fn memory_estimate(&self, exec: &ExecConfig) -> Result<MemoryLedger> {
-        let (hierarchy, sides) = self.validate(&exec.tiles)?;
+        let (hierarchy, sides) = self.validate_window(&exec.tiles, exec.slab.as_ref())?;
         Ok(crate::schedule::estimate(&hierarchy, &sides, self, exec))
     }
 

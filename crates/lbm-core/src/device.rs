@@ -99,6 +99,11 @@ pub enum Kernel {
     AccumulateExchange,
     /// Advance the interval counter and the inlet amplitude factor.
     UpdateBoundaryState,
+    /// A split run's halo exchange: the populations of a column that cross
+    /// a cut, into a contiguous buffer ...
+    PackHalo,
+    /// ... and such a buffer into the neighbour's halo column.
+    UnpackHalo,
     /// The first non-finite and the first too-fast fluid cell of a patch.
     CheckHealth,
     /// A patch's density and velocity into staging, for the outputs.
@@ -114,7 +119,7 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 14] = [
+    pub const ALL: [Kernel; 16] = [
         Kernel::StreamCollide,
         Kernel::StreamCollideBulk,
         Kernel::FillGhost,
@@ -123,6 +128,8 @@ impl Kernel {
         Kernel::CorrectInterfaceMass,
         Kernel::AccumulateExchange,
         Kernel::UpdateBoundaryState,
+        Kernel::PackHalo,
+        Kernel::UnpackHalo,
         Kernel::CheckHealth,
         Kernel::SaveMoments,
         Kernel::ProduceStatic,
@@ -142,6 +149,8 @@ impl Kernel {
             Kernel::CorrectInterfaceMass => "correct_interface_mass",
             Kernel::AccumulateExchange => "accumulate_exchange",
             Kernel::UpdateBoundaryState => "update_boundary_state",
+            Kernel::PackHalo => "pack_halo",
+            Kernel::UnpackHalo => "unpack_halo",
             Kernel::CheckHealth => "check_health",
             Kernel::SaveMoments => "save_moments",
             Kernel::ProduceStatic => "produce_static",
@@ -156,7 +165,9 @@ impl Kernel {
     pub fn batches(self) -> bool {
         !matches!(
             self,
-            Kernel::CheckHealth
+            Kernel::PackHalo
+                | Kernel::UnpackHalo
+                | Kernel::CheckHealth
                 | Kernel::SaveMoments
                 | Kernel::ProduceStatic
                 | Kernel::ProducePrefix
@@ -168,7 +179,7 @@ impl Kernel {
     /// The parameter names of the `__global__` function, in order: what a
     /// launch log prints beside each argument.
     pub fn params(self) -> &'static [&'static str] {
-        use crate::kernels::{KernelArgs, boundary, exchange, health, lbm, moments, producer, refine, reflux};
+        use crate::kernels::{KernelArgs, boundary, exchange, halo, health, lbm, moments, producer, refine, reflux};
         match self {
             Kernel::StreamCollide => lbm::StreamCollide::PARAMS,
             Kernel::StreamCollideBulk => lbm::StreamCollideBulk::PARAMS,
@@ -178,6 +189,8 @@ impl Kernel {
             Kernel::CorrectInterfaceMass => reflux::CorrectInterfaceMass::PARAMS,
             Kernel::AccumulateExchange => exchange::AccumulateExchange::PARAMS,
             Kernel::UpdateBoundaryState => boundary::UpdateBoundaryState::PARAMS,
+            Kernel::PackHalo => halo::PackHalo::PARAMS,
+            Kernel::UnpackHalo => halo::UnpackHalo::PARAMS,
             Kernel::CheckHealth => health::CheckHealth::PARAMS,
             Kernel::SaveMoments => moments::SaveMoments::PARAMS,
             Kernel::ProduceStatic => producer::ProduceStatic::PARAMS,

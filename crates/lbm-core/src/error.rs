@@ -131,6 +131,15 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// What one slab of a run split over several devices (`crate::split`)
+    /// failed to do.
+    #[error("slab {slab} of the split run: {source}")]
+    Slab {
+        slab: usize,
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A fused batch member asked to advance out of step with the others.
     #[error("fused batch member {member} cannot {action}: {why}")]
     FusedAdvance {

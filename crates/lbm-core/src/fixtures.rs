@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::AccumulateExchange;
+use crate::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use crate::kernels::health::CheckHealth;
 use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, boundary_cells, bulk_interior};
 use crate::kernels::moments::SaveMoments;
@@ -219,6 +220,24 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
                 points: vec![[0.0, 0.0], [10.0, 1.0], [20.0, 0.5]],
             },
         )
+        .launch(),
+        // A tiled patch's last column and first column, as a slab's halo
+        // exchange packs and unpacks them.
+        PackHalo(HaloColumn {
+            f: b(0),
+            halo: b(1),
+            layout: coarse,
+            column: Rect::new(23, 0, 24, 20),
+            towards: 0,
+        })
+        .launch(),
+        UnpackHalo(HaloColumn {
+            f: b(0),
+            halo: b(1),
+            layout: coarse,
+            column: Rect::new(0, 1, 1, 19),
+            towards: 1,
+        })
         .launch(),
         CheckHealth {
             f: b(0),

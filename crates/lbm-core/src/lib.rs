@@ -77,6 +77,7 @@ pub mod ledger;
 pub mod member;
 pub mod output;
 pub mod schedule;
+pub mod split;
 pub mod stepper;
 pub mod units;
 

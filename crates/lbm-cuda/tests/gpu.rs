@@ -32,6 +32,7 @@ use lbm_core::domain::order::{fine_covered, inlet_samples, ring_cells};
 use lbm_core::kernels::KernelArgs;
 use lbm_core::kernels::boundary::UpdateBoundaryState;
 use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS, PARTIAL_WORDS, blocks_per_slot};
+use lbm_core::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, boundary_cells, bulk_interior};
 use lbm_core::kernels::moments::SaveMoments;
@@ -1201,6 +1202,63 @@ fn save_moments_matches_the_cpu_bit_for_bit() {
                     "{what}"
                 );
             }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn halo_kernels_match_the_cpu_bit_for_bit() {
+    let mut twin = Twin::new();
+    let mut rng = Rng(31);
+    let (nx, ny) = (21, 17);
+    for tile in [[nx, ny], [4, 4], [8, 3]] {
+        let layout = Layout { nx, ny, tile };
+        let plane = layout.plane_cells();
+        for (column, towards) in [(Rect::new(nx - 2, 0, nx - 1, ny), 0), (Rect::new(0, 2, 1, ny - 3), 1)] {
+            let rows = column.height() as usize;
+            let what = format!("halo tile {tile:?} column {column} towards {towards}");
+            // Pack into a poisoned buffer at an offset, then unpack random
+            // values into random populations.
+            let f = twin.buffer("f", &random_populations(&mut rng, plane));
+            let poison: Vec<u32> = (0..3 * rows + 8).map(|_| rng.next() as u32 | 0x7F80_0001).collect();
+            let halo = twin.buffer("halo", &poison);
+            let at = lbm_core::BufferRef {
+                id: halo,
+                byte_offset: 16,
+            };
+            let pack = PackHalo(HaloColumn {
+                f: f.into(),
+                halo: at,
+                layout,
+                column,
+                towards,
+            });
+            twin.launch(&pack.launch());
+            let (cpu, gpu) = twin.download::<u32>(halo, poison.len());
+            assert_eq!(gpu, cpu, "pack: {what}");
+            assert_eq!(&cpu[..4], &poison[..4], "pack: {what}: before the halo");
+            assert_eq!(&cpu[4 + 3 * rows..], &poison[4 + 3 * rows..], "pack: {what}: after it");
+            assert!(
+                cpu[4..4 + 3 * rows].iter().all(|w| f32::from_bits(*w).is_finite()),
+                "{what}"
+            );
+            let into = twin.buffer("f", &random_populations(&mut rng, plane));
+            let before = twin.download::<u32>(into, 9 * plane).0;
+            twin.launch(
+                &UnpackHalo(HaloColumn {
+                    f: into.into(),
+                    ..pack.0
+                })
+                .launch(),
+            );
+            let (cpu, gpu) = twin.download::<u32>(into, 9 * plane);
+            assert_eq!(gpu, cpu, "unpack: {what}");
+            let changed = cpu.iter().zip(&before).filter(|(a, b)| a != b).count();
+            assert!(
+                changed > 0 && changed <= 3 * rows,
+                "unpack: {what}: {changed} values changed"
+            );
         }
     }
 }

@@ -6,14 +6,23 @@
 //! to one slab. A layout where no such cut exists is refused, naming what is
 //! in the way.
 //!
-//! What it does not do: run anything. It is the plan `lbm check --devices G`
-//! prints (cut positions, each slab's share, the populations crossing each
-//! cut per interval); the exchange itself is not built.
+//! Each slab's [`SlabWindow`] turns the whole hierarchy into the part one
+//! device holds ([`SlabWindow::restrict`]): its base columns with one halo
+//! column beyond each cut, whose side is then an interface (the general
+//! update pulls from the halo column as a refined patch pulls from its ghost
+//! band), and the patches inside it. `lbm_core::split` runs the slabs and
+//! fills the halo columns.
+//!
+//! What it does not do: run anything, or move a halo.
+
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Boundary, LatticeConfig};
 use crate::domain::geometry::BODY_CLEARANCE;
-use crate::domain::hierarchy::{Hierarchy, PARENT_MARGIN};
+use crate::domain::hierarchy::{Hierarchy, Layout, PARENT_MARGIN, Patch, Rect};
+use crate::domain::sides::PatchSides;
 use crate::error::{Error, Result};
+use crate::kernels::halo::CROSSING_POPULATIONS;
 
 /// Base cells a cut keeps from a refinement patch's footprint: what its
 /// coupling reads of the parent around it.
@@ -21,10 +30,6 @@ pub const CUT_CLEARANCE: u32 = PARENT_MARGIN;
 
 /// Base columns a slab holds at least.
 pub const MIN_SLAB_COLUMNS: u32 = 4;
-
-/// Populations that cross a cut in each direction per cell of it (those
-/// with an x component pointing across).
-pub const CROSSING_POPULATIONS: usize = 3;
 
 /// One device's part of the base grid: columns `[x0, x1)`, every row.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +49,105 @@ pub struct Decomposition {
     pub cuts: usize,
     /// Rows of the base grid: the cells of each cut.
     pub rows: u32,
+    /// Whether the x sides are periodic, so that the last slab's x-max side
+    /// meets the first slab's x-min side across a cut.
+    pub periodic: bool,
+}
+
+/// What one device holds of a decomposed run: base columns `[x0, x1)` of
+/// every row and, beyond each side that is a cut (`halo[0]` x-min,
+/// `halo[1]` x-max), one halo column holding the neighbour's populations
+/// that cross it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlabWindow {
+    pub x0: u32,
+    pub x1: u32,
+    pub halo: [bool; 2],
+}
+
+impl SlabWindow {
+    /// Columns of halo beyond the x-min side.
+    pub fn halo_before(&self) -> u32 {
+        u32::from(self.halo[0])
+    }
+
+    /// The part of `hierarchy` (validated for the whole domain) and of its
+    /// patches' `sides` this window holds: the base grid's columns with
+    /// the halo columns around them, and every patch inside it, numbered
+    /// anew in order with its parent renumbered. A finer level may be left
+    /// without patches; a patch crossing the window's edges is refused (the
+    /// decomposition never cuts one).
+    pub fn restrict(
+        &self,
+        hierarchy: &Hierarchy,
+        sides: &[Vec<PatchSides>],
+    ) -> Result<(Hierarchy, Vec<Vec<PatchSides>>)> {
+        let whole = hierarchy.base();
+        let (nx, ny) = (whole.active.width(), whole.active.height());
+        if self.x0 >= self.x1 || self.x1 > nx {
+            return Err(Error::parameter(
+                "slab",
+                format!("columns {}..{}", self.x0, self.x1),
+                &format!("a non-empty range of the {nx} base columns"),
+            ));
+        }
+        let before = self.halo_before();
+        let alloc = self.x1 - self.x0 + before + u32::from(self.halo[1]);
+        // A tile as wide as the whole grid is the default, row-major storage.
+        let tile = match whole.layout.tile == [whole.layout.nx, whole.layout.ny] {
+            true => [alloc, ny],
+            false => whole.layout.tile,
+        };
+        let base = Patch {
+            origin: [self.x0 as i64 - before as i64, 0],
+            layout: Layout { nx: alloc, ny, tile },
+            active: Rect::new(before, 0, before + self.x1 - self.x0, ny),
+            on_boundary: [!self.halo[0], !self.halo[1], true, true],
+            ..whole.clone()
+        };
+        let mut levels = vec![vec![base]];
+        let mut kept_sides = vec![vec![sides[0][0]]];
+        // Which patches of the previous level the window holds, by their
+        // index in the whole hierarchy: the new index, or none.
+        let mut renumbered: Vec<Option<usize>> = vec![Some(0)];
+        for (level, patches) in hierarchy.levels.iter().enumerate().skip(1) {
+            let (mut kept, mut kept_level_sides, mut next) = (Vec::new(), Vec::new(), vec![None; patches.len()]);
+            for p in patches {
+                let parent = p.parent.and_then(|q| renumbered[q]);
+                let [x0, _, x1, _] = p.global_active();
+                let scale = 1i64 << level;
+                let inside = x0 >= self.x0 as i64 * scale && x1 <= self.x1 as i64 * scale;
+                let outside = x1 <= self.x0 as i64 * scale || x0 >= self.x1 as i64 * scale;
+                match (parent, inside) {
+                    (Some(parent), true) => {
+                        next[p.index] = Some(kept.len());
+                        kept.push(Patch {
+                            index: kept.len(),
+                            parent: Some(parent),
+                            ..p.clone()
+                        });
+                        kept_level_sides.push(sides[level][p.index]);
+                    }
+                    _ if outside => {}
+                    _ => {
+                        return Err(Error::Layout {
+                            level,
+                            patch: Some((p.index, p.rect)),
+                            reason: format!(
+                                "crosses the edge of the slab of base columns {}..{}: a patch stays whole on one \
+                                 device",
+                                self.x0, self.x1
+                            ),
+                        });
+                    }
+                }
+            }
+            levels.push(kept);
+            kept_sides.push(kept_level_sides);
+            renumbered = next;
+        }
+        Ok((Hierarchy { levels }, kept_sides))
+    }
 }
 
 impl Decomposition {
@@ -174,12 +278,25 @@ impl Decomposition {
                 cell_updates: prefix[w[1] as usize] - prefix[w[0] as usize],
             })
             .collect();
-        let periodic = lattice.boundaries[0] == Boundary::Periodic && devices > 1;
+        let periodic = lattice.boundaries[0] == Boundary::Periodic;
         Ok(Decomposition {
             slabs,
-            cuts: devices - 1 + usize::from(periodic),
+            cuts: devices - 1 + usize::from(periodic && devices > 1),
             rows: ny,
+            periodic,
         })
+    }
+
+    /// The window of slab `k`: a halo column beyond each side that meets
+    /// another slab.
+    pub fn window(&self, k: usize) -> SlabWindow {
+        let g = self.slabs.len();
+        let across = self.periodic && g > 1;
+        SlabWindow {
+            x0: self.slabs[k].x0,
+            x1: self.slabs[k].x1,
+            halo: [k > 0 || across, k + 1 < g || across],
+        }
     }
 
     /// The most loaded slab's cell updates over the mean.

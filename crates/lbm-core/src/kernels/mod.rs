@@ -14,6 +14,7 @@
 
 pub mod boundary;
 pub mod exchange;
+pub mod halo;
 pub mod health;
 pub mod lbm;
 pub mod moments;
@@ -166,6 +167,8 @@ pub fn dispatch<V: FamilyVisitor>(launch: &Launch, visitor: V) -> V::Output {
         Kernel::CorrectInterfaceMass => visitor.visit::<reflux::CorrectInterfaceMass>(launch),
         Kernel::AccumulateExchange => visitor.visit::<exchange::AccumulateExchange>(launch),
         Kernel::UpdateBoundaryState => visitor.visit::<boundary::UpdateBoundaryState>(launch),
+        Kernel::PackHalo => visitor.visit::<halo::PackHalo>(launch),
+        Kernel::UnpackHalo => visitor.visit::<halo::UnpackHalo>(launch),
         Kernel::CheckHealth => visitor.visit::<health::CheckHealth>(launch),
         Kernel::SaveMoments => visitor.visit::<moments::SaveMoments>(launch),
         Kernel::ProduceStatic => visitor.visit::<producer::ProduceStatic>(launch),

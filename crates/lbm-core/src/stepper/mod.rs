@@ -31,7 +31,7 @@ pub use observe::Fields;
 
 use crate::config::{ExecConfig, LatticeConfig, LevelPhysics};
 use crate::device::{Action, BufferId, BufferRef, Driver, Launch, PlanId};
-use crate::domain::hierarchy::Hierarchy;
+use crate::domain::hierarchy::{Hierarchy, Patch};
 use crate::error::{Error, Result};
 use crate::kernels::KernelArgs;
 use crate::kernels::exchange::EXCHANGE_WORDS;
@@ -85,6 +85,12 @@ pub struct WindowBuffer {
 impl DeviceView<'_> {
     pub fn step_count(&self) -> u64 {
         self.state.step_count
+    }
+
+    /// The base grid as this stepper holds it and its two population
+    /// buffers; after `n` intervals the current one is `[n % 2]`.
+    pub fn base(&self) -> (&Patch, [BufferId; 2]) {
+        (self.state.hierarchy.base(), self.state.resources.patches[0][0].f)
     }
 
     /// Where the exchange window opened, while it is open.
@@ -183,7 +189,7 @@ impl<D: Driver> Stepper<D> {
     /// Checks the configuration, allocates and fills every buffer, builds and
     /// prepares the hop plan and fills the lattice at rest.
     pub fn new(mut driver: D, lattice: LatticeConfig, exec: ExecConfig) -> Result<Self> {
-        let (hierarchy, sides) = lattice.validate(&exec.tiles)?;
+        let (hierarchy, sides) = lattice.validate_window(&exec.tiles, exec.slab.as_ref())?;
         let physics: Vec<LevelPhysics> = (0..hierarchy.n_levels()).map(|l| lattice.level_physics(l)).collect();
         let wall_velocity = lattice.wall_velocity.map(|v| v.map(|c| c as f32));
         let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec)?;
@@ -416,6 +422,18 @@ impl<D: Driver> Stepper<D> {
         inner.state.require_ready("download")?;
         let Inner { driver, state } = &mut *inner;
         observe::download_current(driver, state, level, patch)
+    }
+
+    /// The shifted populations of one patch's active region, indexed
+    /// `[direction, y, x]` from the active region's corner.
+    pub fn active_populations(&self, level: usize, patch: usize) -> Result<ndarray::Array3<f32>> {
+        let raw = self.download(level, patch)?;
+        let p = &self.lock().state.hierarchy.levels[level][patch].clone();
+        let (a, plane) = (p.active, p.layout.plane_cells());
+        Ok(ndarray::Array3::from_shape_fn(
+            (crate::lattice::Q, a.height() as usize, a.width() as usize),
+            |(i, y, x)| raw[i * plane + p.layout.index(a.x0 + x as u32, a.y0 + y as u32)],
+        ))
     }
 
     /// Density minus one at `point` (base lattice units) on a body surface or a

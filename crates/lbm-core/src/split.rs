@@ -1,0 +1,476 @@
+//! A run split over several devices: one [`Stepper`] per slab of the base
+//! grid ([`Decomposition`], each on its own [`Driver`]), advanced interval by
+//! interval with the halo exchange between them, and read back as the
+//! whole domain.
+//!
+//! After each base interval, and after the state is set, every cut's
+//! crossing populations move both ways: `pack_halo` on the sending slab's
+//! driver gathers its edge column's three crossing populations into a send
+//! buffer, the transport carries the bytes into the receiving slab's buffer
+//! (a download and an upload through the drivers, so the CPU backend runs
+//! it in process and the mock records it), and `unpack_halo` writes them
+//! into the receiver's halo column, from which its next update pulls them.
+//! Patches and bodies stay whole on one slab, and refined levels never cross
+//! a cut, so one exchange per base interval (the level-0 hop) is all the
+//! coupling there is: each slab computes the bits one device would.
+//!
+//! Reads are of the whole domain in its own numbering: the base grid's
+//! fields are the slabs' owned columns side by side, a patch is read from
+//! the slab that holds it, forces and the exchange ledgers are the slabs'
+//! sums, total mass too.
+//!
+//! What it does not do: overlap the exchange with the interior update, or
+//! move halos over NCCL (every transfer goes through the host); restore a
+//! snapshot.
+
+use ndarray::{Array3, Axis, concatenate};
+
+use crate::config::{ExecConfig, LatticeConfig};
+use crate::device::{Action, BufferId, Driver, PlanId};
+use crate::domain::decompose::{Decomposition, SlabWindow};
+use crate::domain::hierarchy::{Hierarchy, Rect};
+use crate::error::{Error, Result};
+use crate::kernels::KernelArgs;
+use crate::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
+use crate::lattice::Moments;
+use crate::ledger::ExchangeRecord;
+use crate::stepper::{Fields, Stepper, Unhealthy};
+
+/// One direction of one cut: slab `from`'s edge column into slab `to`'s
+/// halo column.
+#[derive(Clone, Debug)]
+struct HaloLink {
+    from: usize,
+    to: usize,
+    /// 0: populations moving towards x-min; 1: towards x-max.
+    towards: u32,
+    send: BufferId,
+    recv: BufferId,
+    bytes: usize,
+}
+
+/// A slab's prepared halo plans, one per level-0 parity: its packs, then
+/// its unpacks.
+#[derive(Clone, Copy, Debug)]
+struct SlabPlans {
+    pack: [PlanId; 2],
+    unpack: [PlanId; 2],
+}
+
+/// A run split over `drivers.len()` devices; see the module documentation.
+pub struct Split<D: Driver> {
+    hierarchy: Hierarchy,
+    decomposition: Decomposition,
+    slabs: Vec<Stepper<D>>,
+    /// For each slab and level, the whole hierarchy's index of each of the
+    /// slab's patches.
+    whole_index: Vec<Vec<Vec<usize>>>,
+    /// The slab whose columns hold each body.
+    owners: Vec<usize>,
+    links: Vec<HaloLink>,
+    plans: Vec<Option<SlabPlans>>,
+    step_count: u64,
+}
+
+/// Tags a slab's error with its index.
+fn on_slab(slab: usize) -> impl Fn(Error) -> Error {
+    move |e| match e {
+        Error::Slab { .. } => e,
+        e => Error::Slab {
+            slab,
+            source: Box::new(e),
+        },
+    }
+}
+
+impl<D: Driver> Split<D> {
+    /// Plans the split of `lattice` over one slab per driver, builds each
+    /// slab's stepper on its driver (`exec.slab` set to its window), its
+    /// halo buffers and plans, and fills the lattice at rest.
+    pub fn new(drivers: Vec<D>, lattice: LatticeConfig, exec: ExecConfig) -> Result<Self> {
+        if exec.slab.is_some() {
+            return Err(Error::parameter(
+                "exec.slab",
+                "a window",
+                "none: the split chooses each slab's window",
+            ));
+        }
+        let (hierarchy, _) = lattice.validate(&exec.tiles)?;
+        let decomposition = Decomposition::plan(&hierarchy, &lattice, drivers.len())?;
+        let windows: Vec<SlabWindow> = (0..drivers.len()).map(|k| decomposition.window(k)).collect();
+        let mut slabs = Vec::with_capacity(drivers.len());
+        for (k, driver) in drivers.into_iter().enumerate() {
+            let exec = ExecConfig {
+                slab: Some(windows[k]),
+                ..exec.clone()
+            };
+            slabs.push(Stepper::new(driver, lattice.clone(), exec).map_err(on_slab(k))?);
+        }
+        let whole_index = slabs
+            .iter()
+            .map(|s| {
+                s.hierarchy()
+                    .levels
+                    .iter()
+                    .enumerate()
+                    .map(|(level, patches)| {
+                        patches
+                            .iter()
+                            .map(|p| match level {
+                                0 => 0,
+                                _ => hierarchy.levels[level]
+                                    .iter()
+                                    .position(|w| w.rect == p.rect)
+                                    .expect("a slab's patch is one of the whole hierarchy's"),
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        // Bounds are in base cells; the decomposition keeps every body clear of the cuts.
+        let owners = lattice
+            .bodies
+            .iter()
+            .map(|b| {
+                let x = b.shape.bounds()[0];
+                decomposition.slabs.iter().position(|s| x < s.x1 as f64).unwrap_or(0)
+            })
+            .collect();
+        let mut split = Split {
+            hierarchy,
+            decomposition,
+            slabs,
+            whole_index,
+            owners,
+            links: Vec::new(),
+            plans: Vec::new(),
+            step_count: 0,
+        };
+        if let Err(e) = split.connect(&windows).and_then(|()| split.exchange()) {
+            // The refusal is what to report; closing adds nothing to act on.
+            let _ = split.close();
+            return Err(e);
+        }
+        Ok(split)
+    }
+
+    /// Allocates both ends of every cut's two links and prepares each
+    /// slab's packs and unpacks.
+    fn connect(&mut self, windows: &[SlabWindow]) -> Result<()> {
+        let g = self.slabs.len();
+        let rows = self.decomposition.rows;
+        let bytes = HaloColumn {
+            f: BufferId(0).into(),
+            halo: BufferId(0).into(),
+            layout: self.hierarchy.base().layout,
+            column: Rect::new(0, 0, 1, rows),
+            towards: 0,
+        }
+        .halo_bytes();
+        // Each slab with a halo beyond its x-max side meets the next one
+        // (the first, across a periodic side) there.
+        for left in (0..g).filter(|&k| windows[k].halo[1]) {
+            let right = (left + 1) % g;
+            for (from, to, towards) in [(right, left, 0), (left, right, 1)] {
+                let label = format!("halo.{from}to{to}");
+                let send = self.slabs[from]
+                    .with_device(|d, _| d.alloc(&format!("{label}.send"), bytes))
+                    .map_err(on_slab(from))?;
+                let recv = self.slabs[to]
+                    .with_device(|d, _| d.alloc(&format!("{label}.recv"), bytes))
+                    .map_err(on_slab(to))?;
+                self.links.push(HaloLink {
+                    from,
+                    to,
+                    towards,
+                    send,
+                    recv,
+                    bytes,
+                });
+            }
+        }
+        for s in 0..g {
+            let plans = self.slabs[s]
+                .with_device(|d, view| {
+                    let (base, f) = view.base();
+                    let (layout, active) = (base.layout, base.active);
+                    let column = |x: u32| Rect::new(x, active.y0, x + 1, active.y1);
+                    let mut ids = [[PlanId(0); 2]; 2];
+                    for parity in 0..2 {
+                        let at = |halo: BufferId, x: u32, towards: u32| HaloColumn {
+                            f: f[parity].into(),
+                            halo: halo.into(),
+                            layout,
+                            column: column(x),
+                            towards,
+                        };
+                        // The edge column a link sends from, and the halo column it fills.
+                        let edge = |towards: u32| if towards == 0 { active.x0 } else { active.x1 - 1 };
+                        let halo = |towards: u32| if towards == 0 { active.x1 } else { active.x0 - 1 };
+                        let packs: Vec<Action> = self
+                            .links
+                            .iter()
+                            .filter(|l| l.from == s)
+                            .map(|l| Action::Launch(PackHalo(at(l.send, edge(l.towards), l.towards)).launch()))
+                            .collect();
+                        let unpacks: Vec<Action> = self
+                            .links
+                            .iter()
+                            .filter(|l| l.to == s)
+                            .map(|l| Action::Launch(UnpackHalo(at(l.recv, halo(l.towards), l.towards)).launch()))
+                            .collect();
+                        ids[0][parity] = d.prepare(&format!("halo.pack.{parity}"), &packs)?;
+                        ids[1][parity] = d.prepare(&format!("halo.unpack.{parity}"), &unpacks)?;
+                    }
+                    Ok::<_, Error>(SlabPlans {
+                        pack: ids[0],
+                        unpack: ids[1],
+                    })
+                })
+                .map_err(on_slab(s))?;
+            self.plans.push(Some(plans));
+        }
+        Ok(())
+    }
+
+    /// Fills every halo column from the neighbours' current populations.
+    fn exchange(&mut self) -> Result<()> {
+        let parity = (self.step_count % 2) as usize;
+        for (s, plans) in self.plans.iter().enumerate() {
+            if let Some(plans) = plans {
+                self.slabs[s]
+                    .with_device(|d, _| d.replay(plans.pack[parity]))
+                    .map_err(on_slab(s))?;
+            }
+        }
+        for link in &self.links {
+            let mut bytes = vec![0u8; link.bytes];
+            self.slabs[link.from]
+                .with_device(|d, _| d.download(link.send, 0, &mut bytes))
+                .map_err(on_slab(link.from))?;
+            self.slabs[link.to]
+                .with_device(|d, _| d.upload(link.recv, 0, &bytes))
+                .map_err(on_slab(link.to))?;
+        }
+        for (s, plans) in self.plans.iter().enumerate() {
+            if let Some(plans) = plans {
+                self.slabs[s]
+                    .with_device(|d, _| d.replay(plans.unpack[parity]))
+                    .map_err(on_slab(s))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole domain's hierarchy.
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.hierarchy
+    }
+
+    pub fn decomposition(&self) -> &Decomposition {
+        &self.decomposition
+    }
+
+    /// The slabs' steppers, in slab order.
+    pub fn slabs(&self) -> &[Stepper<D>] {
+        &self.slabs
+    }
+
+    pub fn step_count(&self) -> u64 {
+        self.step_count
+    }
+
+    /// Sets every slab's state from `init` (as [`Stepper::initialize`]) and
+    /// fills the halos.
+    pub fn initialize(&mut self, init: impl Fn(usize, f64, f64) -> Moments) -> Result<()> {
+        for (s, slab) in self.slabs.iter().enumerate() {
+            slab.initialize(&init).map_err(on_slab(s))?;
+        }
+        self.exchange()
+    }
+
+    /// Advances `n` base intervals: every slab's interval enqueued, each
+    /// waited for, then the halo exchange, interval after interval.
+    pub fn step(&mut self, n: u64) -> Result<()> {
+        for _ in 0..n {
+            for (s, slab) in self.slabs.iter().enumerate() {
+                slab.begin_step(1).map_err(on_slab(s))?;
+            }
+            let mut first = None;
+            for (s, slab) in self.slabs.iter().enumerate() {
+                // Every slab is waited for, so none is left in flight.
+                if let Err(e) = slab.finish_step() {
+                    first.get_or_insert(on_slab(s)(e));
+                }
+            }
+            if let Some(e) = first {
+                return Err(e);
+            }
+            self.step_count += 1;
+            self.exchange()?;
+        }
+        Ok(())
+    }
+
+    /// The slab holding `patch` of `level` (whole numbering) and its index there.
+    fn locate(&self, level: usize, patch: usize) -> Result<(usize, usize)> {
+        self.whole_index
+            .iter()
+            .enumerate()
+            .find_map(|(s, levels)| {
+                let local = levels.get(level)?.iter().position(|&w| w == patch)?;
+                Some((s, local))
+            })
+            .ok_or_else(|| {
+                Error::parameter(
+                    "patch",
+                    format!("level {level} patch {patch}"),
+                    "a patch of the hierarchy",
+                )
+            })
+    }
+
+    /// The fields of one patch's active region; the base grid's are the
+    /// slabs' side by side.
+    pub fn fields(&self, level: usize, patch: usize) -> Result<Fields> {
+        if level == 0 && patch == 0 {
+            let parts = self
+                .slabs
+                .iter()
+                .enumerate()
+                .map(|(s, slab)| slab.fields(0, 0).map_err(on_slab(s)))
+                .collect::<Result<Vec<_>>>()?;
+            let join = |pick: fn(&Fields) -> &ndarray::Array2<f32>| {
+                let views: Vec<_> = parts.iter().map(|f| pick(f).view()).collect();
+                concatenate(Axis(1), &views).expect("every slab holds every row")
+            };
+            return Ok(Fields {
+                delta_rho: join(|f| &f.delta_rho),
+                ux: join(|f| &f.ux),
+                uy: join(|f| &f.uy),
+            });
+        }
+        let (s, local) = self.locate(level, patch)?;
+        self.slabs[s].fields(level, local).map_err(on_slab(s))
+    }
+
+    /// The populations of one patch's active region, indexed
+    /// `[direction, y, x]`; the base grid's are the slabs' side by side.
+    pub fn active_populations(&self, level: usize, patch: usize) -> Result<Array3<f32>> {
+        if level == 0 && patch == 0 {
+            let parts = self
+                .slabs
+                .iter()
+                .enumerate()
+                .map(|(s, slab)| slab.active_populations(0, 0).map_err(on_slab(s)))
+                .collect::<Result<Vec<_>>>()?;
+            let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+            return Ok(concatenate(Axis(2), &views).expect("every slab holds every row"));
+        }
+        let (s, local) = self.locate(level, patch)?;
+        self.slabs[s].active_populations(level, local).map_err(on_slab(s))
+    }
+
+    /// One body's exchange record over the slabs: the forces and torque
+    /// summed, the span and samples of the slab that holds the body.
+    fn reduce(&self, body: usize, read: impl Fn(&Stepper<D>) -> Result<ExchangeRecord>) -> Result<ExchangeRecord> {
+        let records = self
+            .slabs
+            .iter()
+            .enumerate()
+            .map(|(s, slab)| read(slab).map_err(on_slab(s)))
+            .collect::<Result<Vec<_>>>()?;
+        let owner = *self
+            .owners
+            .get(body)
+            .ok_or_else(|| Error::parameter("body", body, &format!("a body index below {}", self.owners.len())))?;
+        let mut total = ExchangeRecord {
+            force: [0.0; 2],
+            torque: 0.0,
+            ..records[owner].clone()
+        };
+        for r in &records {
+            total.force = [total.force[0] + r.force[0], total.force[1] + r.force[1]];
+            total.torque += r.torque;
+        }
+        Ok(total)
+    }
+
+    /// [`Stepper::read_raw_exchange`] of the whole domain.
+    pub fn read_raw_exchange(&self, body: usize) -> Result<ExchangeRecord> {
+        self.reduce(body, |s| s.read_raw_exchange(body))
+    }
+
+    /// [`Stepper::read_exchange_window`] of the whole domain.
+    pub fn read_exchange_window(&self, body: usize) -> Result<ExchangeRecord> {
+        self.reduce(body, |s| s.read_exchange_window(body))
+    }
+
+    /// Opens (or reopens) every slab's exchange window at the current step.
+    pub fn start_exchange_window(&self) -> Result<()> {
+        for (s, slab) in self.slabs.iter().enumerate() {
+            slab.start_exchange_window().map_err(on_slab(s))?;
+        }
+        Ok(())
+    }
+
+    /// The slabs' total mass, summed in slab order (so not the bits of one
+    /// device's sum).
+    pub fn total_mass(&self) -> Result<f64> {
+        let mut total = 0.0;
+        for (s, slab) in self.slabs.iter().enumerate() {
+            total += slab.total_mass().map_err(on_slab(s))?;
+        }
+        Ok(total)
+    }
+
+    /// [`Stepper::check_health`] of every slab; the first finding in slab
+    /// order, in the whole domain's numbering.
+    pub fn check_health(&self, speed_limit: f64) -> Result<Option<Unhealthy>> {
+        for (s, slab) in self.slabs.iter().enumerate() {
+            if let Some(mut found) = slab.check_health(speed_limit).map_err(on_slab(s))? {
+                if found.level == 0 {
+                    found.cell[0] += self.decomposition.slabs[s].x0;
+                }
+                found.patch = self.whole_index[s][found.level][found.patch];
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Frees every halo buffer and plan, then closes every slab, even when
+    /// one fails; reports the first failure.
+    pub fn close(&mut self) -> Result<()> {
+        let mut first: Option<Error> = None;
+        let mut keep = |r: Result<()>, s: usize| {
+            if let Err(e) = r {
+                first.get_or_insert(on_slab(s)(e));
+            }
+        };
+        for (s, plans) in std::mem::take(&mut self.plans).into_iter().enumerate() {
+            if let Some(p) = plans {
+                let slab = &self.slabs[s];
+                for id in p.pack.into_iter().chain(p.unpack) {
+                    keep(slab.with_device(|d, _| d.release_plan(id)), s);
+                }
+            }
+        }
+        for link in std::mem::take(&mut self.links) {
+            keep(self.slabs[link.from].with_device(|d, _| d.free(link.send)), link.from);
+            keep(self.slabs[link.to].with_device(|d, _| d.free(link.recv)), link.to);
+        }
+        for (s, slab) in self.slabs.iter().enumerate() {
+            keep(slab.close(), s);
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl<D: Driver> Drop for Split<D> {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; `close` reports them.
+        let _ = self.close();
+    }
+}

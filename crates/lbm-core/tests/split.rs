@@ -1,0 +1,224 @@
+//! A run split over several devices (`lbm_core::split`), on `CpuDriver`
+//! slabs in one process: every population of every patch, the forces and
+//! both exchange ledgers equal one device's bit for bit, over 2 and 3 slabs,
+//! on a uniform channel with a cylinder, on a refined channel whose patches
+//! and body sit in one slab, across a periodic side and with a tiled base.
+
+use lbm_core::config::{Amplitude, InletSpec, Profile};
+use lbm_core::device::Action;
+use lbm_core::domain::geometry::{Body, Shape};
+use lbm_core::domain::hierarchy::Rect;
+use lbm_core::lattice::Moments;
+use lbm_core::split::Split;
+use lbm_core::{Boundary, CpuDriver, Error, ExecConfig, Kernel, LatticeConfig, Stepper};
+
+fn cylinder(center: [f64; 2], radius: f64, level: usize) -> Body {
+    Body {
+        shape: Shape::Circle { center, radius },
+        level,
+    }
+}
+
+/// A 96 x 40 channel: a parabolic inlet ramped up over four intervals, an
+/// outflow, walls at rest, a cylinder on the base grid.
+fn channel() -> LatticeConfig {
+    let mut lattice = LatticeConfig::uniform(
+        96,
+        40,
+        0.62,
+        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
+    );
+    lattice.inlet = Some(InletSpec {
+        profile: Profile::Parabolic,
+        velocity: 0.06,
+        amplitude: Amplitude::Ramp { duration: 4.0 },
+    });
+    lattice.bodies = vec![cylinder([24.0, 20.3], 4.5, 0)];
+    lattice
+}
+
+/// [`channel`] refined: two levels around a cylinder on the finest, and a
+/// second level-1 patch downstream.
+fn refined_channel() -> LatticeConfig {
+    let mut lattice = channel();
+    lattice.hierarchy.levels = vec![
+        vec![Rect::new(10, 8, 36, 32), Rect::new(56, 12, 72, 28)],
+        vec![Rect::new(28, 26, 56, 54)],
+    ];
+    lattice.bodies = vec![cylinder([20.0, 20.2], 2.5, 2)];
+    lattice
+}
+
+/// Periodic along x, walls on y with a moving lid, a body force and a
+/// cylinder: the last slab meets the first across the periodic side.
+fn periodic_channel() -> LatticeConfig {
+    let mut lattice = LatticeConfig::uniform(
+        64,
+        32,
+        0.7,
+        [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall],
+    );
+    lattice.force = [3e-6, 0.0];
+    lattice.wall_velocity[3] = [0.03, 0.0];
+    lattice.bodies = vec![cylinder([40.0, 15.5], 3.5, 0)];
+    lattice
+}
+
+fn initial_flow(_level: usize, x: f64, y: f64) -> Moments {
+    let (tx, ty) = (std::f64::consts::TAU * x / 48.0, std::f64::consts::TAU * y / 40.0);
+    Moments {
+        delta_rho: (0.01 * tx.sin() * ty.cos()) as f32,
+        ux: (0.03 + 0.01 * ty.sin()) as f32,
+        uy: (0.01 * tx.cos()) as f32,
+    }
+}
+
+fn exec(tiles: Vec<Option<[u32; 2]>>) -> ExecConfig {
+    ExecConfig {
+        tiles,
+        observe_raw_exchange: true,
+        observe_window_exchange: true,
+        ..ExecConfig::default()
+    }
+}
+
+fn bits(a: &ndarray::Array3<f32>) -> Vec<u32> {
+    a.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Runs `lattice` on one device and split over `devices`, from the same
+/// initial flow, and compares everything after several chunks.
+fn check_split(lattice: LatticeConfig, devices: usize, tiles: Vec<Option<[u32; 2]>>) {
+    let what = format!("{devices} slabs, tiles {tiles:?}");
+    let one = Stepper::new(CpuDriver::new(), lattice.clone(), exec(tiles.clone())).unwrap();
+    let drivers = (0..devices).map(|_| CpuDriver::new()).collect();
+    let mut split = Split::new(drivers, lattice.clone(), exec(tiles)).unwrap();
+    assert_eq!(split.slabs().len(), devices, "{what}");
+    one.initialize(initial_flow).unwrap();
+    split.initialize(initial_flow).unwrap();
+    one.start_exchange_window().unwrap();
+    split.start_exchange_window().unwrap();
+    let hierarchy = one.hierarchy();
+    for chunk in [1, 6, 13] {
+        one.step(chunk).unwrap();
+        split.step(chunk).unwrap();
+        assert_eq!(split.step_count(), one.step_count(), "{what}");
+        let at = format!("{what}, after {} intervals", one.step_count());
+        for p in hierarchy.patches() {
+            let (want, got) = (
+                one.active_populations(p.level, p.index).unwrap(),
+                split.active_populations(p.level, p.index).unwrap(),
+            );
+            assert_eq!(got.dim(), want.dim(), "{at}: {}", p.name());
+            assert!(bits(&got) == bits(&want), "{at}: populations of {} differ", p.name());
+            assert_eq!(
+                split.fields(p.level, p.index).unwrap(),
+                one.fields(p.level, p.index).unwrap(),
+                "{at}"
+            );
+        }
+        for b in 0..lattice.bodies.len() {
+            let (want, got) = (one.read_raw_exchange(b).unwrap(), split.read_raw_exchange(b).unwrap());
+            assert_eq!(got, want, "{at}: raw exchange of body {b}");
+            assert!(want.force[0] != 0.0, "{at}: the body feels the flow");
+            let (want, got) = (
+                one.read_exchange_window(b).unwrap(),
+                split.read_exchange_window(b).unwrap(),
+            );
+            assert_eq!(got, want, "{at}: exchange window of body {b}");
+        }
+        let (want, got) = (one.total_mass().unwrap(), split.total_mass().unwrap());
+        assert!(
+            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+            "{at}: mass {got} against {want}"
+        );
+        assert_eq!(split.check_health(0.3).unwrap(), one.check_health(0.3).unwrap(), "{at}");
+    }
+    split.close().unwrap();
+}
+
+#[test]
+fn a_uniform_channel_with_a_cylinder_splits_bit_for_bit() {
+    for devices in [2, 3] {
+        check_split(channel(), devices, Vec::new());
+    }
+}
+
+#[test]
+fn a_tiled_base_grid_splits_bit_for_bit() {
+    check_split(channel(), 2, vec![Some([8, 4])]);
+}
+
+#[test]
+fn a_refined_channel_splits_bit_for_bit() {
+    for devices in [2, 3] {
+        check_split(refined_channel(), devices, Vec::new());
+    }
+}
+
+#[test]
+fn slabs_meet_across_a_periodic_side_bit_for_bit() {
+    for devices in [2, 3] {
+        check_split(periodic_channel(), devices, Vec::new());
+    }
+}
+
+#[test]
+fn the_slabs_and_their_patches_are_where_the_decomposition_says() {
+    let drivers = (0..3).map(|_| CpuDriver::new()).collect();
+    let split = Split::new(drivers, refined_channel(), ExecConfig::default()).unwrap();
+    let d = split.decomposition();
+    assert_eq!(d.slabs.first().unwrap().x0, 0);
+    assert_eq!(d.slabs.last().unwrap().x1, 96);
+    for (k, slab) in split.slabs().iter().enumerate() {
+        let h = slab.hierarchy();
+        let base = h.base();
+        assert_eq!(base.active.width(), d.slabs[k].x1 - d.slabs[k].x0, "slab {k}");
+        // One halo column beyond each cut side, none beyond the domain's.
+        let halos = u32::from(k > 0) + u32::from(k + 1 < 3);
+        assert_eq!(base.layout.nx, base.active.width() + halos, "slab {k}");
+        assert_eq!(base.origin[0], d.slabs[k].x0 as i64 - i64::from(k > 0), "slab {k}");
+    }
+    let patches: usize = split.slabs().iter().map(|s| s.hierarchy().patches().count() - 1).sum();
+    assert_eq!(patches, 3, "each refined patch on exactly one slab");
+}
+
+#[test]
+fn a_split_that_would_cut_a_patch_is_refused_naming_it() {
+    let mut lattice = refined_channel();
+    lattice.hierarchy.levels = vec![vec![Rect::new(6, 6, 90, 34)]];
+    lattice.bodies.clear();
+    let drivers = (0..2).map(|_| CpuDriver::new()).collect();
+    let e = Split::new(drivers, lattice, ExecConfig::default())
+        .err()
+        .expect("no cut clears the patch");
+    let message = e.to_string();
+    assert!(matches!(e, Error::Parameter { .. }), "{message}");
+    assert!(
+        message.contains("--devices") && message.contains("patch L1.p0"),
+        "{message}"
+    );
+}
+
+#[test]
+fn slabs_large_enough_for_the_bulk_update_split_bit_for_bit() {
+    let mut lattice = channel();
+    lattice.hierarchy.base = [600, 240];
+    lattice.bodies = vec![cylinder([150.0, 120.5], 20.0, 0)];
+    let drivers = (0..2).map(|_| CpuDriver::new()).collect();
+    let split = Split::new(drivers, lattice.clone(), ExecConfig::default()).unwrap();
+    for (k, slab) in split.slabs().iter().enumerate() {
+        let bulk = slab
+            .plan()
+            .interval(0)
+            .iter()
+            .filter(|s| matches!(&s.action, Action::Launch(l) if l.kernel == Kernel::StreamCollideBulk))
+            .count();
+        assert_eq!(
+            bulk, 1,
+            "slab {k} takes the bulk kernel and the general one over its boundary cells"
+        );
+    }
+    drop(split);
+    check_split(lattice, 2, Vec::new());
+}

@@ -1,0 +1,60 @@
+//! A run split over several devices as the drivers see it: the mock's
+//! launch log of each slab's interval and halo exchange (snapshot), and the
+//! `lbm run --devices` command line.
+
+use lbm_core::config::{Amplitude, InletSpec, Profile};
+use lbm_core::domain::geometry::{Body, Shape};
+use lbm_core::split::Split;
+use lbm_core::{Boundary, ExecConfig, Kernel, LatticeConfig};
+use mock_driver::{EventKind, MockDriver};
+
+fn channel() -> LatticeConfig {
+    let mut lattice = LatticeConfig::uniform(
+        48,
+        16,
+        0.62,
+        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
+    );
+    lattice.inlet = Some(InletSpec {
+        profile: Profile::Parabolic,
+        velocity: 0.05,
+        amplitude: Amplitude::Constant,
+    });
+    lattice.bodies = vec![Body {
+        shape: Shape::Circle {
+            center: [12.0, 8.2],
+            radius: 2.5,
+        },
+        level: 0,
+    }];
+    lattice
+}
+
+#[test]
+fn each_slab_logs_its_interval_then_packs_sends_receives_and_unpacks() {
+    let drivers: Vec<MockDriver> = (0..3).map(|_| MockDriver::executing()).collect();
+    let logs: Vec<_> = drivers.iter().map(MockDriver::handle).collect();
+    let mut split = Split::new(drivers, channel(), ExecConfig::default()).unwrap();
+    for log in &logs {
+        log.clear_log();
+    }
+    split.step(1).unwrap();
+    let mut rendered = String::new();
+    for (k, log) in logs.iter().enumerate() {
+        // The middle slab has two cuts, the outer ones one each.
+        let cuts = if k == 1 { 2 } else { 1 };
+        assert_eq!(log.count(EventKind::Replay), 3, "slab {k}: interval, packs, unpacks");
+        assert_eq!(log.count(EventKind::Download), cuts, "slab {k}: one send per cut");
+        assert_eq!(log.count(EventKind::Upload), cuts, "slab {k}: one receive per cut");
+        let kernels = log.launch_kernels();
+        let count = |kernel| kernels.iter().filter(|k| **k == kernel).count();
+        assert_eq!(count(Kernel::PackHalo), cuts, "slab {k}");
+        assert_eq!(count(Kernel::UnpackHalo), cuts, "slab {k}");
+        rendered += &format!("# slab {k}\n{}\n", log.render());
+    }
+    insta::assert_snapshot!("split_interval", rendered);
+    split.close().unwrap();
+    for (k, log) in logs.iter().enumerate() {
+        assert!(log.live_buffers().is_empty(), "slab {k} freed everything");
+    }
+}
