@@ -40,6 +40,7 @@ use lbm_core::kernels::producer::{ProduceChunked, RingControl};
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
 use lbm_core::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 use lbm_core::lattice::{self, Collision, Moments, Q};
+use lbm_core::split::Split;
 use lbm_core::{
     Boundary, BufferId, CpuDriver, DIVERGED_MACH, Driver, ExecConfig, HealthProblem, Kernel, LatticeConfig, Launch,
     Stepper,
@@ -1260,6 +1261,82 @@ fn halo_kernels_match_the_cpu_bit_for_bit() {
                 "unpack: {what}: {changed} values changed"
             );
         }
+    }
+}
+
+/// A refined channel for the split: two levels around a cylinder on the
+/// finest near the inlet and a level-1 patch downstream, so that the cuts
+/// fall between them and beyond.
+fn split_lattice() -> LatticeConfig {
+    let mut lattice = channel_lattice();
+    lattice.hierarchy = HierarchySpec {
+        base: [96, 40],
+        levels: vec![
+            vec![Rect::new(10, 8, 36, 32), Rect::new(56, 12, 72, 28)],
+            vec![Rect::new(28, 26, 56, 54)],
+        ],
+    };
+    lattice.bodies = vec![Body {
+        shape: Shape::Circle {
+            center: [20.0, 20.2],
+            radius: 2.5,
+        },
+        level: 2,
+    }];
+    lattice
+}
+
+/// Split over two and three drivers of the one device under test, the run's
+/// populations, fields and forces equal one device's (and the CPU split's)
+/// bit for bit.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn split_runs_match_one_device_bit_for_bit() {
+    let exec = ExecConfig {
+        observe_raw_exchange: true,
+        ..ExecConfig::default()
+    };
+    for devices in [2, 3] {
+        let one = Stepper::new(lbm_cuda::testing::open_device().driver, split_lattice(), exec.clone()).unwrap();
+        let gpus = (0..devices).map(|_| lbm_cuda::testing::open_device().driver).collect();
+        let mut split = Split::new(gpus, split_lattice(), exec.clone()).unwrap();
+        let cpus = (0..devices)
+            .map(|_| Box::new(CpuDriver::new()) as Box<dyn Driver>)
+            .collect();
+        let mut cpu = Split::new(cpus, split_lattice(), exec.clone()).unwrap();
+        one.initialize(initial_flow).unwrap();
+        split.initialize(initial_flow).unwrap();
+        cpu.initialize(initial_flow).unwrap();
+        for chunk in [1, 9] {
+            one.step(chunk).unwrap();
+            split.step(chunk).unwrap();
+            cpu.step(chunk).unwrap();
+            let at = format!("{devices} slabs after {} intervals", one.step_count());
+            for p in one.hierarchy().patches() {
+                let want: Vec<u32> = one
+                    .active_populations(p.level, p.index)
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                for (name, run) in [("gpu", &split), ("cpu", &cpu)] {
+                    let got: Vec<u32> = run
+                        .active_populations(p.level, p.index)
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    assert!(got == want, "{at}: {name} split, populations of {}", p.name());
+                }
+            }
+            assert_eq!(
+                split.read_raw_exchange(0).unwrap(),
+                one.read_raw_exchange(0).unwrap(),
+                "{at}"
+            );
+        }
+        split.close().unwrap();
+        cpu.close().unwrap();
     }
 }
 
