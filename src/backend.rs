@@ -79,6 +79,76 @@ impl BackendChoice {
     }
 }
 
+/// An opened driver and the device it runs on.
+pub type Opened = (Box<dyn Driver>, Device);
+
+impl BackendChoice {
+    /// The drivers of a run: one on `device`, or one per slab of a split
+    /// (`devices` G, or `device_list` naming each slab's CUDA device, an
+    /// ordinal possibly repeated to put several slabs on one device). On
+    /// the CPU backend a split's slabs are host drivers side by side.
+    pub fn open_split(
+        self,
+        device: Option<usize>,
+        devices: Option<usize>,
+        device_list: Option<&[usize]>,
+    ) -> Result<Vec<Opened>, AppError> {
+        let flag = |flag: &'static str, value: String, accepted: String| AppError::Flag { flag, value, accepted };
+        if devices.is_none() && device_list.is_none() {
+            return Ok(vec![self.open(device)?]);
+        }
+        if let Some(d) = device {
+            return Err(flag(
+                "--device",
+                d.to_string(),
+                "no --device with --devices or --device-list: --device-list names each slab's device".into(),
+            ));
+        }
+        let ordinals: Vec<Option<usize>> = match (devices, device_list) {
+            (Some(0), _) => return Err(flag("--devices", "0".into(), "1 or more devices".into())),
+            (Some(g), Some(list)) if list.len() != g => {
+                return Err(flag(
+                    "--device-list",
+                    format!("{list:?}"),
+                    format!("{g} ordinals, one per device of --devices {g}"),
+                ));
+            }
+            (_, Some([])) => return Err(flag("--device-list", "[]".into(), "1 or more CUDA ordinals".into())),
+            (_, Some(list)) => match self.is_cuda() {
+                true => list.iter().copied().map(Some).collect(),
+                false => {
+                    return Err(flag(
+                        "--device-list",
+                        format!("{list:?}"),
+                        "CUDA device ordinals; the CPU backend takes --devices G (G host slabs)".into(),
+                    ));
+                }
+            },
+            (Some(g), None) => match self.is_cuda() {
+                true => {
+                    let names = lbm_cuda::device_names();
+                    if g > names.len() {
+                        return Err(flag(
+                            "--devices",
+                            g.to_string(),
+                            format!(
+                                "1 to {}, the CUDA devices present ({}); --device-list places several slabs \
+                                 on one device (e.g. 0,0)",
+                                names.len(),
+                                listing(&names)
+                            ),
+                        ));
+                    }
+                    (0..g).map(Some).collect()
+                }
+                false => vec![None; g],
+            },
+            (None, None) => unreachable!("handled above"),
+        };
+        ordinals.into_iter().map(|o| self.open(o)).collect()
+    }
+}
+
 fn listing(names: &[String]) -> String {
     names
         .iter()

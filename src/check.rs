@@ -301,6 +301,16 @@ impl MemoryNeed {
 /// (`None`: the default). The sizes follow the buffers and arrays the stepper
 /// and the writers of `crate::output` make.
 pub fn memory_need(resolved: &Resolved, picture_width: Option<u32>) -> Result<MemoryNeed, AppError> {
+    memory_need_of(resolved, picture_width, None)
+}
+
+/// [`memory_need`] of the part of the domain `slab` holds (its device
+/// buffers; the host's peaks are the whole run's).
+fn memory_need_of(
+    resolved: &Resolved,
+    picture_width: Option<u32>,
+    slab: Option<lbm_core::domain::decompose::SlabWindow>,
+) -> Result<MemoryNeed, AppError> {
     let lattice = &resolved.lattice;
     // The run observes the exchange window; validation the raw exchange
     // too: a few bytes per body, counted for both.
@@ -309,6 +319,7 @@ pub fn memory_need(resolved: &Resolved, picture_width: Option<u32>) -> Result<Me
         tiles: resolved.tiles.clone(),
         observe_raw_exchange: bodies,
         observe_window_exchange: bodies,
+        slab,
         ..ExecConfig::default()
     };
     let device = lattice.memory_estimate(&exec)?;
@@ -399,6 +410,29 @@ pub fn check_memory<D: Driver + ?Sized>(
         driver,
     )?;
     Ok(need)
+}
+
+/// [`check_memory`] of each slab of a split run on its own device (one
+/// entry: [`check_memory`] itself).
+pub fn check_split_memory(
+    resolved: &Resolved,
+    opened: &[crate::backend::Opened],
+    picture_width: Option<u32>,
+) -> Result<(), AppError> {
+    if let [(driver, _)] = opened {
+        return check_memory(resolved, driver, picture_width).map(|_| ());
+    }
+    let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
+    let split = lbm_core::domain::decompose::Decomposition::plan(&hierarchy, &resolved.lattice, opened.len())?;
+    for (k, (driver, _)) in opened.iter().enumerate() {
+        let need = memory_need_of(resolved, picture_width, Some(split.window(k)))?;
+        check_batch_memory(
+            std::slice::from_ref(&need),
+            resolved.lattice.hierarchy.levels.len() + 1,
+            driver,
+        )?;
+    }
+    Ok(())
 }
 
 /// [`check_memory`] for members that are all resident at once (a sweep):

@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod check;
 pub mod checkpoint;
+pub(crate) mod engine;
 pub mod guard;
 pub mod output;
 pub mod plan;

@@ -109,6 +109,15 @@ enum Command {
         /// CUDA device ordinal (default 0).
         #[arg(long)]
         device: Option<usize>,
+        /// Split the domain over G devices: slabs along x (as `lbm check
+        /// --devices G` shows them), CUDA devices 0..G, or G host slabs
+        /// with --backend cpu; the results are one device's, bit for bit.
+        #[arg(long, value_name = "G")]
+        devices: Option<usize>,
+        /// The CUDA device of each slab, e.g. 0,1 (an ordinal may repeat:
+        /// 0,0 puts two slabs on one device).
+        #[arg(long, value_name = "LIST", value_delimiter = ',')]
+        device_list: Option<Vec<usize>>,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -137,8 +146,8 @@ enum Command {
         case: PathBuf,
         /// Also show the case split over G devices: slabs along x, each cut
         /// placed to balance the cell updates and clear of patches and
-        /// bodies, and the halo bytes per interval (the plan; runs on
-        /// several devices are not built yet).
+        /// bodies, and the halo bytes per interval (what `lbm run --devices
+        /// G` runs).
         #[arg(long, value_name = "G")]
         devices: Option<usize>,
     },
@@ -254,6 +263,8 @@ fn main() -> ExitCode {
             quiet,
             picture_width,
             device,
+            devices,
+            device_list,
             limits,
             pilot,
         } => pilot.choice().and_then(|pilot| {
@@ -261,6 +272,8 @@ fn main() -> ExitCode {
                 case,
                 backend,
                 device,
+                devices,
+                device_list,
                 out,
                 steps,
                 quiet,

@@ -22,13 +22,14 @@ use serde::{Deserialize, Serialize};
 
 use lbm_core::case::{Case, LevelParameters, Resolved};
 use lbm_core::ledger::ExchangeRecord;
-use lbm_core::{Driver, ExecConfig, Stepper};
+use lbm_core::{Driver, ExecConfig};
 
 use crate::AppError;
 use crate::backend::{BackendChoice, Device, ptx_sha256};
 use crate::checkpoint;
+use crate::engine::{Engine, Rings};
 use crate::guard::{EXIT_FAILED, EXIT_INTERRUPTED, Signals, Watchdog};
-use crate::output::ring::{OutputRing, RingStats};
+use crate::output::ring::RingStats;
 use crate::output::thread::WriterThread;
 use crate::output::{ForceScale, Writer, WriterState, Written, fields, write_atomic};
 use crate::plan::{PilotChoice, PilotRecord, Plan, check_pilot, pilot_intervals};
@@ -52,6 +53,10 @@ pub struct RunOptions {
     pub backend: BackendChoice,
     /// CUDA device ordinal.
     pub device: Option<usize>,
+    /// Split the domain over this many devices.
+    pub devices: Option<usize>,
+    /// The CUDA device of each slab of the split.
+    pub device_list: Option<Vec<usize>>,
     pub out: PathBuf,
     pub steps: Option<u64>,
     /// No progress on stderr.
@@ -182,6 +187,12 @@ pub struct Summary {
 pub(crate) struct Request {
     pub steps: Option<u64>,
     pub picture_width: Option<u32>,
+    /// The split the run was asked for (`--devices`, `--device-list`),
+    /// which `lbm resume` opens again.
+    #[serde(default)]
+    pub devices: Option<usize>,
+    #[serde(default)]
+    pub device_list: Option<Vec<usize>>,
 }
 
 #[derive(Serialize)]
@@ -196,6 +207,8 @@ struct Manifest<'a> {
     ptx_sha256: String,
     backend: &'a str,
     device: &'a Device,
+    /// Every device of the run, one per slab of a split.
+    devices: &'a [Device],
     command_line: Vec<String>,
     started_utc: String,
     /// One entry per `lbm resume`.
@@ -289,8 +302,17 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         }
         _ => None,
     };
-    let (driver, device) = options.backend.open(options.device)?;
-    crate::check::check_memory(&resolved, &driver, options.picture_width)?;
+    // The split is refused (a patch in the way, too many devices) before a
+    // device opens.
+    if let Some(g) = options.devices.or(options.device_list.as_ref().map(Vec::len)) {
+        let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
+        lbm_core::domain::decompose::Decomposition::plan(&hierarchy, &resolved.lattice, g)?;
+    }
+    let opened = options
+        .backend
+        .open_split(options.device, options.devices, options.device_list.as_deref())?;
+    crate::check::check_split_memory(&resolved, &opened, options.picture_width)?;
+    let device = opened[0].1.clone();
     match &options.pilot {
         PilotChoice::After(dir) => check_pilot(dir, &plan)?,
         PilotChoice::Default => {
@@ -314,8 +336,10 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     let request = Request {
         steps: options.steps,
         picture_width: options.picture_width,
+        devices: options.devices,
+        device_list: options.device_list.clone(),
     };
-    let session = open_session(&input, driver, &device, pilot, &request, started)?;
+    let session = open_session(&input, opened, pilot, &request, started)?;
     session.drive(options.limits, options.quiet)
 }
 
@@ -329,13 +353,13 @@ pub(crate) struct SessionInput<'a> {
     pub out: &'a Path,
 }
 
-/// A new run's session: the stepper on `driver`, then `case.toml`,
-/// `manifest.json` and the writer in `input.out`. A failure after the
-/// stepper exists leaves a failed `summary.json` behind.
+/// A new run's session: the stepper on the one driver (or the split over
+/// all of them), then `case.toml`, `manifest.json` and the writer in
+/// `input.out`. A failure after the stepper exists leaves a failed
+/// `summary.json` behind.
 pub(crate) fn open_session<'a>(
     input: &SessionInput<'a>,
-    driver: Box<dyn Driver>,
-    device: &crate::backend::Device,
+    opened: Vec<crate::backend::Opened>,
     pilot: Option<PilotRecord>,
     request: &Request,
     started: Instant,
@@ -349,8 +373,9 @@ pub(crate) fn open_session<'a>(
     } = *input;
     // Allocated before anything is written: a device that cannot hold the
     // run leaves only the empty directory, which a rerun may use.
-    let backend = driver.backend();
-    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec(resolved))?;
+    let backend = opened[0].0.backend();
+    let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
+    let engine = Engine::open(drivers, resolved.lattice.clone(), exec(resolved))?;
     let started_up = (|| {
         write_atomic(&out.join("case.toml"), text.as_bytes())?;
         write_json(
@@ -365,16 +390,17 @@ pub(crate) fn open_session<'a>(
                 code_version: env!("CARGO_PKG_VERSION"),
                 ptx_sha256: ptx_sha256(),
                 backend,
-                device,
+                device: &devices[0],
+                devices: &devices,
                 command_line: std::env::args().collect(),
                 started_utc: utc_now(),
                 resumes: Vec::new(),
             },
         )?;
         let writer = Writer::create(out, case, resolved, request.picture_width)?;
-        let mass_start = stepper.total_mass()?;
+        let mass_start = engine.total_mass()?;
         if !resolved.lattice.bodies.is_empty() {
-            stepper.start_exchange_window()?;
+            engine.start_exchange_window()?;
         }
         Ok((writer, mass_start))
     })();
@@ -403,8 +429,8 @@ pub(crate) fn open_session<'a>(
         stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
         pilot,
         backend,
-        ring: OutputRing::new(&stepper, None)?,
-        stepper,
+        rings: engine.rings(None)?,
+        engine,
         written: writer.written(),
         force_scale: writer.force_scale(),
         writer: WriterThread::spawn(writer),
@@ -465,7 +491,11 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
             found.path.display()
         )));
     }
-    let (driver, device) = options.backend.open(options.device)?;
+    let opened = match (request.devices, &request.device_list) {
+        (None, None) => vec![options.backend.open(options.device)?],
+        (devices, list) => options.backend.open_split(options.device, devices, list.as_deref())?,
+    };
+    let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
     remove_partial_files(dir);
     let mut state = found.run.run;
     state.segments += 1;
@@ -473,16 +503,17 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         resumes.push(serde_json::json!({
             "from_interval": state.done,
             "checkpoint": found.path.strip_prefix(dir).unwrap_or(&found.path),
-            "backend": driver.backend(),
-            "device": &device,
+            "backend": drivers[0].backend(),
+            "device": &devices[0],
+            "devices": &devices,
             "command_line": std::env::args().collect::<Vec<_>>(),
             "started_utc": utc_now(),
         }));
     }
     write_json(&manifest_path, &manifest)?;
-    let backend = driver.backend();
-    let stepper = Stepper::new(driver, resolved.lattice.clone(), exec(&resolved))?;
-    stepper.restore(&found.snapshot)?;
+    let backend = drivers[0].backend();
+    let mut engine = Engine::open(drivers, resolved.lattice.clone(), exec(&resolved))?;
+    engine.restore(&found.snapshot)?;
     let writer = Writer::resume(dir, &case, &resolved, request.picture_width, found.run.writer)?;
     eprintln!(
         "resuming {} from interval {} of {} ({})",
@@ -495,8 +526,8 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         stop: resolved.steps,
         pilot: None,
         backend,
-        ring: OutputRing::new(&stepper, None)?,
-        stepper,
+        rings: engine.rings(None)?,
+        engine,
         written: writer.written(),
         force_scale: writer.force_scale(),
         writer: WriterThread::spawn(writer),
@@ -590,9 +621,9 @@ impl Pace {
 
 pub(crate) struct Session<'a, D: Driver> {
     backend: &'static str,
-    stepper: Stepper<D>,
-    /// Everything written leaves the device through it.
-    ring: OutputRing,
+    engine: Engine<D>,
+    /// Everything written leaves the devices through them, one per device.
+    rings: Rings,
     writer: WriterThread,
     /// What the writer had written at its last flush, for summaries.
     written: Written,
@@ -634,7 +665,7 @@ impl<D: Driver> Session<'_, D> {
     }
 
     pub(crate) fn updates_per_interval(&self) -> u64 {
-        self.stepper.hierarchy().cell_updates_per_interval()
+        self.engine.hierarchy().cell_updates_per_interval()
     }
 
     /// Advances to the end, writes the last checkpoint and the summary for
@@ -698,7 +729,7 @@ impl<D: Driver> Session<'_, D> {
         } else {
             self.checkpoint()?;
         }
-        let mass = self.stepper.total_mass()?;
+        let mass = self.engine.total_mass()?;
         let written = self.writer.finish()?;
         self.written = written.clone();
         let mut summary = self.summary(ending, None, Some(mass));
@@ -710,7 +741,7 @@ impl<D: Driver> Session<'_, D> {
             });
         }
         write_json(&self.out.join("summary.json"), &summary)?;
-        self.stepper.close()?;
+        self.engine.close()?;
         Ok(summary)
     }
 
@@ -719,7 +750,7 @@ impl<D: Driver> Session<'_, D> {
     /// fields of this interval are written (unless `saved` already).
     fn check_health(&mut self, saved: bool) -> Result<(), AppError> {
         let limit = lbm_core::DIVERGED_MACH / 3f64.sqrt();
-        let Some(found) = self.stepper.check_health(limit)? else {
+        let Some(found) = self.engine.check_health(limit)? else {
             return Ok(());
         };
         let done = self.state.done;
@@ -750,26 +781,18 @@ impl<D: Driver> Session<'_, D> {
     /// This interval's fields in physical units (when `fields`) and each
     /// body's exchange window, through the output ring.
     fn observe(&mut self, fields: bool) -> Result<(Arc<Vec<fields::PatchFields>>, Vec<ExchangeRecord>), AppError> {
-        let observation = self.ring.observe(&self.stepper, fields)?;
-        let done = self.state.done;
+        let observed = self.rings.observe(&self.engine, fields, self.state.done)?;
         let patches = match fields {
             true => {
-                let mut lattice = observation.fields.into_iter();
+                let mut lattice = observed.fields.into_iter();
                 let bodies = &self.resolved.lattice.bodies;
-                fields::physical(&self.stepper.hierarchy(), &self.resolved.units, bodies, |_, _| {
-                    Ok::<_, AppError>(lattice.next().expect("the ring brought every patch"))
+                fields::physical(&self.engine.hierarchy(), &self.resolved.units, bodies, |_, _| {
+                    Ok::<_, AppError>(lattice.next().expect("the rings brought every patch"))
                 })?
             }
             false => Vec::new(),
         };
-        let mut records: Vec<ExchangeRecord> = match observation.window_start {
-            Some(start) => (self.ring.windows().iter().zip(&observation.windows))
-                .flat_map(|(w, words)| w.records(words, start, done))
-                .collect(),
-            None => Vec::new(),
-        };
-        records.sort_by_key(|r| r.body);
-        Ok((Arc::new(patches), records))
+        Ok((Arc::new(patches), observed.records))
     }
 
     fn check_finite(&self, patches: &[fields::PatchFields]) -> Result<(), AppError> {
@@ -793,7 +816,7 @@ impl<D: Driver> Session<'_, D> {
         let done = self.state.done;
         let steps = self.resolved.steps;
         let wall_seconds = self.state.wall_seconds + self.started.elapsed().as_secs_f64();
-        let hierarchy = self.stepper.hierarchy();
+        let hierarchy = self.engine.hierarchy();
         let cell_updates = self.updates_per_interval() * done;
         let finest = hierarchy.n_levels() - 1;
         let base = hierarchy.base().active.cells() as u64;
@@ -833,7 +856,7 @@ impl<D: Driver> Session<'_, D> {
             coefficients_last_tenth,
             checkpoint: self.last_checkpoint.clone(),
             resume: resumable.then(|| format!("lbm resume {}", self.out.display())),
-            ring: self.ring.stats(),
+            ring: self.rings.stats(),
             writer_waits: self.writer.waits(),
             written: self.written.clone(),
             out: self.out.to_owned(),
@@ -843,7 +866,7 @@ impl<D: Driver> Session<'_, D> {
     /// Writes a checkpoint of the state now.
     fn checkpoint(&mut self) -> Result<(), AppError> {
         let start = Instant::now();
-        let snapshot = self.stepper.snapshot()?;
+        let snapshot = self.engine.snapshot()?;
         let mut run = self.state.clone();
         run.wall_seconds += self.started.elapsed().as_secs_f64();
         let writer = self.writer.state()?;
@@ -858,7 +881,7 @@ impl<D: Driver> Session<'_, D> {
     /// Seconds to hold back before the wall limit for the last checkpoint.
     fn checkpoint_reserve(&self) -> f64 {
         self.checkpoint_seconds.unwrap_or_else(|| {
-            let bytes: u64 = self.stepper.memory_ledger().total();
+            let bytes: u64 = self.engine.memory_ledger().total();
             bytes as f64 / CHECKPOINT_BYTES_PER_S
         }) * 1.5
             + 0.05
@@ -879,7 +902,7 @@ impl<D: Driver> Session<'_, D> {
                 return Ok(Ending::WallLimit);
             };
             let start = Instant::now();
-            self.stepper.step(n)?;
+            self.engine.step(n)?;
             let seconds = start.elapsed().as_secs_f64();
             if let Some(ending) = self.finish_chunk(n, seconds, &mut pace, signals, watchdog, progress)? {
                 return Ok(ending);
@@ -1004,7 +1027,7 @@ impl<D: Driver> Session<'_, D> {
                         self.out,
                     ));
                 }
-                self.stepper.start_exchange_window()?;
+                self.engine.start_exchange_window()?;
             }
             if !plan.probes.is_empty() {
                 self.writer.probes(time, patches.clone())?;
@@ -1043,7 +1066,7 @@ impl<D: Driver> Session<'_, D> {
         Ok(signals.raised().then_some(Ending::Interrupted))
     }
 
-    pub(crate) fn stepper(&self) -> &Stepper<D> {
-        &self.stepper
+    pub(crate) fn engine(&mut self) -> &mut Engine<D> {
+        &mut self.engine
     }
 }

@@ -480,6 +480,8 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
     let request = Request {
         steps: options.steps,
         picture_width: None,
+        devices: None,
+        device_list: None,
     };
     let mut results: Vec<Option<MemberResult>> = vec![None; chosen.len()];
     let failed_result = |m: &Member, e: &AppError| MemberResult {
@@ -497,7 +499,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
     };
     let mut sessions = Vec::with_capacity(chosen.len());
     for ((k, input), (driver, device)) in inputs.iter().enumerate().zip(drivers) {
-        match open_session(input, driver, &device, None, &request, started) {
+        match open_session(input, vec![(driver, device)], None, &request, started) {
             Ok(s) => sessions.push(Some(s)),
             Err(e) => {
                 results[k] = Some(failed_result(chosen[k], &e));
@@ -579,16 +581,16 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
             };
             let start = Instant::now();
             for (k, slot) in sessions.iter_mut().enumerate() {
-                if let (Some(n), Some(session)) = (chunks[k], slot.as_ref())
-                    && let Err(e) = session.stepper().begin_step(n)
+                if let (Some(n), Some(session)) = (chunks[k], slot.as_mut())
+                    && let Err(e) = session.engine().begin_step(n)
                 {
                     chunks[k] = None;
                     failed(k, slot, e.into());
                 }
             }
             for (k, slot) in sessions.iter_mut().enumerate() {
-                if let (Some(_), Some(session)) = (chunks[k], slot.as_ref())
-                    && let Err(e) = session.stepper().finish_step()
+                if let (Some(_), Some(session)) = (chunks[k], slot.as_mut())
+                    && let Err(e) = session.engine().finish_step()
                 {
                     chunks[k] = None;
                     failed(k, slot, e.into());

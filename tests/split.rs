@@ -8,6 +8,10 @@ use lbm_core::split::Split;
 use lbm_core::{Boundary, ExecConfig, Kernel, LatticeConfig};
 use mock_driver::{EventKind, MockDriver};
 
+mod common;
+
+use common::{lbm, scratch, stderr, workspace};
+
 fn channel() -> LatticeConfig {
     let mut lattice = LatticeConfig::uniform(
         48,
@@ -56,5 +60,49 @@ fn each_slab_logs_its_interval_then_packs_sends_receives_and_unpacks() {
     split.close().unwrap();
     for (k, log) in logs.iter().enumerate() {
         assert!(log.live_buffers().is_empty(), "slab {k} freed everything");
+    }
+}
+
+#[test]
+fn a_split_that_cannot_run_is_refused_before_anything_is_written() {
+    let cavity = workspace().join("cases/cavity-re100.toml").display().to_string();
+    let out = scratch("split-refused");
+    let out_text = out.display().to_string();
+    for (flags, expect) in [
+        (vec!["--devices", "0"], vec!["--devices", "1 to 16"]),
+        (vec!["--devices", "40"], vec!["--devices", "1 to 16"]),
+        (vec!["--devices", "8"], vec!["--devices", "patch L1.p0"]),
+        (
+            vec!["--device-list", "0,1"],
+            vec!["--device-list", "the CPU backend takes --devices G"],
+        ),
+        (
+            vec!["--devices", "2", "--device", "0"],
+            vec!["--device", "--device-list names each slab"],
+        ),
+        (
+            vec!["--devices", "2", "--device-list", "0"],
+            vec!["--device-list", "2 ordinals"],
+        ),
+    ] {
+        let mut args = vec![
+            "run",
+            &cavity,
+            "--backend",
+            "cpu",
+            "--steps",
+            "10",
+            "--quiet",
+            "--out",
+            &out_text,
+        ];
+        args.extend(&flags);
+        let output = lbm(&args);
+        let said = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {said}");
+        for part in expect {
+            assert!(said.contains(part), "{flags:?}: `{said}` lacks `{part}`");
+        }
+        assert!(!out.exists(), "{flags:?}: nothing written");
     }
 }

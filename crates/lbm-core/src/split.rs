@@ -33,8 +33,8 @@ use crate::error::{Error, Result};
 use crate::kernels::KernelArgs;
 use crate::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use crate::lattice::Moments;
-use crate::ledger::ExchangeRecord;
-use crate::stepper::{Fields, Stepper, Unhealthy};
+use crate::ledger::{ExchangeRecord, MemoryLedger};
+use crate::stepper::{Fields, Snapshot, Stepper, Unhealthy};
 
 /// One direction of one cut: slab `from`'s edge column into slab `to`'s
 /// halo column.
@@ -313,6 +313,83 @@ impl<D: Driver> Split<D> {
         Ok(())
     }
 
+    /// The whole hierarchy's index of patch `local` of `level` on slab `slab`.
+    pub fn whole_patch(&self, slab: usize, level: usize, local: usize) -> usize {
+        self.whole_index[slab][level][local]
+    }
+
+    /// Every slab's device buffers, as `slab/{k}/{name}`.
+    pub fn memory_ledger(&self) -> MemoryLedger {
+        let mut ledger = MemoryLedger::default();
+        for (k, slab) in self.slabs.iter().enumerate() {
+            for (name, bytes) in slab.memory_ledger().entries {
+                ledger.entries.insert(format!("slab/{k}/{name}"), bytes);
+            }
+        }
+        ledger
+    }
+
+    /// Every slab's [`Stepper::snapshot`], each buffer labelled
+    /// `slab/{k}/{label}`: [`Split::restore`] of a split into as many slabs
+    /// continues from it bit for bit.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let mut buffers = Vec::new();
+        let mut first = None;
+        for (k, slab) in self.slabs.iter().enumerate() {
+            let snapshot = slab.snapshot().map_err(on_slab(k))?;
+            first.get_or_insert((snapshot.step_count, snapshot.window_start));
+            buffers.extend(
+                snapshot
+                    .buffers
+                    .into_iter()
+                    .map(|(label, bytes)| (format!("slab/{k}/{label}"), bytes)),
+            );
+        }
+        let (step_count, window_start) = first.expect("a split has a slab");
+        Ok(Snapshot {
+            step_count,
+            window_start,
+            buffers,
+        })
+    }
+
+    /// Puts back what [`Split::snapshot`] took from a split of the same
+    /// configuration over as many slabs, then fills the halos; a snapshot
+    /// of another split (or of one device) is refused.
+    pub fn restore(&mut self, snapshot: &Snapshot) -> Result<()> {
+        let ours: usize = self.slabs.iter().map(|s| s.snapshot_buffers()).sum();
+        if ours != snapshot.buffers.len() {
+            return Err(Error::Snapshot {
+                reason: format!(
+                    "it holds {} state buffers, a split over {} devices has {ours}",
+                    snapshot.buffers.len(),
+                    self.slabs.len()
+                ),
+            });
+        }
+        for (k, slab) in self.slabs.iter().enumerate() {
+            let prefix = format!("slab/{k}/");
+            let buffers: Vec<(String, Vec<u8>)> = snapshot
+                .buffers
+                .iter()
+                .filter_map(|(label, bytes)| Some((label.strip_prefix(&prefix)?.to_owned(), bytes.clone())))
+                .collect();
+            let part = Snapshot {
+                step_count: snapshot.step_count,
+                window_start: snapshot.window_start,
+                buffers,
+            };
+            slab.restore(&part).map_err(|e| match e {
+                Error::Snapshot { reason } => Error::Snapshot {
+                    reason: format!("slab {k} of a split over {} devices: {reason}", self.slabs.len()),
+                },
+                e => on_slab(k)(e),
+            })?;
+        }
+        self.step_count = snapshot.step_count;
+        self.exchange()
+    }
+
     /// The slab holding `patch` of `level` (whole numbering) and its index there.
     fn locate(&self, level: usize, patch: usize) -> Result<(usize, usize)> {
         self.whole_index
@@ -341,15 +418,7 @@ impl<D: Driver> Split<D> {
                 .enumerate()
                 .map(|(s, slab)| slab.fields(0, 0).map_err(on_slab(s)))
                 .collect::<Result<Vec<_>>>()?;
-            let join = |pick: fn(&Fields) -> &ndarray::Array2<f32>| {
-                let views: Vec<_> = parts.iter().map(|f| pick(f).view()).collect();
-                concatenate(Axis(1), &views).expect("every slab holds every row")
-            };
-            return Ok(Fields {
-                delta_rho: join(|f| &f.delta_rho),
-                ux: join(|f| &f.ux),
-                uy: join(|f| &f.uy),
-            });
+            return Ok(Fields::side_by_side(&parts));
         }
         let (s, local) = self.locate(level, patch)?;
         self.slabs[s].fields(level, local).map_err(on_slab(s))

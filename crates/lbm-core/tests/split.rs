@@ -222,3 +222,45 @@ fn slabs_large_enough_for_the_bulk_update_split_bit_for_bit() {
     drop(split);
     check_split(lattice, 2, Vec::new());
 }
+
+#[test]
+fn a_split_snapshot_restores_bit_for_bit_and_only_into_as_many_slabs() {
+    let lattice = refined_channel();
+    let build = |g: usize| {
+        Split::new(
+            (0..g).map(|_| CpuDriver::new()).collect(),
+            lattice.clone(),
+            exec(Vec::new()),
+        )
+        .unwrap()
+    };
+    let mut run = build(2);
+    run.initialize(initial_flow).unwrap();
+    run.step(7).unwrap();
+    let snapshot = run.snapshot().unwrap();
+    assert!(snapshot.buffers.iter().all(|(label, _)| label.starts_with("slab/")));
+    run.step(5).unwrap();
+    let mut resumed = build(2);
+    resumed.restore(&snapshot).unwrap();
+    assert_eq!(resumed.step_count(), 7);
+    resumed.step(5).unwrap();
+    for p in run.hierarchy().patches() {
+        let (a, b) = (
+            run.active_populations(p.level, p.index).unwrap(),
+            resumed.active_populations(p.level, p.index).unwrap(),
+        );
+        assert!(bits(&a) == bits(&b), "{} after a restore", p.name());
+    }
+    assert_eq!(resumed.read_raw_exchange(0).unwrap(), run.read_raw_exchange(0).unwrap());
+    let e = build(3).restore(&snapshot).unwrap_err().to_string();
+    assert!(e.contains("split over 3 devices"), "{e}");
+    let one = Stepper::new(CpuDriver::new(), lattice.clone(), exec(Vec::new())).unwrap();
+    let e = build(2).restore(&one.snapshot().unwrap()).unwrap_err().to_string();
+    assert!(e.contains("split over 2 devices"), "{e}");
+    let ledger = run.memory_ledger();
+    assert!(
+        ledger.entries.keys().any(|k| k.starts_with("slab/1/")),
+        "{:?}",
+        ledger.entries.keys()
+    );
+}

@@ -479,6 +479,11 @@ impl<D: Driver> Stepper<D> {
         })
     }
 
+    /// How many buffers [`Stepper::snapshot`] holds.
+    pub fn snapshot_buffers(&self) -> usize {
+        self.lock().state.resources.state.len()
+    }
+
     /// Puts back what [`Stepper::snapshot`] took from a stepper of the same
     /// configuration, refusing one whose buffers differ in name or size.
     pub fn restore(&self, snapshot: &Snapshot) -> Result<()> {

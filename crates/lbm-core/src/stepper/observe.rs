@@ -28,6 +28,20 @@ pub struct Fields {
 }
 
 impl Fields {
+    /// Fields of regions with the same rows, side by side in the order
+    /// given: a split run's base grid from its slabs.
+    pub fn side_by_side(parts: &[Fields]) -> Fields {
+        let join = |pick: fn(&Fields) -> &Array2<f32>| {
+            let views: Vec<_> = parts.iter().map(|f| pick(f).view()).collect();
+            ndarray::concatenate(ndarray::Axis(1), &views).expect("every part holds the same rows")
+        };
+        Fields {
+            delta_rho: join(|f| &f.delta_rho),
+            ux: join(|f| &f.ux),
+            uy: join(|f| &f.uy),
+        }
+    }
+
     /// The fields of `active` from the three planes `save_moments` writes.
     pub fn from_planes(active: &Rect, planes: &[f32]) -> Fields {
         let shape = (active.height() as usize, active.width() as usize);

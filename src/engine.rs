@@ -1,0 +1,212 @@
+//! What a run advances: one [`Stepper`] on one device, or a [`Split`] of
+//! the domain over several (`lbm run --devices`), and the output rings that
+//! bring their observations off the devices, one per stepper, gathered into
+//! the whole domain's patches and bodies.
+//!
+//! What it does not do: choose the devices (`backend`) or decide when to
+//! observe (`run`).
+
+use lbm_core::domain::hierarchy::Hierarchy;
+use lbm_core::ledger::{ExchangeRecord, MemoryLedger};
+use lbm_core::split::Split;
+use lbm_core::stepper::Fields;
+use lbm_core::{Driver, ExecConfig, LatticeConfig, Snapshot, Stepper, Unhealthy};
+
+use crate::AppError;
+use crate::output::ring::{OutputRing, RingStats};
+
+/// One stepper, or a split over several devices.
+pub(crate) enum Engine<D: Driver> {
+    One(Box<Stepper<D>>),
+    Split(Split<D>),
+}
+
+/// One observation of the whole domain: every patch's lattice fields in
+/// hierarchy order (empty when not asked for) and each body's exchange
+/// window, in body order.
+pub(crate) struct Observed {
+    pub fields: Vec<Fields>,
+    pub records: Vec<ExchangeRecord>,
+}
+
+impl<D: Driver> Engine<D> {
+    /// A stepper on the one driver, or the split over all of them.
+    pub fn open(mut drivers: Vec<D>, lattice: LatticeConfig, exec: ExecConfig) -> lbm_core::Result<Self> {
+        match drivers.len() {
+            1 => Ok(Engine::One(Box::new(Stepper::new(drivers.remove(0), lattice, exec)?))),
+            _ => Ok(Engine::Split(Split::new(drivers, lattice, exec)?)),
+        }
+    }
+
+    /// The steppers, one per device.
+    fn steppers(&self) -> &[Stepper<D>] {
+        match self {
+            Engine::One(s) => std::slice::from_ref(s),
+            Engine::Split(s) => s.slabs(),
+        }
+    }
+
+    /// The whole domain's hierarchy.
+    pub fn hierarchy(&self) -> Hierarchy {
+        match self {
+            Engine::One(s) => s.hierarchy(),
+            Engine::Split(s) => s.hierarchy().clone(),
+        }
+    }
+
+    pub fn total_mass(&self) -> lbm_core::Result<f64> {
+        match self {
+            Engine::One(s) => s.total_mass(),
+            Engine::Split(s) => s.total_mass(),
+        }
+    }
+
+    pub fn start_exchange_window(&self) -> lbm_core::Result<()> {
+        match self {
+            Engine::One(s) => s.start_exchange_window(),
+            Engine::Split(s) => s.start_exchange_window(),
+        }
+    }
+
+    pub fn step(&mut self, n: u64) -> lbm_core::Result<()> {
+        match self {
+            Engine::One(s) => s.step(n),
+            Engine::Split(s) => s.step(n),
+        }
+    }
+
+    /// Enqueues `n` intervals without waiting where the engine can (one
+    /// stepper); a split advances them here, its exchange waiting each
+    /// interval.
+    pub fn begin_step(&mut self, n: u64) -> lbm_core::Result<()> {
+        match self {
+            Engine::One(s) => s.begin_step(n),
+            Engine::Split(s) => s.step(n),
+        }
+    }
+
+    /// Waits for what [`Engine::begin_step`] enqueued.
+    pub fn finish_step(&mut self) -> lbm_core::Result<()> {
+        match self {
+            Engine::One(s) => s.finish_step(),
+            Engine::Split(_) => Ok(()),
+        }
+    }
+
+    pub fn check_health(&self, speed_limit: f64) -> lbm_core::Result<Option<Unhealthy>> {
+        match self {
+            Engine::One(s) => s.check_health(speed_limit),
+            Engine::Split(s) => s.check_health(speed_limit),
+        }
+    }
+
+    pub fn snapshot(&self) -> lbm_core::Result<Snapshot> {
+        match self {
+            Engine::One(s) => s.snapshot(),
+            Engine::Split(s) => s.snapshot(),
+        }
+    }
+
+    pub fn restore(&mut self, snapshot: &Snapshot) -> lbm_core::Result<()> {
+        match self {
+            Engine::One(s) => s.restore(snapshot),
+            Engine::Split(s) => s.restore(snapshot),
+        }
+    }
+
+    pub fn memory_ledger(&self) -> MemoryLedger {
+        match self {
+            Engine::One(s) => s.memory_ledger(),
+            Engine::Split(s) => s.memory_ledger(),
+        }
+    }
+
+    pub fn close(&mut self) -> lbm_core::Result<()> {
+        match self {
+            Engine::One(s) => s.close(),
+            Engine::Split(s) => s.close(),
+        }
+    }
+
+    /// An output ring on each stepper's device.
+    pub fn rings(&self, capacity: Option<u64>) -> Result<Rings, AppError> {
+        let rings = self
+            .steppers()
+            .iter()
+            .map(|s| OutputRing::new(s, capacity))
+            .collect::<Result<_, _>>()?;
+        Ok(Rings { rings })
+    }
+}
+
+/// The output rings of an engine, one per stepper.
+pub(crate) struct Rings {
+    rings: Vec<OutputRing>,
+}
+
+impl Rings {
+    /// What the rings carried, all together.
+    pub fn stats(&self) -> RingStats {
+        self.rings
+            .iter()
+            .map(OutputRing::stats)
+            .fold(RingStats::default(), |a, b| RingStats {
+                capacity_bytes: a.capacity_bytes + b.capacity_bytes,
+                records: a.records + b.records,
+                bytes: a.bytes + b.bytes,
+                batches: a.batches + b.batches,
+                waits: a.waits + b.waits,
+            })
+    }
+
+    /// This interval's fields (when `fields`) and exchange windows of the
+    /// whole domain, through every stepper's ring: a split's base grid is
+    /// its slabs' side by side, each patch comes from the slab holding it,
+    /// and each body's forces are the slabs' sum.
+    pub fn observe<D: Driver>(&mut self, engine: &Engine<D>, fields: bool, done: u64) -> Result<Observed, AppError> {
+        let mut records: Vec<ExchangeRecord> = Vec::new();
+        let mut parts = Vec::with_capacity(self.rings.len());
+        for (ring, stepper) in self.rings.iter_mut().zip(engine.steppers()) {
+            let observation = ring.observe(stepper, fields)?;
+            if let Some(start) = observation.window_start {
+                for record in (ring.windows().iter().zip(&observation.windows))
+                    .flat_map(|(w, words)| w.records(words, start, done))
+                {
+                    match records.iter_mut().find(|r| r.body == record.body) {
+                        Some(r) => {
+                            r.force = [r.force[0] + record.force[0], r.force[1] + record.force[1]];
+                            r.torque += record.torque;
+                        }
+                        None => records.push(record),
+                    }
+                }
+            }
+            parts.push(observation.fields);
+        }
+        records.sort_by_key(|r| r.body);
+        let fields = match (engine, fields) {
+            (_, false) => Vec::new(),
+            (Engine::One(_), true) => parts.pop().expect("one ring"),
+            (Engine::Split(split), true) => {
+                let whole = split.hierarchy();
+                let mut placed: Vec<Vec<Option<Fields>>> = whole.levels.iter().map(|l| vec![None; l.len()]).collect();
+                let mut base = Vec::with_capacity(parts.len());
+                for (k, (slab_fields, slab)) in parts.into_iter().zip(split.slabs()).enumerate() {
+                    for (f, p) in slab_fields.into_iter().zip(slab.hierarchy().patches()) {
+                        match p.level {
+                            0 => base.push(f),
+                            l => placed[l][split.whole_patch(k, l, p.index)] = Some(f),
+                        }
+                    }
+                }
+                placed[0][0] = Some(Fields::side_by_side(&base));
+                placed
+                    .into_iter()
+                    .flatten()
+                    .map(|f| f.expect("every patch is on one slab"))
+                    .collect()
+            }
+        };
+        Ok(Observed { fields, records })
+    }
+}
