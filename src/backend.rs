@@ -12,7 +12,7 @@
 use clap::ValueEnum;
 use serde::Serialize;
 
-use lbm_core::device::{Action, EventId, PlanId, StagingId, StreamId};
+use lbm_core::device::{Action, EventId, PeerBuffer, PeerEvent, PlanId, StagingId, StreamId};
 use lbm_core::{BufferId, CpuDriver, Driver, Launch};
 
 use crate::AppError;
@@ -240,6 +240,18 @@ impl Driver for Stalling {
     }
     fn synchronize_event(&mut self, event: EventId) -> lbm_core::Result<()> {
         self.inner.synchronize_event(event)
+    }
+    fn share(&mut self, buffer: BufferId) -> lbm_core::Result<Option<PeerBuffer>> {
+        self.inner.share(buffer)
+    }
+    fn record_peer_event(&mut self, event: EventId) -> lbm_core::Result<PeerEvent> {
+        self.inner.record_peer_event(event)
+    }
+    fn wait_peer_event(&mut self, event: PeerEvent) -> lbm_core::Result<()> {
+        self.inner.wait_peer_event(event)
+    }
+    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> lbm_core::Result<()> {
+        self.inner.copy_from_peer(src, dst)
     }
     fn alloc_staging(&mut self, label: &str, bytes: usize) -> lbm_core::Result<StagingId> {
         self.inner.alloc_staging(label, bytes)

@@ -18,7 +18,7 @@ use crate::output::ring::{OutputRing, RingStats};
 /// One stepper, or a split over several devices.
 pub(crate) enum Engine<D: Driver> {
     One(Box<Stepper<D>>),
-    Split(Split<D>),
+    Split(Box<Split<D>>),
 }
 
 /// One observation of the whole domain: every patch's lattice fields in
@@ -34,7 +34,7 @@ impl<D: Driver> Engine<D> {
     pub fn open(mut drivers: Vec<D>, lattice: LatticeConfig, exec: ExecConfig) -> lbm_core::Result<Self> {
         match drivers.len() {
             1 => Ok(Engine::One(Box::new(Stepper::new(drivers.remove(0), lattice, exec)?))),
-            _ => Ok(Engine::Split(Split::new(drivers, lattice, exec)?)),
+            _ => Ok(Engine::Split(Box::new(Split::new(drivers, lattice, exec)?))),
         }
     }
 

@@ -406,6 +406,59 @@ pub trait Driver: Send {
     fn batch_members(&self) -> usize {
         1
     }
+
+    /// `buffer` as another driver of this process may copy from it on its
+    /// own stream ([`Driver::copy_from_peer`]), or `None` for a backend that
+    /// moves bytes between drivers only through the host (the default). A
+    /// split run's halos go device to device when every slab's driver
+    /// shares its buffers.
+    fn share(&mut self, buffer: BufferId) -> Result<Option<PeerBuffer>> {
+        let _ = buffer;
+        Ok(None)
+    }
+    /// Records `event` on the main stream, as a point another driver's
+    /// main stream may wait for ([`Driver::wait_peer_event`]).
+    fn record_peer_event(&mut self, event: EventId) -> Result<PeerEvent> {
+        let _ = event;
+        Err(no_peers(self.backend()))
+    }
+    /// Makes the main stream wait for another driver's recorded event.
+    fn wait_peer_event(&mut self, event: PeerEvent) -> Result<()> {
+        let _ = event;
+        Err(no_peers(self.backend()))
+    }
+    /// Enqueues on the main stream a copy of `src`'s bytes (another driver's
+    /// shared buffer) into `dst` from its start; the caller orders it after
+    /// the writes of `src` with a peer event, and `src` stays allocated until
+    /// the copy completes.
+    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> Result<()> {
+        let _ = (src, dst);
+        Err(no_peers(self.backend()))
+    }
+}
+
+/// A buffer of one driver that another driver of the same process may copy
+/// from: its backend, device and address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerBuffer {
+    pub backend: &'static str,
+    pub device: usize,
+    pub address: u64,
+    pub bytes: usize,
+}
+
+/// A recorded event of one driver that another driver may wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerEvent {
+    pub backend: &'static str,
+    pub handle: u64,
+}
+
+fn no_peers(backend: &'static str) -> Error {
+    Error::NotAvailable {
+        what: format!("peer copies on the {backend} backend"),
+        reason: "it moves bytes between drivers only through the host (Driver::share is None)",
+    }
 }
 
 /// A boxed driver is a driver, so a backend chosen at run time
@@ -462,6 +515,18 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     }
     fn synchronize_event(&mut self, event: EventId) -> Result<()> {
         (**self).synchronize_event(event)
+    }
+    fn share(&mut self, buffer: BufferId) -> Result<Option<PeerBuffer>> {
+        (**self).share(buffer)
+    }
+    fn record_peer_event(&mut self, event: EventId) -> Result<PeerEvent> {
+        (**self).record_peer_event(event)
+    }
+    fn wait_peer_event(&mut self, event: PeerEvent) -> Result<()> {
+        (**self).wait_peer_event(event)
+    }
+    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> Result<()> {
+        (**self).copy_from_peer(src, dst)
     }
     fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
         (**self).alloc_staging(label, bytes)

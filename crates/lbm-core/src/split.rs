@@ -6,10 +6,18 @@
 //! After each base interval, and after the state is set, every cut's
 //! crossing populations move both ways: `pack_halo` on the sending slab's
 //! driver gathers its edge column's three crossing populations into a send
-//! buffer, the transport carries the bytes into the receiving slab's buffer
-//! (a download and an upload through the drivers, so the CPU backend runs
-//! it in process and the mock records it), and `unpack_halo` writes them
-//! into the receiver's halo column, from which its next update pulls them.
+//! buffer, the transport carries the bytes into the receiving slab's
+//! buffer, and `unpack_halo` writes them into the receiver's halo column,
+//! from which its next update pulls them. Two transports, through the
+//! [`Driver`] seam:
+//! - **device** ([`Split::transport`]), when every slab's driver shares its
+//!   buffers ([`Driver::share`]; CUDA): the receiver's stream waits for the
+//!   sender's packs (a peer event), copies the send buffer device to device
+//!   and unpacks; a sender packs again only after its receivers copied. The
+//!   intervals of a `step(n)` are all enqueued before any is waited for;
+//! - **host** otherwise (the CPU backend, the mock): after each interval, a
+//!   download and an upload through the two drivers, in process.
+//!
 //! Patches and bodies stay whole on one slab, and refined levels never cross
 //! a cut, so one exchange per base interval (the level-0 hop) is all the
 //! coupling there is: each slab computes the bits one device would.
@@ -20,13 +28,12 @@
 //! sums, total mass too.
 //!
 //! What it does not do: overlap the exchange with the interior update, or
-//! move halos over NCCL (every transfer goes through the host); restore a
-//! snapshot.
+//! move halos over NCCL.
 
 use ndarray::{Array3, Axis, concatenate};
 
 use crate::config::{ExecConfig, LatticeConfig};
-use crate::device::{Action, BufferId, Driver, PlanId};
+use crate::device::{Action, BufferId, Driver, EventId, PeerBuffer, PeerEvent, PlanId};
 use crate::domain::decompose::{Decomposition, SlabWindow};
 use crate::domain::hierarchy::{Hierarchy, Rect};
 use crate::error::{Error, Result};
@@ -47,6 +54,17 @@ struct HaloLink {
     send: BufferId,
     recv: BufferId,
     bytes: usize,
+    /// The send buffer as the receiver's driver copies it, when every
+    /// slab's driver shares its buffers (the device transport).
+    peer: Option<PeerBuffer>,
+}
+
+/// A slab's two events of the device transport: its packs done, and its
+/// receives copied (after which its senders may pack again).
+#[derive(Clone, Copy, Debug)]
+struct SlabEvents {
+    packed: EventId,
+    received: EventId,
 }
 
 /// A slab's prepared halo plans, one per level-0 parity: its packs, then
@@ -69,6 +87,8 @@ pub struct Split<D: Driver> {
     owners: Vec<usize>,
     links: Vec<HaloLink>,
     plans: Vec<Option<SlabPlans>>,
+    /// Each slab's events, with the device transport.
+    events: Option<Vec<SlabEvents>>,
     step_count: u64,
 }
 
@@ -145,6 +165,7 @@ impl<D: Driver> Split<D> {
             owners,
             links: Vec::new(),
             plans: Vec::new(),
+            events: None,
             step_count: 0,
         };
         if let Err(e) = split.connect(&windows).and_then(|()| split.exchange()) {
@@ -180,6 +201,9 @@ impl<D: Driver> Split<D> {
                 let recv = self.slabs[to]
                     .with_device(|d, _| d.alloc(&format!("{label}.recv"), bytes))
                     .map_err(on_slab(to))?;
+                let peer = self.slabs[from]
+                    .with_device(|d, _| d.share(send))
+                    .map_err(on_slab(from))?;
                 self.links.push(HaloLink {
                     from,
                     to,
@@ -187,6 +211,7 @@ impl<D: Driver> Split<D> {
                     send,
                     recv,
                     bytes,
+                    peer,
                 });
             }
         }
@@ -231,7 +256,32 @@ impl<D: Driver> Split<D> {
                 .map_err(on_slab(s))?;
             self.plans.push(Some(plans));
         }
+        if !self.links.is_empty() && self.links.iter().all(|l| l.peer.is_some()) {
+            let events = (0..g)
+                .map(|s| {
+                    self.slabs[s]
+                        .with_device(|d, _| {
+                            Ok::<_, Error>(SlabEvents {
+                                packed: d.create_event()?,
+                                received: d.create_event()?,
+                            })
+                        })
+                        .map_err(on_slab(s))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.events = Some(events);
+        }
         Ok(())
+    }
+
+    /// How halos move: "device" (every slab's driver copies from its
+    /// neighbours' buffers on its own stream) or "host" (a download and an
+    /// upload).
+    pub fn transport(&self) -> &'static str {
+        match self.events {
+            Some(_) => "device",
+            None => "host",
+        }
     }
 
     /// Fills every halo column from the neighbours' current populations.
@@ -293,23 +343,94 @@ impl<D: Driver> Split<D> {
     /// Advances `n` base intervals: every slab's interval enqueued, each
     /// waited for, then the halo exchange, interval after interval.
     pub fn step(&mut self, n: u64) -> Result<()> {
-        for _ in 0..n {
-            for (s, slab) in self.slabs.iter().enumerate() {
-                slab.begin_step(1).map_err(on_slab(s))?;
-            }
-            let mut first = None;
-            for (s, slab) in self.slabs.iter().enumerate() {
-                // Every slab is waited for, so none is left in flight.
-                if let Err(e) = slab.finish_step() {
-                    first.get_or_insert(on_slab(s)(e));
-                }
-            }
-            if let Some(e) = first {
-                return Err(e);
-            }
-            self.step_count += 1;
-            self.exchange()?;
+        match self.events.clone() {
+            Some(events) => self.step_on_devices(n, &events),
+            None => (0..n).try_for_each(|_| {
+                let begun = self.each_slab(|_, slab| slab.begin_step(1));
+                self.finish_all(begun)?;
+                self.step_count += 1;
+                self.exchange()
+            }),
         }
+    }
+
+    /// `work` on every slab in order, up to the first failure.
+    fn each_slab(&self, mut work: impl FnMut(usize, &Stepper<D>) -> Result<()>) -> Result<()> {
+        self.slabs
+            .iter()
+            .enumerate()
+            .try_for_each(|(s, slab)| work(s, slab).map_err(on_slab(s)))
+    }
+
+    /// Waits for every slab with work in flight, whatever `begun` says, so
+    /// none is left in flight; the first error, `begun`'s first.
+    fn finish_all(&self, begun: Result<()>) -> Result<()> {
+        let mut first = begun.err();
+        for (s, slab) in self.slabs.iter().enumerate() {
+            if slab.status() == crate::stepper::Status::Advancing
+                && let Err(e) = slab.finish_step()
+            {
+                first.get_or_insert(on_slab(s)(e));
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// `n` intervals with the device transport, every slab's work enqueued
+    /// before any is waited for: each interval, then each sender's packs
+    /// (after its receivers copied the last ones), then each receiver's
+    /// copies (after its senders packed) and unpacks.
+    fn step_on_devices(&mut self, n: u64, events: &[SlabEvents]) -> Result<()> {
+        if n == 0 {
+            return self.each_slab(|_, slab| slab.step(0));
+        }
+        let g = self.slabs.len();
+        let mut packed: Vec<Option<PeerEvent>> = vec![None; g];
+        let mut received: Vec<Option<PeerEvent>> = vec![None; g];
+        let enqueued = (0..n).try_for_each(|k| {
+            let parity = ((self.step_count + k + 1) % 2) as usize;
+            self.each_slab(|_, slab| match k {
+                0 => slab.begin_step(1),
+                _ => slab.continue_step(1),
+            })?;
+            for (s, slab) in self.slabs.iter().enumerate() {
+                let (Some(plans), true) = (self.plans[s], self.links.iter().any(|l| l.from == s)) else {
+                    continue;
+                };
+                let waits: Vec<PeerEvent> = (self.links.iter().filter(|l| l.from == s))
+                    .filter_map(|l| received[l.to])
+                    .collect();
+                packed[s] = Some(
+                    slab.enqueue_on_device(|d| {
+                        waits.iter().try_for_each(|e| d.wait_peer_event(*e))?;
+                        d.replay(plans.pack[parity])?;
+                        d.record_peer_event(events[s].packed)
+                    })
+                    .map_err(on_slab(s))?,
+                );
+            }
+            for (r, slab) in self.slabs.iter().enumerate() {
+                let (Some(plans), true) = (self.plans[r], self.links.iter().any(|l| l.to == r)) else {
+                    continue;
+                };
+                let links: Vec<&HaloLink> = self.links.iter().filter(|l| l.to == r).collect();
+                received[r] = Some(
+                    slab.enqueue_on_device(|d| {
+                        for link in &links {
+                            let sent = packed[link.from].expect("every sender packed this interval");
+                            d.wait_peer_event(sent)?;
+                            d.copy_from_peer(link.peer.expect("the device transport shares every buffer"), link.recv)?;
+                        }
+                        d.replay(plans.unpack[parity])?;
+                        d.record_peer_event(events[r].received)
+                    })
+                    .map_err(on_slab(r))?,
+                );
+            }
+            Ok(())
+        });
+        self.finish_all(enqueued)?;
+        self.step_count += n;
         Ok(())
     }
 

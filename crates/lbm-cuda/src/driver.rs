@@ -35,7 +35,7 @@ use cudarc::driver::{
     PinnedHostSlice, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
-use lbm_core::device::{Action, BatchLaunch, EventId, PlanId, StagingId, StreamId, live_buffer};
+use lbm_core::device::{Action, BatchLaunch, EventId, PeerBuffer, PeerEvent, PlanId, StagingId, StreamId, live_buffer};
 use lbm_core::error::CudaCode;
 use lbm_core::kernels::{PlanTable, check_launch};
 use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
@@ -656,6 +656,66 @@ impl Driver for CudaDriver {
         self.event(event)?
             .synchronize()
             .map_err(|e| cuda_error("synchronize an event", e))
+    }
+
+    fn share(&mut self, buffer: BufferId) -> Result<Option<PeerBuffer>> {
+        let b = self.buffer(buffer)?;
+        Ok(Some(PeerBuffer {
+            backend: BACKEND,
+            device: self.ctx.ordinal(),
+            address: b.ptr,
+            bytes: b.bytes,
+        }))
+    }
+
+    fn record_peer_event(&mut self, event: EventId) -> Result<PeerEvent> {
+        self.bind("record a peer event")?;
+        let e = self.event(event)?;
+        e.record(&self.stream)
+            .map_err(|e| cuda_error("record a peer event", e))?;
+        Ok(PeerEvent {
+            backend: BACKEND,
+            handle: e.cu_event() as u64,
+        })
+    }
+
+    fn wait_peer_event(&mut self, event: PeerEvent) -> Result<()> {
+        if event.backend != BACKEND {
+            return Err(unavailable(format!(
+                "a {} event cannot be waited for on CUDA",
+                event.backend
+            )));
+        }
+        self.bind("wait for a peer event")?;
+        // SAFETY: the handle is a live event of another CudaDriver of this
+        // process (the split keeps its drivers, and so their events, until
+        // every stream that waits is done), and waiting on an event of another
+        // context or device is what cuStreamWaitEvent allows.
+        unsafe {
+            result::stream::wait_event(
+                self.stream.cu_stream(),
+                event.handle as sys::CUevent,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(|e| cuda_error("wait for a peer event", e))
+    }
+
+    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> Result<()> {
+        if src.backend != BACKEND {
+            return Err(unavailable(format!("a copy from a {} buffer into CUDA", src.backend)));
+        }
+        let to = self.range("copy from a peer", dst, 0, src.bytes)?;
+        if src.bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `to` spans `src.bytes` inside a live allocation (checked by
+        // `range`); `src` is a live allocation of another CudaDriver of this
+        // process that its owner keeps until this copy completes, ordered
+        // after its writes by a peer event; with unified addressing the
+        // driver finds both devices from the addresses.
+        unsafe { result::memcpy_dtod_async(to, src.address, src.bytes, self.stream.cu_stream()) }
+            .map_err(|e| cuda_error("copy from a peer", e))
     }
 
     fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {

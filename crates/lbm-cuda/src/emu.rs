@@ -9,7 +9,9 @@
 
 use std::ffi::{CString, c_char, c_void};
 
-use lbm_core::device::{Action, BatchLaunch, EventId, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut};
+use lbm_core::device::{
+    Action, BatchLaunch, EventId, PeerBuffer, PeerEvent, PlanId, StagingId, StreamId, live_buffer, live_buffer_mut,
+};
 use lbm_core::kernels::{PlanTable, check_launch};
 use lbm_core::{BufferId, Driver, Error, Launch, Result};
 
@@ -238,6 +240,40 @@ impl Driver for EmuDriver {
     }
     fn synchronize_event(&mut self, event: EventId) -> Result<()> {
         self.known(event, StreamId::MAIN)
+    }
+    fn share(&mut self, buffer: BufferId) -> Result<Option<PeerBuffer>> {
+        let b = live_buffer(&self.buffers, buffer, BACKEND)?;
+        Ok(Some(PeerBuffer {
+            backend: BACKEND,
+            device: 0,
+            address: b.words.as_ptr() as u64,
+            bytes: b.bytes,
+        }))
+    }
+    fn record_peer_event(&mut self, event: EventId) -> Result<PeerEvent> {
+        self.known(event, StreamId::MAIN)?;
+        Ok(PeerEvent {
+            backend: BACKEND,
+            handle: u64::from(event.0),
+        })
+    }
+    fn wait_peer_event(&mut self, event: PeerEvent) -> Result<()> {
+        // Everything runs when it is enqueued: what the event marks is done.
+        match event.backend {
+            BACKEND => Ok(()),
+            other => Err(unavailable(format!("a {other} event cannot be waited for here"))),
+        }
+    }
+    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> Result<()> {
+        if src.backend != BACKEND {
+            return Err(unavailable(format!("a copy from a {} buffer", src.backend)));
+        }
+        // SAFETY: `src` is the word storage of a live buffer of another
+        // EmuDriver of this process (never reallocated while it lives, and
+        // kept by its owner until this copy), `bytes` long; drivers run
+        // their work when it is enqueued, so nothing writes it meanwhile.
+        let bytes = unsafe { std::slice::from_raw_parts(src.address as *const u8, src.bytes) };
+        self.upload(dst, 0, bytes)
     }
     fn alloc_staging(&mut self, _label: &str, bytes: usize) -> Result<StagingId> {
         self.staging.push(Some(vec![0; bytes]));

@@ -1304,6 +1304,8 @@ fn split_runs_match_one_device_bit_for_bit() {
             .map(|_| Box::new(CpuDriver::new()) as Box<dyn Driver>)
             .collect();
         let mut cpu = Split::new(cpus, split_lattice(), exec.clone()).unwrap();
+        assert_eq!(split.transport(), "device", "the device's drivers copy from each other");
+        assert_eq!(cpu.transport(), "host");
         one.initialize(initial_flow).unwrap();
         split.initialize(initial_flow).unwrap();
         cpu.initialize(initial_flow).unwrap();

@@ -320,6 +320,43 @@ impl<D: Driver> Stepper<D> {
         enqueued.inspect_err(|_| state.fail())
     }
 
+    /// Enqueues `n` more intervals after those [`Stepper::begin_step`]
+    /// left in flight (a split run's slabs, with each interval's halo
+    /// exchange enqueued between them through [`Stepper::enqueue_on_device`]).
+    pub fn continue_step(&self, n: u64) -> Result<()> {
+        let mut inner = self.lock();
+        if inner.state.status != Status::Advancing {
+            inner.state.require_ready("continue a step")?;
+            return Err(Error::parameter(
+                "continue_step",
+                "no step in flight",
+                "a begin_step before it",
+            ));
+        }
+        let Inner { driver, state } = &mut *inner;
+        let first = state.step_count + state.in_flight;
+        state.in_flight += n;
+        let enqueued = (0..n).try_for_each(|k| driver.replay(state.prepared[parity_at_interval_start(0, first + k)]));
+        enqueued.inspect_err(|_| state.fail())
+    }
+
+    /// Runs `work` with the driver while intervals may be in flight, for
+    /// work enqueued on the main stream after them that no read of the
+    /// stepper sees until they are waited for (a split run's halo exchange).
+    /// A failure fails the stepper.
+    pub fn enqueue_on_device<R>(&self, work: impl FnOnce(&mut D) -> Result<R>) -> Result<R> {
+        let mut inner = self.lock();
+        if inner.state.status != Status::Advancing {
+            inner.state.require_ready("enqueue on its device")?;
+        }
+        let Inner { driver, state } = &mut *inner;
+        let result = work(driver);
+        if result.is_err() {
+            state.fail();
+        }
+        result
+    }
+
     /// Waits for the intervals [`Stepper::begin_step`] enqueued; errors of
     /// that work surface here.
     pub fn finish_step(&self) -> Result<()> {
