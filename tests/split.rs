@@ -64,6 +64,35 @@ fn each_slab_logs_its_interval_then_packs_sends_receives_and_unpacks() {
 }
 
 #[test]
+fn a_slab_that_fails_is_named_the_others_are_waited_for_and_close_frees_all() {
+    let drivers: Vec<MockDriver> = (0..3).map(|_| MockDriver::executing()).collect();
+    let logs: Vec<_> = drivers.iter().map(MockDriver::handle).collect();
+    let mut split = Split::new(drivers, channel(), ExecConfig::default()).unwrap();
+    split.step(2).unwrap();
+    logs[1].fail_synchronize(2);
+    let e = split.step(3).unwrap_err();
+    let message = e.to_string();
+    assert!(message.starts_with("slab 1 of the split run"), "{message}");
+    assert!(matches!(e, lbm_core::Error::Slab { slab: 1, .. }), "{e:?}");
+    assert_eq!(
+        split.slabs()[0].status(),
+        lbm_core::Status::Ready,
+        "slab 0 was waited for"
+    );
+    assert_eq!(
+        split.slabs()[2].status(),
+        lbm_core::Status::Ready,
+        "slab 2 was waited for"
+    );
+    assert!(split.step(1).is_err(), "a failed slab fails the split");
+    // Close frees what every slab holds, the failed one's too.
+    let _ = split.close();
+    for (k, log) in logs.iter().enumerate() {
+        assert!(log.live_buffers().is_empty(), "slab {k}: {:?}", log.live_buffers());
+    }
+}
+
+#[test]
 fn a_split_that_cannot_run_is_refused_before_anything_is_written() {
     let cavity = workspace().join("cases/cavity-re100.toml").display().to_string();
     let out = scratch("split-refused");

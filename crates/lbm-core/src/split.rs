@@ -615,44 +615,60 @@ impl<D: Driver> Split<D> {
         Ok(total)
     }
 
-    /// [`Stepper::check_health`] of every slab; the first finding in slab
-    /// order, in the whole domain's numbering.
+    /// [`Stepper::check_health`] of every slab, in the whole domain's
+    /// numbering: the first finding in level, patch and cell order, as one
+    /// device finds it (each slab's first is its own; a base-grid cell's
+    /// row-major order spans the slabs).
     pub fn check_health(&self, speed_limit: f64) -> Result<Option<Unhealthy>> {
+        let mut first: Option<Unhealthy> = None;
         for (s, slab) in self.slabs.iter().enumerate() {
             if let Some(mut found) = slab.check_health(speed_limit).map_err(on_slab(s))? {
                 if found.level == 0 {
                     found.cell[0] += self.decomposition.slabs[s].x0;
                 }
                 found.patch = self.whole_index[s][found.level][found.patch];
-                return Ok(Some(found));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Frees every halo buffer and plan, then closes every slab, even when
-    /// one fails; reports the first failure.
-    pub fn close(&mut self) -> Result<()> {
-        let mut first: Option<Error> = None;
-        let mut keep = |r: Result<()>, s: usize| {
-            if let Err(e) = r {
-                first.get_or_insert(on_slab(s)(e));
-            }
-        };
-        for (s, plans) in std::mem::take(&mut self.plans).into_iter().enumerate() {
-            if let Some(p) = plans {
-                let slab = &self.slabs[s];
-                for id in p.pack.into_iter().chain(p.unpack) {
-                    keep(slab.with_device(|d, _| d.release_plan(id)), s);
+                let order = |u: &Unhealthy| (u.level, u.patch, u.cell[1], u.cell[0]);
+                if first.as_ref().is_none_or(|f| order(&found) < order(f)) {
+                    first = Some(found);
                 }
             }
         }
-        for link in std::mem::take(&mut self.links) {
-            keep(self.slabs[link.from].with_device(|d, _| d.free(link.send)), link.from);
-            keep(self.slabs[link.to].with_device(|d, _| d.free(link.recv)), link.to);
-        }
+        Ok(first)
+    }
+
+    /// Frees every halo buffer and plan and closes every slab, even when
+    /// one fails (a failed slab too); reports the first failure.
+    pub fn close(&mut self) -> Result<()> {
+        let plans = std::mem::take(&mut self.plans);
+        let links = std::mem::take(&mut self.links);
+        let mut first: Option<Error> = None;
         for (s, slab) in self.slabs.iter().enumerate() {
-            keep(slab.close(), s);
+            let closed = slab.close_with(|d| {
+                let mut released: Result<()> = Ok(());
+                let mut keep = |r: Result<()>| {
+                    if released.is_ok() {
+                        released = r;
+                    }
+                };
+                if let Some(Some(p)) = plans.get(s) {
+                    p.pack
+                        .into_iter()
+                        .chain(p.unpack)
+                        .for_each(|id| keep(d.release_plan(id)));
+                }
+                for link in &links {
+                    if link.from == s {
+                        keep(d.free(link.send));
+                    }
+                    if link.to == s {
+                        keep(d.free(link.recv));
+                    }
+                }
+                released
+            });
+            if let Err(e) = closed {
+                first.get_or_insert(on_slab(s)(e));
+            }
         }
         first.map_or(Ok(()), Err)
     }

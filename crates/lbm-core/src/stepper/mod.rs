@@ -600,11 +600,19 @@ impl<D: Driver> Stepper<D> {
     /// Frees every buffer and prepared plan; the stepper then refuses
     /// everything but `status`.
     pub fn close(&self) -> Result<()> {
+        self.close_with(|_| Ok(()))
+    }
+
+    /// [`Stepper::close`], after `release` has freed what its caller keeps
+    /// on this driver (a split's halo buffers and plans), whatever the
+    /// stepper's status; reports `release`'s failure first.
+    pub fn close_with(&self, release: impl FnOnce(&mut D) -> Result<()>) -> Result<()> {
         let mut inner = self.lock();
         if inner.state.status == Status::Closed {
             return Ok(());
         }
         let Inner { driver, state } = &mut *inner;
+        let released = release(driver);
         state.status = Status::Closed;
         let health = state.health.take();
         let plans = state
@@ -613,7 +621,7 @@ impl<D: Driver> Stepper<D> {
             .chain(health.iter().flat_map(|h| &h.prepared))
             .try_for_each(|p| driver.release_plan(*p));
         let buffers = state.resources.release(driver);
-        plans.and(buffers)
+        released.and(plans).and(buffers)
     }
 }
 
