@@ -244,14 +244,17 @@ impl Driver for Stalling {
     fn share(&mut self, buffer: BufferId) -> lbm_core::Result<Option<PeerBuffer>> {
         self.inner.share(buffer)
     }
-    fn record_peer_event(&mut self, event: EventId) -> lbm_core::Result<PeerEvent> {
-        self.inner.record_peer_event(event)
+    fn record_peer_event(&mut self, event: EventId, stream: StreamId) -> lbm_core::Result<PeerEvent> {
+        self.inner.record_peer_event(event, stream)
     }
-    fn wait_peer_event(&mut self, event: PeerEvent) -> lbm_core::Result<()> {
-        self.inner.wait_peer_event(event)
+    fn wait_peer_event(&mut self, stream: StreamId, event: PeerEvent) -> lbm_core::Result<()> {
+        self.inner.wait_peer_event(stream, event)
     }
-    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> lbm_core::Result<()> {
-        self.inner.copy_from_peer(src, dst)
+    fn copy_from_peer(&mut self, stream: StreamId, src: PeerBuffer, dst: BufferId) -> lbm_core::Result<()> {
+        self.inner.copy_from_peer(stream, src, dst)
+    }
+    fn replay_on(&mut self, stream: StreamId, plan: PlanId) -> lbm_core::Result<()> {
+        self.inner.replay_on(stream, plan)
     }
     fn alloc_staging(&mut self, label: &str, bytes: usize) -> lbm_core::Result<StagingId> {
         self.inner.alloc_staging(label, bytes)

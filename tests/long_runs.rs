@@ -11,140 +11,14 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{lbm, scratch, stderr, workspace};
-
-/// Base intervals of the runs compared here.
-fn steps() -> u64 {
-    std::env::var("LBM_TEST_STEPS").map_or(120, |s| s.parse().expect("LBM_TEST_STEPS is a count"))
-}
-
-/// The wall limit of the runs that stop at one: two seconds on the CPU; a
-/// GPU run starting with others on the same device needs longer before its
-/// first interval.
-fn wall_limit() -> f64 {
-    std::env::var("LBM_TEST_WALL_SECONDS").map_or(2.0, |s| s.parse().expect("LBM_TEST_WALL_SECONDS is seconds"))
-}
-
-fn backend() -> String {
-    std::env::var("LBM_TEST_BACKEND").unwrap_or_else(|_| "cpu".into())
-}
-
-/// DFG 2D-1 (two levels, an inlet with its ramp, a cylinder, a probe and a
-/// line) saving every 30 intervals and checkpointing every 20.
-fn case_text() -> String {
-    let text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
-    let changed = text
-        .replace("steps = 6000", "steps = 6000\ncheckpoint_every_intervals = 20")
-        .replace("every = 1.0 ", "every = 0.05 ");
-    assert_eq!(
-        changed.matches("every = 0.05 ").count(),
-        1,
-        "the save period was replaced"
-    );
-    assert!(changed.contains("checkpoint_every_intervals"));
-    changed
-}
-
-fn write_case(dir: &Path, text: &str) -> String {
-    std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join("case.toml");
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
-}
-
-/// A scratch directory `name` holding the test case, and the run's output
-/// directory in it: (root, case path, output directory).
-fn setup(name: &str) -> (PathBuf, String, PathBuf) {
-    let root = scratch(name);
-    let case = write_case(&root, &case_text());
-    let out = root.join("out");
-    (root, case, out)
-}
-
-fn binary() -> PathBuf {
-    std::env::var_os("LBM_BIN").map_or_else(|| env!("CARGO_BIN_EXE_lbm").into(), PathBuf::from)
-}
-
-/// `lbm run CASE --steps STEPS --backend cpu --quiet --out OUT EXTRA...`, spawned.
-fn spawn_run(case: &str, out: &Path, extra: &[&str]) -> std::process::Child {
-    Command::new(binary())
-        .args([
-            "run",
-            case,
-            "--steps",
-            &steps().to_string(),
-            "--backend",
-            &backend(),
-            "--quiet",
-            "--out",
-        ])
-        .arg(out)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary runs")
-}
-
-fn resume(out: &Path, extra: &[&str]) -> Output {
-    let dir = out.display().to_string();
-    let backend = backend();
-    let mut args = vec!["resume", &dir, "--backend", &backend, "--quiet"];
-    args.extend_from_slice(extra);
-    lbm(&args)
-}
-
-fn summary(out: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
-}
-
-/// The run straight through, once for every test here.
-fn straight() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let (_, case, out) = setup("straight");
-        let output = spawn_run(&case, &out, &[]).wait_with_output().unwrap();
-        assert!(output.status.success(), "{}", stderr(&output));
-        assert_eq!(summary(&out)["ended"], "completed");
-        out
-    })
-}
-
-/// Files of a run directory that must match byte for byte between runs:
-/// all but the manifest, the summary (times, segments) and the checkpoints.
-fn compared_files(dir: &Path) -> Vec<PathBuf> {
-    fn walk(root: &Path, dir: &Path, into: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let relative = path.strip_prefix(root).unwrap().to_owned();
-            if path.is_dir() {
-                if relative != Path::new("checkpoints") {
-                    walk(root, &path, into);
-                }
-            } else if !["manifest.json", "summary.json"].contains(&relative.to_str().unwrap()) {
-                into.push(relative);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(dir, dir, &mut files);
-    files.sort();
-    files
-}
-
-fn assert_identical(straight: &Path, other: &Path) {
-    let (a, b) = (compared_files(straight), compared_files(other));
-    assert_eq!(a, b, "the same files");
-    assert!(a.iter().any(|f| f.ends_with("forces.csv")) && a.len() > 20, "{a:?}");
-    for file in &a {
-        let same = std::fs::read(straight.join(file)).unwrap() == std::fs::read(other.join(file)).unwrap();
-        assert!(same, "{} differs from the run straight through", file.display());
-    }
-}
+use common::runs::{
+    assert_identical, backend, binary, case_text, compared_files, resume, setup, spawn_run, steps, straight, summary,
+    wall_limit, write_case,
+};
+use common::{scratch, stderr};
 
 /// Waits until `out` holds a checkpoint of at least `step` intervals.
 fn wait_for_checkpoint(out: &Path, step: u64, child: &mut std::process::Child) {
@@ -275,47 +149,6 @@ fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
     }
     assert_identical(straight(), &out);
     std::fs::remove_dir_all(root).unwrap();
-}
-
-/// The split flags for `devices` slabs: `--devices G` on the CPU (host
-/// slabs), every slab on device 0 on a GPU, which may be the only one.
-fn split_flags(devices: usize) -> Vec<String> {
-    match backend().as_str() {
-        "cpu" => vec!["--devices".into(), devices.to_string()],
-        _ => vec!["--device-list".into(), vec!["0"; devices].join(",")],
-    }
-}
-
-#[test]
-fn a_split_run_writes_what_one_device_writes_and_resumes_split() {
-    let (root, case, out) = setup("split");
-    let flags = split_flags(2);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let output = spawn_run(&case, &out, &flags).wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert_identical(straight(), &out);
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest["devices"].as_array().unwrap().len(), 2, "{manifest}");
-    // Three slabs stopped at the wall limit, resumed split until complete.
-    let (_, _, walled) = setup("split-wall");
-    let limit = wall_limit().to_string();
-    let mut flags = split_flags(3);
-    flags.extend(["--max-wall-seconds".into(), limit.clone()]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let output = spawn_run(&case, &walled, &flags).wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert_eq!(summary(&walled)["ended"], "wall limit", "{}", summary(&walled));
-    let mut rounds = 0;
-    while summary(&walled)["ended"] != "completed" {
-        let resumed = resume(&walled, &["--max-wall-seconds", &limit]);
-        assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
-        rounds += 1;
-        assert!(rounds < 40, "no progress");
-    }
-    assert_identical(straight(), &walled);
-    std::fs::remove_dir_all(root).unwrap();
-    let _ = std::fs::remove_dir_all(walled.parent().unwrap());
 }
 
 #[test]

@@ -10,6 +10,7 @@ use mock_driver::{EventKind, MockDriver};
 
 mod common;
 
+use common::runs::{assert_identical, backend, resume, setup, spawn_run, straight, summary, wall_limit};
 use common::{lbm, scratch, stderr, workspace};
 
 fn channel() -> LatticeConfig {
@@ -134,4 +135,45 @@ fn a_split_that_cannot_run_is_refused_before_anything_is_written() {
         }
         assert!(!out.exists(), "{flags:?}: nothing written");
     }
+}
+
+/// The split flags for `devices` slabs: `--devices G` on the CPU (host
+/// slabs), every slab on device 0 on a GPU, which may be the only one.
+fn split_flags(devices: usize) -> Vec<String> {
+    match backend().as_str() {
+        "cpu" => vec!["--devices".into(), devices.to_string()],
+        _ => vec!["--device-list".into(), vec!["0"; devices].join(",")],
+    }
+}
+
+#[test]
+fn a_split_run_writes_what_one_device_writes_and_resumes_split() {
+    let (root, case, out) = setup("split");
+    let flags = split_flags(2);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let output = spawn_run(&case, &out, &flags).wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_identical(straight(), &out);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["devices"].as_array().unwrap().len(), 2, "{manifest}");
+    // Three slabs stopped at the wall limit, resumed split until complete.
+    let (_, _, walled) = setup("split-wall");
+    let limit = wall_limit().to_string();
+    let mut flags = split_flags(3);
+    flags.extend(["--max-wall-seconds".into(), limit.clone()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let output = spawn_run(&case, &walled, &flags).wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(summary(&walled)["ended"], "wall limit", "{}", summary(&walled));
+    let mut rounds = 0;
+    while summary(&walled)["ended"] != "completed" {
+        let resumed = resume(&walled, &["--max-wall-seconds", &limit]);
+        assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+        rounds += 1;
+        assert!(rounds < 40, "no progress");
+    }
+    assert_identical(straight(), &walled);
+    std::fs::remove_dir_all(root).unwrap();
+    let _ = std::fs::remove_dir_all(walled.parent().unwrap());
 }

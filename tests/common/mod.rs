@@ -2,6 +2,8 @@
 //! directories, the workspace root.
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod runs;
+
 use std::process::{Command, Output};
 
 use std::path::PathBuf;

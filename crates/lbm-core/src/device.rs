@@ -416,24 +416,33 @@ pub trait Driver: Send {
         let _ = buffer;
         Ok(None)
     }
-    /// Records `event` on the main stream, as a point another driver's
-    /// main stream may wait for ([`Driver::wait_peer_event`]).
-    fn record_peer_event(&mut self, event: EventId) -> Result<PeerEvent> {
-        let _ = event;
+    /// Records `event` on `stream`, as a point another driver's streams may
+    /// wait for ([`Driver::wait_peer_event`]).
+    fn record_peer_event(&mut self, event: EventId, stream: StreamId) -> Result<PeerEvent> {
+        let _ = (event, stream);
         Err(no_peers(self.backend()))
     }
-    /// Makes the main stream wait for another driver's recorded event.
-    fn wait_peer_event(&mut self, event: PeerEvent) -> Result<()> {
-        let _ = event;
+    /// Makes `stream` wait for another driver's recorded event.
+    fn wait_peer_event(&mut self, stream: StreamId, event: PeerEvent) -> Result<()> {
+        let _ = (stream, event);
         Err(no_peers(self.backend()))
     }
-    /// Enqueues on the main stream a copy of `src`'s bytes (another driver's
-    /// shared buffer) into `dst` from its start; the caller orders it after
-    /// the writes of `src` with a peer event, and `src` stays allocated until
+    /// Enqueues on `stream` a copy of `src`'s bytes (another driver's shared
+    /// buffer) into `dst` from its start; the caller orders it after the
+    /// writes of `src` with a peer event, and `src` stays allocated until
     /// the copy completes.
-    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> Result<()> {
-        let _ = (src, dst);
+    fn copy_from_peer(&mut self, stream: StreamId, src: PeerBuffer, dst: BufferId) -> Result<()> {
+        let _ = (stream, src, dst);
         Err(no_peers(self.backend()))
+    }
+    /// [`Driver::replay`] on `stream`, for work that runs beside the main
+    /// stream (a split's halo exchange while the interior updates); the
+    /// caller orders it with events. By default only the main stream.
+    fn replay_on(&mut self, stream: StreamId, plan: PlanId) -> Result<()> {
+        match stream == StreamId::MAIN {
+            true => self.replay(plan),
+            false => Err(no_peers(self.backend())),
+        }
     }
 }
 
@@ -519,14 +528,17 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     fn share(&mut self, buffer: BufferId) -> Result<Option<PeerBuffer>> {
         (**self).share(buffer)
     }
-    fn record_peer_event(&mut self, event: EventId) -> Result<PeerEvent> {
-        (**self).record_peer_event(event)
+    fn record_peer_event(&mut self, event: EventId, stream: StreamId) -> Result<PeerEvent> {
+        (**self).record_peer_event(event, stream)
     }
-    fn wait_peer_event(&mut self, event: PeerEvent) -> Result<()> {
-        (**self).wait_peer_event(event)
+    fn wait_peer_event(&mut self, stream: StreamId, event: PeerEvent) -> Result<()> {
+        (**self).wait_peer_event(stream, event)
     }
-    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> Result<()> {
-        (**self).copy_from_peer(src, dst)
+    fn copy_from_peer(&mut self, stream: StreamId, src: PeerBuffer, dst: BufferId) -> Result<()> {
+        (**self).copy_from_peer(stream, src, dst)
+    }
+    fn replay_on(&mut self, stream: StreamId, plan: PlanId) -> Result<()> {
+        (**self).replay_on(stream, plan)
     }
     fn alloc_staging(&mut self, label: &str, bytes: usize) -> Result<StagingId> {
         (**self).alloc_staging(label, bytes)

@@ -33,7 +33,7 @@
 use ndarray::{Array3, Axis, concatenate};
 
 use crate::config::{ExecConfig, LatticeConfig};
-use crate::device::{Action, BufferId, Driver, EventId, PeerBuffer, PeerEvent, PlanId};
+use crate::device::{Action, BufferId, Driver, EventId, PeerBuffer, PeerEvent, PlanId, StreamId};
 use crate::domain::decompose::{Decomposition, SlabWindow};
 use crate::domain::hierarchy::{Hierarchy, Rect};
 use crate::error::{Error, Result};
@@ -59,12 +59,17 @@ struct HaloLink {
     peer: Option<PeerBuffer>,
 }
 
-/// A slab's two events of the device transport: its packs done, and its
-/// receives copied (after which its senders may pack again).
+/// What a slab's device transport orders its work with: the stream its
+/// exchange runs on beside the update, and its events (each recorded once
+/// per interval): its packs done (two, by interval parity, so that an update
+/// two intervals on waits for the right one), its halo received and
+/// unpacked, and its update's tail done.
 #[derive(Clone, Copy, Debug)]
 struct SlabEvents {
-    packed: EventId,
+    side: StreamId,
+    packed: [EventId; 2],
     received: EventId,
+    updated: EventId,
 }
 
 /// A slab's prepared halo plans, one per level-0 parity: its packs, then
@@ -262,8 +267,10 @@ impl<D: Driver> Split<D> {
                     self.slabs[s]
                         .with_device(|d, _| {
                             Ok::<_, Error>(SlabEvents {
-                                packed: d.create_event()?,
+                                side: d.create_stream()?,
+                                packed: [d.create_event()?, d.create_event()?],
                                 received: d.create_event()?,
+                                updated: d.create_event()?,
                             })
                         })
                         .map_err(on_slab(s))
@@ -377,34 +384,46 @@ impl<D: Driver> Split<D> {
     }
 
     /// `n` intervals with the device transport, every slab's work enqueued
-    /// before any is waited for: each interval, then each sender's packs
-    /// (after its receivers copied the last ones), then each receiver's
-    /// copies (after its senders packed) and unpacks.
+    /// before any is waited for. Each interval, on every slab: the update's
+    /// head (the base grid's bulk update) on the main stream, then its tail
+    /// once the halo of the interval before is unpacked; on the side stream
+    /// meanwhile, after the tail, the packs (once the receivers copied the
+    /// last ones), then the copies of the neighbours' packs and the unpack,
+    /// which the next interval's head overlaps.
     fn step_on_devices(&mut self, n: u64, events: &[SlabEvents]) -> Result<()> {
         if n == 0 {
             return self.each_slab(|_, slab| slab.step(0));
         }
         let g = self.slabs.len();
-        let mut packed: Vec<Option<PeerEvent>> = vec![None; g];
+        let mut packed: Vec<[Option<PeerEvent>; 2]> = vec![[None; 2]; g];
         let mut received: Vec<Option<PeerEvent>> = vec![None; g];
+        let main = StreamId::MAIN;
         let enqueued = (0..n).try_for_each(|k| {
             let parity = ((self.step_count + k + 1) % 2) as usize;
-            self.each_slab(|_, slab| match k {
-                0 => slab.begin_step(1),
-                _ => slab.continue_step(1),
+            let turn = (k % 2) as usize;
+            self.each_slab(|s, slab| {
+                let e = events[s];
+                // The update overwrites what the packs of two intervals ago read.
+                slab.enqueue_on_device(|d| d.wait_event(main, e.packed[turn]))?;
+                slab.step_in_parts(|d| d.wait_event(main, e.received))?;
+                slab.enqueue_on_device(|d| {
+                    d.record_event(e.updated, main)?;
+                    d.wait_event(e.side, e.updated)
+                })
             })?;
             for (s, slab) in self.slabs.iter().enumerate() {
                 let (Some(plans), true) = (self.plans[s], self.links.iter().any(|l| l.from == s)) else {
                     continue;
                 };
+                let e = events[s];
                 let waits: Vec<PeerEvent> = (self.links.iter().filter(|l| l.from == s))
                     .filter_map(|l| received[l.to])
                     .collect();
-                packed[s] = Some(
+                packed[s][turn] = Some(
                     slab.enqueue_on_device(|d| {
-                        waits.iter().try_for_each(|e| d.wait_peer_event(*e))?;
-                        d.replay(plans.pack[parity])?;
-                        d.record_peer_event(events[s].packed)
+                        waits.iter().try_for_each(|w| d.wait_peer_event(e.side, *w))?;
+                        d.replay_on(e.side, plans.pack[parity])?;
+                        d.record_peer_event(e.packed[turn], e.side)
                     })
                     .map_err(on_slab(s))?,
                 );
@@ -413,16 +432,18 @@ impl<D: Driver> Split<D> {
                 let (Some(plans), true) = (self.plans[r], self.links.iter().any(|l| l.to == r)) else {
                     continue;
                 };
+                let e = events[r];
                 let links: Vec<&HaloLink> = self.links.iter().filter(|l| l.to == r).collect();
                 received[r] = Some(
                     slab.enqueue_on_device(|d| {
                         for link in &links {
-                            let sent = packed[link.from].expect("every sender packed this interval");
-                            d.wait_peer_event(sent)?;
-                            d.copy_from_peer(link.peer.expect("the device transport shares every buffer"), link.recv)?;
+                            let sent = packed[link.from][turn].expect("every sender packed this interval");
+                            d.wait_peer_event(e.side, sent)?;
+                            let peer = link.peer.expect("the device transport shares every buffer");
+                            d.copy_from_peer(e.side, peer, link.recv)?;
                         }
-                        d.replay(plans.unpack[parity])?;
-                        d.record_peer_event(events[r].received)
+                        d.replay_on(e.side, plans.unpack[parity])?;
+                        d.record_peer_event(e.received, e.side)
                     })
                     .map_err(on_slab(r))?,
                 );

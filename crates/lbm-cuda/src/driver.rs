@@ -341,10 +341,10 @@ impl CudaDriver {
         self.events.get(event.0 as usize).ok_or(unknown("event", event.0))
     }
 
-    /// Enqueues a launch that the check has passed.
-    fn enqueue(&self, launch: &Launch) -> Result<()> {
+    /// Enqueues a launch that the check has passed on `stream`.
+    fn enqueue(&self, stream: &CudaStream, launch: &Launch) -> Result<()> {
         let params = marshal(&launch.args, |id| Ok(self.buffer(id)?.ptr))?;
-        let mut builder = self.stream.launch_builder(&self.functions[kernel_index(launch.kernel)]);
+        let mut builder = stream.launch_builder(&self.functions[kernel_index(launch.kernel)]);
         for param in &params {
             match param {
                 Param::U32(v) => builder.arg(v),
@@ -372,12 +372,12 @@ impl CudaDriver {
     /// Enqueues a batch that the check has passed, through its kernel's
     /// `_batch` entry reading `table`: member 0's grid times one z layer
     /// per member.
-    fn enqueue_batch(&self, batch: &BatchLaunch, table: &BatchTable) -> Result<()> {
+    fn enqueue_batch(&self, stream: &CudaStream, batch: &BatchLaunch, table: &BatchTable) -> Result<()> {
         let first = batch.first();
         let function = self.batch_functions[kernel_index(first.kernel)]
             .as_ref()
             .expect("check_batch admits only kernels with a _batch entry");
-        let mut builder = self.stream.launch_builder(function);
+        let mut builder = stream.launch_builder(function);
         builder.arg(&table.ptr);
         let config = LaunchConfig {
             grid_dim: (first.grid[0], first.grid[1], batch.members() as u32),
@@ -396,31 +396,42 @@ impl CudaDriver {
         Ok(())
     }
 
-    /// Enqueues one checked action of plan `plan` on the main stream; a
-    /// batch takes the plan's next argument table from `tables`.
-    fn enqueue_action<'t>(&self, action: &Action, tables: &mut impl Iterator<Item = &'t BatchTable>) -> Result<()> {
+    /// Enqueues one checked action of a plan on `stream`; a batch takes the
+    /// plan's next argument table from `tables`.
+    fn enqueue_action<'t>(
+        &self,
+        stream: &CudaStream,
+        action: &Action,
+        tables: &mut impl Iterator<Item = &'t BatchTable>,
+    ) -> Result<()> {
         match action {
-            Action::Launch(launch) => self.enqueue(launch),
-            Action::Batch(batch) => self.enqueue_batch(batch, tables.next().expect("one table per batch")),
+            Action::Launch(launch) => self.enqueue(stream, launch),
+            Action::Batch(batch) => self.enqueue_batch(stream, batch, tables.next().expect("one table per batch")),
             Action::Memset {
                 buffer,
                 byte_offset,
                 bytes,
                 value,
-            } => self.memset_range(*buffer, *byte_offset, *bytes, *value),
+            } => self.memset_range(stream, *buffer, *byte_offset, *bytes, *value),
         }
     }
 
-    /// Enqueues a memset of a range, on a bound context.
-    fn memset_range(&self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
+    /// Enqueues a memset of a range on `stream`, on a bound context.
+    fn memset_range(
+        &self,
+        stream: &CudaStream,
+        buffer: BufferId,
+        byte_offset: usize,
+        bytes: usize,
+        value: u8,
+    ) -> Result<()> {
         let dst = self.range("memset", buffer, byte_offset, bytes)?;
         if bytes == 0 {
             return Ok(());
         }
         // SAFETY: the range lies inside a live allocation (checked by `range`),
         // and a buffer freed later is released in stream order, after the memset.
-        unsafe { result::memset_d8_async(dst, value, bytes, self.stream.cu_stream()) }
-            .map_err(|e| cuda_error("memset", e))
+        unsafe { result::memset_d8_async(dst, value, bytes, stream.cu_stream()) }.map_err(|e| cuda_error("memset", e))
     }
 
     /// Every batch's argument table of `actions`, uploaded.
@@ -452,7 +463,9 @@ impl CudaDriver {
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| cuda_error(operation.clone(), e))?;
         let mut tables = tables.iter();
-        let recorded = actions.iter().try_for_each(|a| self.enqueue_action(a, &mut tables));
+        let recorded = actions
+            .iter()
+            .try_for_each(|a| self.enqueue_action(&self.stream, a, &mut tables));
         // End the capture whatever happened, so the stream is usable again.
         let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         recorded?;
@@ -568,7 +581,7 @@ impl Driver for CudaDriver {
 
     fn memset_async(&mut self, buffer: BufferId, byte_offset: usize, bytes: usize, value: u8) -> Result<()> {
         self.bind("memset")?;
-        self.memset_range(buffer, byte_offset, bytes, value)
+        self.memset_range(&self.stream, buffer, byte_offset, bytes, value)
     }
 
     fn copy_async(
@@ -605,7 +618,7 @@ impl Driver for CudaDriver {
     fn launch(&mut self, launch: &Launch) -> Result<()> {
         check_launch(launch, |id| self.size_of(id))?;
         self.bind("launch")?;
-        self.enqueue(launch)
+        self.enqueue(&self.stream, launch)
     }
 
     fn synchronize(&mut self) -> Result<()> {
@@ -668,18 +681,18 @@ impl Driver for CudaDriver {
         }))
     }
 
-    fn record_peer_event(&mut self, event: EventId) -> Result<PeerEvent> {
+    fn record_peer_event(&mut self, event: EventId, stream: StreamId) -> Result<PeerEvent> {
         self.bind("record a peer event")?;
+        let stream = self.stream_of(stream)?;
         let e = self.event(event)?;
-        e.record(&self.stream)
-            .map_err(|e| cuda_error("record a peer event", e))?;
+        e.record(stream).map_err(|e| cuda_error("record a peer event", e))?;
         Ok(PeerEvent {
             backend: BACKEND,
             handle: e.cu_event() as u64,
         })
     }
 
-    fn wait_peer_event(&mut self, event: PeerEvent) -> Result<()> {
+    fn wait_peer_event(&mut self, stream: StreamId, event: PeerEvent) -> Result<()> {
         if event.backend != BACKEND {
             return Err(unavailable(format!(
                 "a {} event cannot be waited for on CUDA",
@@ -687,13 +700,14 @@ impl Driver for CudaDriver {
             )));
         }
         self.bind("wait for a peer event")?;
+        let stream = self.stream_of(stream)?;
         // SAFETY: the handle is a live event of another CudaDriver of this
         // process (the split keeps its drivers, and so their events, until
         // every stream that waits is done), and waiting on an event of another
         // context or device is what cuStreamWaitEvent allows.
         unsafe {
             result::stream::wait_event(
-                self.stream.cu_stream(),
+                stream.cu_stream(),
                 event.handle as sys::CUevent,
                 sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
             )
@@ -701,11 +715,12 @@ impl Driver for CudaDriver {
         .map_err(|e| cuda_error("wait for a peer event", e))
     }
 
-    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> Result<()> {
+    fn copy_from_peer(&mut self, stream: StreamId, src: PeerBuffer, dst: BufferId) -> Result<()> {
         if src.backend != BACKEND {
             return Err(unavailable(format!("a copy from a {} buffer into CUDA", src.backend)));
         }
         let to = self.range("copy from a peer", dst, 0, src.bytes)?;
+        let stream = self.stream_of(stream)?;
         if src.bytes == 0 {
             return Ok(());
         }
@@ -714,7 +729,7 @@ impl Driver for CudaDriver {
         // process that its owner keeps until this copy completes, ordered
         // after its writes by a peer event; with unified addressing the
         // driver finds both devices from the addresses.
-        unsafe { result::memcpy_dtod_async(to, src.address, src.bytes, self.stream.cu_stream()) }
+        unsafe { result::memcpy_dtod_async(to, src.address, src.bytes, stream.cu_stream()) }
             .map_err(|e| cuda_error("copy from a peer", e))
     }
 
@@ -840,14 +855,27 @@ impl Driver for CudaDriver {
     }
 
     fn replay(&mut self, plan: PlanId) -> Result<()> {
+        self.replay_on(StreamId::MAIN, plan)
+    }
+
+    fn replay_on(&mut self, stream: StreamId, plan: PlanId) -> Result<()> {
         // Refuses an unknown plan and one whose buffers were freed, graph or not.
         let actions = self.plans.replay(plan, BACKEND, |id| self.size_of(id))?;
         self.bind("replay")?;
+        let stream = self.stream_of(stream)?.clone();
         match self.graphs.get(plan.0 as usize).and_then(Option::as_ref) {
-            Some(graph) => graph.0.launch().map_err(|e| cuda_error("replay a plan's graph", e)),
+            // SAFETY: the executable graph lives as long as its plan (this
+            // table holds it), and launching it on another stream of the same
+            // context is what cuGraphLaunch allows; the caller orders it with
+            // events.
+            Some(graph) => unsafe { sys::cuGraphLaunch(graph.0.cu_graph_exec(), stream.cu_stream()) }
+                .result()
+                .map_err(|e| cuda_error("replay a plan's graph", e)),
             None => {
                 let mut tables = self.batch_tables[plan.0 as usize].iter();
-                actions.iter().try_for_each(|a| self.enqueue_action(a, &mut tables))
+                actions
+                    .iter()
+                    .try_for_each(|a| self.enqueue_action(&stream, a, &mut tables))
             }
         }
     }

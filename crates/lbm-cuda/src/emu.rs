@@ -250,21 +250,27 @@ impl Driver for EmuDriver {
             bytes: b.bytes,
         }))
     }
-    fn record_peer_event(&mut self, event: EventId) -> Result<PeerEvent> {
-        self.known(event, StreamId::MAIN)?;
+    fn record_peer_event(&mut self, event: EventId, stream: StreamId) -> Result<PeerEvent> {
+        self.known(event, stream)?;
         Ok(PeerEvent {
             backend: BACKEND,
             handle: u64::from(event.0),
         })
     }
-    fn wait_peer_event(&mut self, event: PeerEvent) -> Result<()> {
+    fn wait_peer_event(&mut self, stream: StreamId, event: PeerEvent) -> Result<()> {
+        if stream.0 > self.streams {
+            return Err(unknown("stream", stream.0));
+        }
         // Everything runs when it is enqueued: what the event marks is done.
         match event.backend {
             BACKEND => Ok(()),
             other => Err(unavailable(format!("a {other} event cannot be waited for here"))),
         }
     }
-    fn copy_from_peer(&mut self, src: PeerBuffer, dst: BufferId) -> Result<()> {
+    fn copy_from_peer(&mut self, stream: StreamId, src: PeerBuffer, dst: BufferId) -> Result<()> {
+        if stream.0 > self.streams {
+            return Err(unknown("stream", stream.0));
+        }
         if src.backend != BACKEND {
             return Err(unavailable(format!("a copy from a {} buffer", src.backend)));
         }
@@ -274,6 +280,13 @@ impl Driver for EmuDriver {
         // their work when it is enqueued, so nothing writes it meanwhile.
         let bytes = unsafe { std::slice::from_raw_parts(src.address as *const u8, src.bytes) };
         self.upload(dst, 0, bytes)
+    }
+    fn replay_on(&mut self, stream: StreamId, plan: PlanId) -> Result<()> {
+        // Every stream runs its work when it is enqueued.
+        if stream.0 > self.streams {
+            return Err(unknown("stream", stream.0));
+        }
+        self.replay(plan)
     }
     fn alloc_staging(&mut self, _label: &str, bytes: usize) -> Result<StagingId> {
         self.staging.push(Some(vec![0; bytes]));

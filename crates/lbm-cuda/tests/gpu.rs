@@ -1286,6 +1286,24 @@ fn split_lattice() -> LatticeConfig {
     lattice
 }
 
+/// A channel large enough that each of two or three slabs takes the bulk
+/// update, whose head the halo exchange overlaps.
+fn split_bulk_lattice() -> LatticeConfig {
+    let mut lattice = split_lattice();
+    lattice.hierarchy = HierarchySpec {
+        base: [900, 240],
+        levels: Vec::new(),
+    };
+    lattice.bodies = vec![Body {
+        shape: Shape::Circle {
+            center: [150.0, 120.5],
+            radius: 20.0,
+        },
+        level: 0,
+    }];
+    lattice
+}
+
 /// Split over two and three drivers of the one device under test, the run's
 /// populations, fields and forces equal one device's (and the CPU split's)
 /// bit for bit.
@@ -1296,7 +1314,12 @@ fn split_runs_match_one_device_bit_for_bit() {
         observe_raw_exchange: true,
         ..ExecConfig::default()
     };
-    for devices in [2, 3] {
+    for (devices, split_lattice) in [
+        (2, split_lattice as fn() -> LatticeConfig),
+        (3, split_lattice),
+        (2, split_bulk_lattice),
+        (3, split_bulk_lattice),
+    ] {
         let one = Stepper::new(lbm_cuda::testing::open_device().driver, split_lattice(), exec.clone()).unwrap();
         let gpus = (0..devices).map(|_| lbm_cuda::testing::open_device().driver).collect();
         let mut split = Split::new(gpus, split_lattice(), exec.clone()).unwrap();
@@ -1309,7 +1332,7 @@ fn split_runs_match_one_device_bit_for_bit() {
         one.initialize(initial_flow).unwrap();
         split.initialize(initial_flow).unwrap();
         cpu.initialize(initial_flow).unwrap();
-        for chunk in [1, 9] {
+        for chunk in [1, 9, 20] {
             one.step(chunk).unwrap();
             split.step(chunk).unwrap();
             cpu.step(chunk).unwrap();

@@ -164,6 +164,9 @@ struct State {
     plan: HopPlan,
     /// The plan's two intervals as the driver prepared them, by level-0 parity.
     prepared: [PlanId; 2],
+    /// A slab's intervals in two parts, `[head, tail]`, each by level-0
+    /// parity ([`Stepper::step_in_parts`]).
+    parts: Option<[[PlanId; 2]; 2]>,
     /// The health check's plans, once a check has prepared them.
     health: Option<health::HealthPlans>,
     status: Status,
@@ -214,6 +217,45 @@ impl<D: Driver> Stepper<D> {
                 return Err(e);
             }
         };
+        // A slab's intervals also in two parts, cut before the base grid's
+        // general update: the only launch that reads its halo column.
+        let parts = match exec.slab {
+            None => None,
+            Some(_) => {
+                let halves = [0, 1].map(|parity| {
+                    let steps = plan.interval(parity);
+                    let cut = steps
+                        .iter()
+                        .position(|s| s.name == "L0.p0.stream_collide")
+                        .expect("every interval updates the base grid");
+                    let actions: Vec<Action> = steps.iter().map(|s| s.action.clone()).collect();
+                    (actions[..cut].to_vec(), actions[cut..].to_vec())
+                });
+                let [(even_head, even_tail), (odd_head, odd_tail)] = halves;
+                let head = prepare_pair(
+                    &mut driver,
+                    ["interval.even.head", "interval.odd.head"],
+                    &[even_head, odd_head],
+                );
+                let tail = head.and_then(|head| {
+                    prepare_pair(
+                        &mut driver,
+                        ["interval.even.tail", "interval.odd.tail"],
+                        &[even_tail, odd_tail],
+                    )
+                    .map(|tail| [head, tail])
+                });
+                match tail {
+                    Ok(parts) => Some(parts),
+                    Err(e) => {
+                        // The refusal is what to report; freeing adds nothing to act on.
+                        let _ = prepared.iter().try_for_each(|p| driver.release_plan(*p));
+                        let _ = resources.release(&mut driver);
+                        return Err(e);
+                    }
+                }
+            }
+        };
         let stepper = Stepper {
             inner: Mutex::new(Inner {
                 driver,
@@ -225,6 +267,7 @@ impl<D: Driver> Stepper<D> {
                     resources,
                     plan,
                     prepared,
+                    parts,
                     health: None,
                     status: Status::Ready,
                     step_count: 0,
@@ -320,23 +363,36 @@ impl<D: Driver> Stepper<D> {
         enqueued.inspect_err(|_| state.fail())
     }
 
-    /// Enqueues `n` more intervals after those [`Stepper::begin_step`]
-    /// left in flight (a split run's slabs, with each interval's halo
-    /// exchange enqueued between them through [`Stepper::enqueue_on_device`]).
-    pub fn continue_step(&self, n: u64) -> Result<()> {
+    /// One more interval of a slab (beginning a step when none is in
+    /// flight), its plan in two parts with `between` enqueued between them:
+    /// the head ends with the base grid's bulk update, which never reads the
+    /// halo column, and the tail begins with its general update, which does,
+    /// so a split makes only the tail wait for the halo. Needs a stepper
+    /// built with [`ExecConfig::slab`].
+    pub fn step_in_parts(&self, between: impl FnOnce(&mut D) -> Result<()>) -> Result<()> {
         let mut inner = self.lock();
         if inner.state.status != Status::Advancing {
-            inner.state.require_ready("continue a step")?;
-            return Err(Error::parameter(
-                "continue_step",
-                "no step in flight",
-                "a begin_step before it",
-            ));
+            inner.state.require_ready("step")?;
         }
         let Inner { driver, state } = &mut *inner;
-        let first = state.step_count + state.in_flight;
-        state.in_flight += n;
-        let enqueued = (0..n).try_for_each(|k| driver.replay(state.prepared[parity_at_interval_start(0, first + k)]));
+        let Some([head, tail]) = state.parts else {
+            return Err(Error::parameter(
+                "step_in_parts",
+                "a stepper of the whole domain",
+                "a slab's stepper (ExecConfig::slab)",
+            ));
+        };
+        if state.status == Status::Ready {
+            state.status = Status::Advancing;
+            state.exchange_valid = false;
+            state.in_flight = 0;
+        }
+        let parity = parity_at_interval_start(0, state.step_count + state.in_flight);
+        state.in_flight += 1;
+        let enqueued = driver
+            .replay(head[parity])
+            .and_then(|()| between(driver))
+            .and_then(|()| driver.replay(tail[parity]));
         enqueued.inspect_err(|_| state.fail())
     }
 
@@ -618,6 +674,7 @@ impl<D: Driver> Stepper<D> {
         let plans = state
             .prepared
             .iter()
+            .chain(state.parts.iter().flatten().flatten())
             .chain(health.iter().flat_map(|h| &h.prepared))
             .try_for_each(|p| driver.release_plan(*p));
         let buffers = state.resources.release(driver);

@@ -1,0 +1,138 @@
+//! The runs the long-run tests compare: DFG 2D-1 saving and checkpointing
+//! often, run through the binary on `LBM_TEST_BACKEND` (default the CPU),
+//! the run straight through, and the file-by-file comparison.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use super::{lbm, scratch, stderr, workspace};
+
+/// Base intervals of the runs compared here.
+pub fn steps() -> u64 {
+    std::env::var("LBM_TEST_STEPS").map_or(120, |s| s.parse().expect("LBM_TEST_STEPS is a count"))
+}
+
+/// The wall limit of the runs that stop at one: two seconds on the CPU; a
+/// GPU run starting with others on the same device needs longer before its
+/// first interval.
+pub fn wall_limit() -> f64 {
+    std::env::var("LBM_TEST_WALL_SECONDS").map_or(2.0, |s| s.parse().expect("LBM_TEST_WALL_SECONDS is seconds"))
+}
+
+pub fn backend() -> String {
+    std::env::var("LBM_TEST_BACKEND").unwrap_or_else(|_| "cpu".into())
+}
+
+/// DFG 2D-1 (two levels, an inlet with its ramp, a cylinder, a probe and a
+/// line) saving every 30 intervals and checkpointing every 20.
+pub fn case_text() -> String {
+    let text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    let changed = text
+        .replace("steps = 6000", "steps = 6000\ncheckpoint_every_intervals = 20")
+        .replace("every = 1.0 ", "every = 0.05 ");
+    assert_eq!(
+        changed.matches("every = 0.05 ").count(),
+        1,
+        "the save period was replaced"
+    );
+    assert!(changed.contains("checkpoint_every_intervals"));
+    changed
+}
+
+pub fn write_case(dir: &Path, text: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("case.toml");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// A scratch directory `name` holding the test case, and the run's output
+/// directory in it: (root, case path, output directory).
+pub fn setup(name: &str) -> (PathBuf, String, PathBuf) {
+    let root = scratch(name);
+    let case = write_case(&root, &case_text());
+    let out = root.join("out");
+    (root, case, out)
+}
+
+pub fn binary() -> PathBuf {
+    std::env::var_os("LBM_BIN").map_or_else(|| env!("CARGO_BIN_EXE_lbm").into(), PathBuf::from)
+}
+
+/// `lbm run CASE --steps STEPS --backend cpu --quiet --out OUT EXTRA...`, spawned.
+pub fn spawn_run(case: &str, out: &Path, extra: &[&str]) -> std::process::Child {
+    Command::new(binary())
+        .args([
+            "run",
+            case,
+            "--steps",
+            &steps().to_string(),
+            "--backend",
+            &backend(),
+            "--quiet",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs")
+}
+
+pub fn resume(out: &Path, extra: &[&str]) -> Output {
+    let dir = out.display().to_string();
+    let backend = backend();
+    let mut args = vec!["resume", &dir, "--backend", &backend, "--quiet"];
+    args.extend_from_slice(extra);
+    lbm(&args)
+}
+
+pub fn summary(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// The run straight through, once for every test here.
+pub fn straight() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let (_, case, out) = setup("straight");
+        let output = spawn_run(&case, &out, &[]).wait_with_output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert_eq!(summary(&out)["ended"], "completed");
+        out
+    })
+}
+
+/// Files of a run directory that must match byte for byte between runs:
+/// all but the manifest, the summary (times, segments) and the checkpoints.
+pub fn compared_files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, into: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let relative = path.strip_prefix(root).unwrap().to_owned();
+            if path.is_dir() {
+                if relative != Path::new("checkpoints") {
+                    walk(root, &path, into);
+                }
+            } else if !["manifest.json", "summary.json"].contains(&relative.to_str().unwrap()) {
+                into.push(relative);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort();
+    files
+}
+
+pub fn assert_identical(straight: &Path, other: &Path) {
+    let (a, b) = (compared_files(straight), compared_files(other));
+    assert_eq!(a, b, "the same files");
+    assert!(a.iter().any(|f| f.ends_with("forces.csv")) && a.len() > 20, "{a:?}");
+    for file in &a {
+        let same = std::fs::read(straight.join(file)).unwrap() == std::fs::read(other.join(file)).unwrap();
+        assert!(same, "{} differs from the run straight through", file.display());
+    }
+}
