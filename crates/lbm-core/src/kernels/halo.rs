@@ -119,6 +119,24 @@ impl HaloColumn {
     }
 }
 
+/// The [`KernelArgs`] methods both kernels take from their [`HaloColumn`].
+macro_rules! column_args {
+    () => {
+        fn launch(&self) -> Launch {
+            self.0.launch(Self::KERNEL)
+        }
+        fn decode(launch: &Launch) -> Result<Self> {
+            HaloColumn::decode(launch, Self::KERNEL).map(Self)
+        }
+        fn work_items(&self) -> usize {
+            self.0.work_items()
+        }
+        fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
+            self.0.check_shape()
+        }
+    };
+}
+
 /// `pack_halo`: one thread per crossing population of each cell of the
 /// column, into `halo`.
 #[derive(Clone, Debug, PartialEq)]
@@ -128,18 +146,7 @@ impl KernelArgs for PackHalo {
     const KERNEL: Kernel = Kernel::PackHalo;
     const PARAMS: &'static [&'static str] = PARAMS;
 
-    fn launch(&self) -> Launch {
-        self.0.launch(Self::KERNEL)
-    }
-    fn decode(launch: &Launch) -> Result<Self> {
-        HaloColumn::decode(launch, Self::KERNEL).map(PackHalo)
-    }
-    fn work_items(&self) -> usize {
-        self.0.work_items()
-    }
-    fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
-        self.0.check_shape()
-    }
+    column_args!();
     fn buffer_uses(&self) -> Vec<BufferUse> {
         vec![
             BufferUse::read("f", self.0.f, population_bytes(&self.0.layout), 4),
@@ -164,18 +171,7 @@ impl KernelArgs for UnpackHalo {
     const KERNEL: Kernel = Kernel::UnpackHalo;
     const PARAMS: &'static [&'static str] = PARAMS;
 
-    fn launch(&self) -> Launch {
-        self.0.launch(Self::KERNEL)
-    }
-    fn decode(launch: &Launch) -> Result<Self> {
-        HaloColumn::decode(launch, Self::KERNEL).map(UnpackHalo)
-    }
-    fn work_items(&self) -> usize {
-        self.0.work_items()
-    }
-    fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
-        self.0.check_shape()
-    }
+    column_args!();
     fn buffer_uses(&self) -> Vec<BufferUse> {
         vec![
             BufferUse::read_write("f", self.0.f, population_bytes(&self.0.layout), 4),
