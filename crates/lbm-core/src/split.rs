@@ -11,10 +11,14 @@
 //! from which its next update pulls them. Two transports, through the
 //! [`Driver`] seam:
 //! - **device** ([`Split::transport`]), when every slab's driver shares its
-//!   buffers ([`Driver::share`]; CUDA): the receiver's stream waits for the
-//!   sender's packs (a peer event), copies the send buffer device to device
-//!   and unpacks; a sender packs again only after its receivers copied. The
-//!   intervals of a `step(n)` are all enqueued before any is waited for;
+//!   buffers ([`Driver::share`]; CUDA), on a second stream of each slab:
+//!   after the update's tail the sender packs (once its receivers copied the
+//!   last packs); the receiver waits for the packs (a peer event), copies
+//!   the send buffer device to device and unpacks while its next interval's
+//!   head (up to the base grid's bulk update, which never reads the halo
+//!   column) runs; only the tail waits for the halo
+//!   ([`Stepper::step_in_parts`]). The intervals of a `step(n)` are all
+//!   enqueued before any is waited for;
 //! - **host** otherwise (the CPU backend, the mock): after each interval, a
 //!   download and an upload through the two drivers, in process.
 //!
@@ -27,8 +31,8 @@
 //! the slab that holds it, forces and the exchange ledgers are the slabs'
 //! sums, total mass too.
 //!
-//! What it does not do: overlap the exchange with the interior update, or
-//! move halos over NCCL.
+//! What it does not do: overlap the pack with the update (it follows the
+//! tail), or move halos over NCCL.
 
 use ndarray::{Array3, Axis, concatenate};
 
