@@ -640,7 +640,17 @@ impl Driver for CudaDriver {
     }
 
     fn create_stream(&mut self) -> Result<StreamId> {
-        let stream = self.ctx.new_stream().map_err(|e| cuda_error("create a stream", e))?;
+        // Further streams carry small work beside the main stream's large
+        // kernels (a split's halo exchange, the output ring's copies): at the
+        // device's highest priority their blocks are scheduled ahead of the
+        // main stream's waiting ones instead of after them.
+        self.bind("create a stream")?;
+        let (_, greatest) =
+            result::stream::get_priority_range().map_err(|e| cuda_error("read stream priorities", e))?;
+        let stream = self
+            .ctx
+            .new_stream_with_priority(greatest)
+            .map_err(|e| cuda_error("create a stream", e))?;
         self.streams.push(stream);
         Ok(StreamId(self.streams.len() as u32))
     }
