@@ -94,27 +94,25 @@ impl BackendChoice {
         device_list: Option<&[usize]>,
     ) -> Result<Vec<Opened>, AppError> {
         let flag = |flag: &'static str, value: String, accepted: String| AppError::Flag { flag, value, accepted };
-        if devices.is_none() && device_list.is_none() {
-            return Ok(vec![self.open(device)?]);
-        }
-        if let Some(d) = device {
-            return Err(flag(
-                "--device",
-                d.to_string(),
-                "no --device with --devices or --device-list: --device-list names each slab's device".into(),
-            ));
-        }
-        let ordinals: Vec<Option<usize>> = match (devices, device_list) {
-            (Some(0), _) => return Err(flag("--devices", "0".into(), "1 or more devices".into())),
-            (Some(g), Some(list)) if list.len() != g => {
+        let ordinals: Vec<Option<usize>> = match (devices, device_list, device) {
+            (None, None, _) => return Ok(vec![self.open(device)?]),
+            (_, _, Some(d)) => {
+                return Err(flag(
+                    "--device",
+                    d.to_string(),
+                    "no --device with --devices or --device-list: --device-list names each slab's device".into(),
+                ));
+            }
+            (Some(0), _, _) => return Err(flag("--devices", "0".into(), "1 or more devices".into())),
+            (Some(g), Some(list), None) if list.len() != g => {
                 return Err(flag(
                     "--device-list",
                     format!("{list:?}"),
                     format!("{g} ordinals, one per device of --devices {g}"),
                 ));
             }
-            (_, Some([])) => return Err(flag("--device-list", "[]".into(), "1 or more CUDA ordinals".into())),
-            (_, Some(list)) => match self.is_cuda() {
+            (_, Some([]), None) => return Err(flag("--device-list", "[]".into(), "1 or more CUDA ordinals".into())),
+            (_, Some(list), None) => match self.is_cuda() {
                 true => list.iter().copied().map(Some).collect(),
                 false => {
                     return Err(flag(
@@ -124,7 +122,7 @@ impl BackendChoice {
                     ));
                 }
             },
-            (Some(g), None) => match self.is_cuda() {
+            (Some(g), None, None) => match self.is_cuda() {
                 true => {
                     let names = lbm_cuda::device_names();
                     if g > names.len() {
@@ -143,7 +141,6 @@ impl BackendChoice {
                 }
                 false => vec![None; g],
             },
-            (None, None) => unreachable!("handled above"),
         };
         ordinals.into_iter().map(|o| self.open(o)).collect()
     }

@@ -403,7 +403,17 @@ pub fn check_memory<D: Driver + ?Sized>(
     driver: &D,
     picture_width: Option<u32>,
 ) -> Result<MemoryNeed, AppError> {
-    let need = memory_need(resolved, picture_width)?;
+    check_slab_memory(resolved, driver, picture_width, None)
+}
+
+/// [`check_memory`] of the part of the domain `slab` holds.
+fn check_slab_memory<D: Driver + ?Sized>(
+    resolved: &Resolved,
+    driver: &D,
+    picture_width: Option<u32>,
+    slab: Option<lbm_core::domain::decompose::SlabWindow>,
+) -> Result<MemoryNeed, AppError> {
+    let need = memory_need_of(resolved, picture_width, slab)?;
     check_batch_memory(
         std::slice::from_ref(&need),
         resolved.lattice.hierarchy.levels.len() + 1,
@@ -412,25 +422,16 @@ pub fn check_memory<D: Driver + ?Sized>(
     Ok(need)
 }
 
-/// [`check_memory`] of each slab of a split run on its own device (one
-/// entry: [`check_memory`] itself).
+/// [`check_memory`] of each slab of `split` on its own device (none: of
+/// the one device).
 pub fn check_split_memory(
     resolved: &Resolved,
     opened: &[crate::backend::Opened],
+    split: Option<&lbm_core::domain::decompose::Decomposition>,
     picture_width: Option<u32>,
 ) -> Result<(), AppError> {
-    if let [(driver, _)] = opened {
-        return check_memory(resolved, driver, picture_width).map(|_| ());
-    }
-    let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
-    let split = lbm_core::domain::decompose::Decomposition::plan(&hierarchy, &resolved.lattice, opened.len())?;
     for (k, (driver, _)) in opened.iter().enumerate() {
-        let need = memory_need_of(resolved, picture_width, Some(split.window(k)))?;
-        check_batch_memory(
-            std::slice::from_ref(&need),
-            resolved.lattice.hierarchy.levels.len() + 1,
-            driver,
-        )?;
+        check_slab_memory(resolved, driver, picture_width, split.map(|s| s.window(k)))?;
     }
     Ok(())
 }

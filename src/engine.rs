@@ -173,10 +173,7 @@ impl Rings {
                     .flat_map(|(w, words)| w.records(words, start, done))
                 {
                     match records.iter_mut().find(|r| r.body == record.body) {
-                        Some(r) => {
-                            r.force = [r.force[0] + record.force[0], r.force[1] + record.force[1]];
-                            r.torque += record.torque;
-                        }
+                        Some(r) => r.add_part(&record),
                         None => records.push(record),
                     }
                 }

@@ -304,14 +304,21 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     };
     // The split is refused (a patch in the way, too many devices) before a
     // device opens.
-    if let Some(g) = options.devices.or(options.device_list.as_ref().map(Vec::len)) {
-        let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
-        lbm_core::domain::decompose::Decomposition::plan(&hierarchy, &resolved.lattice, g)?;
-    }
+    let split = match options.devices.or(options.device_list.as_ref().map(Vec::len)) {
+        Some(g) => {
+            let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
+            Some(lbm_core::domain::decompose::Decomposition::plan(
+                &hierarchy,
+                &resolved.lattice,
+                g,
+            )?)
+        }
+        None => None,
+    };
     let opened = options
         .backend
         .open_split(options.device, options.devices, options.device_list.as_deref())?;
-    crate::check::check_split_memory(&resolved, &opened, options.picture_width)?;
+    crate::check::check_split_memory(&resolved, &opened, split.as_ref(), options.picture_width)?;
     let device = opened[0].1.clone();
     match &options.pilot {
         PilotChoice::After(dir) => check_pilot(dir, &plan)?,
@@ -491,10 +498,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
             found.path.display()
         )));
     }
-    let opened = match (request.devices, &request.device_list) {
-        (None, None) => vec![options.backend.open(options.device)?],
-        (devices, list) => options.backend.open_split(options.device, devices, list.as_deref())?,
-    };
+    let opened = (options.backend).open_split(options.device, request.devices, request.device_list.as_deref())?;
     let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
     remove_partial_files(dir);
     let mut state = found.run.run;

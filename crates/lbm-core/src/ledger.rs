@@ -26,6 +26,18 @@ pub struct ExchangeRecord {
 }
 
 impl ExchangeRecord {
+    /// Adds the force and torque of another part of the same body over the
+    /// same span: what a split run's slabs each hold of it (zero on the
+    /// slabs without its links, so the sum is one device's value).
+    pub fn add_part(&mut self, part: &ExchangeRecord) {
+        debug_assert_eq!(
+            (self.body, self.time_start, self.time_end),
+            (part.body, part.time_start, part.time_end)
+        );
+        self.force = [self.force[0] + part.force[0], self.force[1] + part.force[1]];
+        self.torque += part.torque;
+    }
+
     /// The mean force over the span, in lattice units of the body's level.
     pub fn mean_force(&self) -> [f64; 2] {
         let span = (self.time_end - self.time_start) as f64;

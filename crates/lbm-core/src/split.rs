@@ -42,7 +42,7 @@ use crate::domain::decompose::{Decomposition, SlabWindow};
 use crate::domain::hierarchy::{Hierarchy, Rect};
 use crate::error::{Error, Result};
 use crate::kernels::KernelArgs;
-use crate::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
+use crate::kernels::halo::{HaloColumn, PackHalo, UnpackHalo, halo_bytes};
 use crate::lattice::Moments;
 use crate::ledger::{ExchangeRecord, MemoryLedger};
 use crate::stepper::{Fields, Snapshot, Stepper, Unhealthy};
@@ -92,10 +92,8 @@ pub struct Split<D: Driver> {
     /// For each slab and level, the whole hierarchy's index of each of the
     /// slab's patches.
     whole_index: Vec<Vec<Vec<usize>>>,
-    /// The slab whose columns hold each body.
-    owners: Vec<usize>,
     links: Vec<HaloLink>,
-    plans: Vec<Option<SlabPlans>>,
+    plans: Vec<SlabPlans>,
     /// Each slab's events, with the device transport.
     events: Option<Vec<SlabEvents>>,
     step_count: u64,
@@ -157,21 +155,11 @@ impl<D: Driver> Split<D> {
                     .collect()
             })
             .collect();
-        // Bounds are in base cells; the decomposition keeps every body clear of the cuts.
-        let owners = lattice
-            .bodies
-            .iter()
-            .map(|b| {
-                let x = b.shape.bounds()[0];
-                decomposition.slabs.iter().position(|s| x < s.x1 as f64).unwrap_or(0)
-            })
-            .collect();
         let mut split = Split {
             hierarchy,
             decomposition,
             slabs,
             whole_index,
-            owners,
             links: Vec::new(),
             plans: Vec::new(),
             events: None,
@@ -189,15 +177,7 @@ impl<D: Driver> Split<D> {
     /// slab's packs and unpacks.
     fn connect(&mut self, windows: &[SlabWindow]) -> Result<()> {
         let g = self.slabs.len();
-        let rows = self.decomposition.rows;
-        let bytes = HaloColumn {
-            f: BufferId(0).into(),
-            halo: BufferId(0).into(),
-            layout: self.hierarchy.base().layout,
-            column: Rect::new(0, 0, 1, rows),
-            towards: 0,
-        }
-        .halo_bytes();
+        let bytes = halo_bytes(self.decomposition.rows);
         // Each slab with a halo beyond its x-max side meets the next one
         // (the first, across a periodic side) there.
         for left in (0..g).filter(|&k| windows[k].halo[1]) {
@@ -263,11 +243,12 @@ impl<D: Driver> Split<D> {
                     })
                 })
                 .map_err(on_slab(s))?;
-            self.plans.push(Some(plans));
+            self.plans.push(plans);
         }
         if !self.links.is_empty() && self.links.iter().all(|l| l.peer.is_some()) {
             let events = (0..g)
                 .map(|s| {
+                    self.slabs[s].prepare_parts().map_err(on_slab(s))?;
                     self.slabs[s]
                         .with_device(|d, _| {
                             Ok::<_, Error>(SlabEvents {
@@ -299,11 +280,9 @@ impl<D: Driver> Split<D> {
     fn exchange(&mut self) -> Result<()> {
         let parity = (self.step_count % 2) as usize;
         for (s, plans) in self.plans.iter().enumerate() {
-            if let Some(plans) = plans {
-                self.slabs[s]
-                    .with_device(|d, _| d.replay(plans.pack[parity]))
-                    .map_err(on_slab(s))?;
-            }
+            self.slabs[s]
+                .with_device(|d, _| d.replay(plans.pack[parity]))
+                .map_err(on_slab(s))?;
         }
         for link in &self.links {
             let mut bytes = vec![0u8; link.bytes];
@@ -315,11 +294,9 @@ impl<D: Driver> Split<D> {
                 .map_err(on_slab(link.to))?;
         }
         for (s, plans) in self.plans.iter().enumerate() {
-            if let Some(plans) = plans {
-                self.slabs[s]
-                    .with_device(|d, _| d.replay(plans.unpack[parity]))
-                    .map_err(on_slab(s))?;
-            }
+            self.slabs[s]
+                .with_device(|d, _| d.replay(plans.unpack[parity]))
+                .map_err(on_slab(s))?;
         }
         Ok(())
     }
@@ -351,8 +328,10 @@ impl<D: Driver> Split<D> {
         self.exchange()
     }
 
-    /// Advances `n` base intervals: every slab's interval enqueued, each
-    /// waited for, then the halo exchange, interval after interval.
+    /// Advances `n` base intervals with the halo exchange after each: on
+    /// the device transport every interval enqueued before any wait; on the
+    /// host transport, interval by interval, every slab's enqueued, each
+    /// waited for, then the exchange.
     pub fn step(&mut self, n: u64) -> Result<()> {
         match self.events.clone() {
             Some(events) => self.step_on_devices(n, &events),
@@ -387,8 +366,9 @@ impl<D: Driver> Split<D> {
         first.map_or(Ok(()), Err)
     }
 
-    /// `n` intervals with the device transport, every slab's work enqueued
-    /// before any is waited for. Each interval, on every slab: the update's
+    /// `n` intervals with the device transport (every slab sends and
+    /// receives: each meets a neighbour), every slab's work enqueued before
+    /// any is waited for. Each interval, on every slab: the update's
     /// head (the base grid's bulk update) on the main stream, then its tail
     /// once the halo of the interval before is unpacked; on the side stream
     /// meanwhile, after the tail, the packs (once the receivers copied the
@@ -416,10 +396,7 @@ impl<D: Driver> Split<D> {
                 })
             })?;
             for (s, slab) in self.slabs.iter().enumerate() {
-                let (Some(plans), true) = (self.plans[s], self.links.iter().any(|l| l.from == s)) else {
-                    continue;
-                };
-                let e = events[s];
+                let (plans, e) = (self.plans[s], events[s]);
                 let waits: Vec<PeerEvent> = (self.links.iter().filter(|l| l.from == s))
                     .filter_map(|l| received[l.to])
                     .collect();
@@ -433,10 +410,7 @@ impl<D: Driver> Split<D> {
                 );
             }
             for (r, slab) in self.slabs.iter().enumerate() {
-                let (Some(plans), true) = (self.plans[r], self.links.iter().any(|l| l.to == r)) else {
-                    continue;
-                };
-                let e = events[r];
+                let (plans, e) = (self.plans[r], events[r]);
                 let links: Vec<&HaloLink> = self.links.iter().filter(|l| l.to == r).collect();
                 received[r] = Some(
                     slab.enqueue_on_device(|d| {
@@ -587,39 +561,29 @@ impl<D: Driver> Split<D> {
         self.slabs[s].active_populations(level, local).map_err(on_slab(s))
     }
 
-    /// One body's exchange record over the slabs: the forces and torque
-    /// summed, the span and samples of the slab that holds the body.
-    fn reduce(&self, body: usize, read: impl Fn(&Stepper<D>) -> Result<ExchangeRecord>) -> Result<ExchangeRecord> {
-        let records = self
+    /// One body's exchange record over the slabs, their forces and torques
+    /// summed.
+    fn reduce(&self, read: impl Fn(&Stepper<D>) -> Result<ExchangeRecord>) -> Result<ExchangeRecord> {
+        let mut parts = self
             .slabs
             .iter()
             .enumerate()
-            .map(|(s, slab)| read(slab).map_err(on_slab(s)))
-            .collect::<Result<Vec<_>>>()?;
-        let owner = *self
-            .owners
-            .get(body)
-            .ok_or_else(|| Error::parameter("body", body, &format!("a body index below {}", self.owners.len())))?;
-        let mut total = ExchangeRecord {
-            force: [0.0; 2],
-            torque: 0.0,
-            ..records[owner].clone()
-        };
-        for r in &records {
-            total.force = [total.force[0] + r.force[0], total.force[1] + r.force[1]];
-            total.torque += r.torque;
+            .map(|(s, slab)| read(slab).map_err(on_slab(s)));
+        let mut total = parts.next().expect("a split has a slab")?;
+        for part in parts {
+            total.add_part(&part?);
         }
         Ok(total)
     }
 
     /// [`Stepper::read_raw_exchange`] of the whole domain.
     pub fn read_raw_exchange(&self, body: usize) -> Result<ExchangeRecord> {
-        self.reduce(body, |s| s.read_raw_exchange(body))
+        self.reduce(|s| s.read_raw_exchange(body))
     }
 
     /// [`Stepper::read_exchange_window`] of the whole domain.
     pub fn read_exchange_window(&self, body: usize) -> Result<ExchangeRecord> {
-        self.reduce(body, |s| s.read_exchange_window(body))
+        self.reduce(|s| s.read_exchange_window(body))
     }
 
     /// Opens (or reopens) every slab's exchange window at the current step.
@@ -675,7 +639,7 @@ impl<D: Driver> Split<D> {
                         released = r;
                     }
                 };
-                if let Some(Some(p)) = plans.get(s) {
+                if let Some(p) = plans.get(s) {
                     p.pack
                         .into_iter()
                         .chain(p.unpack)

@@ -22,7 +22,7 @@ use crate::domain::geometry::BODY_CLEARANCE;
 use crate::domain::hierarchy::{Hierarchy, Layout, PARENT_MARGIN, Patch, Rect};
 use crate::domain::sides::PatchSides;
 use crate::error::{Error, Result};
-use crate::kernels::halo::CROSSING_POPULATIONS;
+use crate::kernels::halo::halo_bytes;
 
 /// Base cells a cut keeps from a refinement patch's footprint: what its
 /// coupling reads of the parent around it.
@@ -310,7 +310,7 @@ impl Decomposition {
     /// side's crossing populations (f32) of every row, both ways, once per
     /// level-0 hop.
     pub fn halo_bytes_per_interval(&self) -> u64 {
-        (self.cuts * 2 * CROSSING_POPULATIONS * self.rows as usize * 4) as u64
+        (self.cuts * 2 * halo_bytes(self.rows)) as u64
     }
 }
 

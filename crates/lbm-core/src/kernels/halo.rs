@@ -18,6 +18,11 @@ use super::{ArgReader, BufferUse, HostViews, KernelArgs, check_patch, population
 /// Populations that cross a cut per cell of it, in each direction.
 pub const CROSSING_POPULATIONS: usize = 3;
 
+/// Bytes of a packed halo of `rows` cells: the crossing populations as f32.
+pub fn halo_bytes(rows: u32) -> usize {
+    CROSSING_POPULATIONS * rows as usize * 4
+}
+
 /// The directions that cross a cut, in increasing order: `CROSSING[0]`
 /// those moving towards x-min (`c_x = -1`), `CROSSING[1]` towards x-max.
 pub const CROSSING: [[usize; CROSSING_POPULATIONS]; 2] = [crossing(-1), crossing(1)];
@@ -57,7 +62,7 @@ const PARAMS: &[&str] = &[
 impl HaloColumn {
     /// Bytes of the packed buffer.
     pub fn halo_bytes(&self) -> usize {
-        CROSSING_POPULATIONS * self.column.height() as usize * 4
+        halo_bytes(self.column.height())
     }
 
     fn launch(&self, kernel: Kernel) -> Launch {

@@ -165,7 +165,7 @@ struct State {
     /// The plan's two intervals as the driver prepared them, by level-0 parity.
     prepared: [PlanId; 2],
     /// A slab's intervals in two parts, `[head, tail]`, each by level-0
-    /// parity ([`Stepper::step_in_parts`]).
+    /// parity, once [`Stepper::prepare_parts`] made them.
     parts: Option<[[PlanId; 2]; 2]>,
     /// The health check's plans, once a check has prepared them.
     health: Option<health::HealthPlans>,
@@ -217,45 +217,6 @@ impl<D: Driver> Stepper<D> {
                 return Err(e);
             }
         };
-        // A slab's intervals also in two parts, cut before the base grid's
-        // general update: the only launch that reads its halo column.
-        let parts = match exec.slab {
-            None => None,
-            Some(_) => {
-                let halves = [0, 1].map(|parity| {
-                    let steps = plan.interval(parity);
-                    let cut = steps
-                        .iter()
-                        .position(|s| s.name == "L0.p0.stream_collide")
-                        .expect("every interval updates the base grid");
-                    let actions: Vec<Action> = steps.iter().map(|s| s.action.clone()).collect();
-                    (actions[..cut].to_vec(), actions[cut..].to_vec())
-                });
-                let [(even_head, even_tail), (odd_head, odd_tail)] = halves;
-                let head = prepare_pair(
-                    &mut driver,
-                    ["interval.even.head", "interval.odd.head"],
-                    &[even_head, odd_head],
-                );
-                let tail = head.and_then(|head| {
-                    prepare_pair(
-                        &mut driver,
-                        ["interval.even.tail", "interval.odd.tail"],
-                        &[even_tail, odd_tail],
-                    )
-                    .map(|tail| [head, tail])
-                });
-                match tail {
-                    Ok(parts) => Some(parts),
-                    Err(e) => {
-                        // The refusal is what to report; freeing adds nothing to act on.
-                        let _ = prepared.iter().try_for_each(|p| driver.release_plan(*p));
-                        let _ = resources.release(&mut driver);
-                        return Err(e);
-                    }
-                }
-            }
-        };
         let stepper = Stepper {
             inner: Mutex::new(Inner {
                 driver,
@@ -267,7 +228,7 @@ impl<D: Driver> Stepper<D> {
                     resources,
                     plan,
                     prepared,
-                    parts,
+                    parts: None,
                     health: None,
                     status: Status::Ready,
                     step_count: 0,
@@ -363,12 +324,63 @@ impl<D: Driver> Stepper<D> {
         enqueued.inspect_err(|_| state.fail())
     }
 
+    /// Prepares a slab's intervals also in two parts, cut before the base
+    /// grid's general update (the only launch that reads its halo column),
+    /// for [`Stepper::step_in_parts`]; a split's device transport asks for
+    /// them before anything runs. Needs a stepper built with
+    /// [`ExecConfig::slab`].
+    pub fn prepare_parts(&self) -> Result<()> {
+        let mut inner = self.lock();
+        inner.state.require_ready("prepare the interval in parts")?;
+        let Inner { driver, state } = &mut *inner;
+        if state.exec.slab.is_none() {
+            return Err(Error::parameter(
+                "prepare_parts",
+                "a stepper of the whole domain",
+                "a slab's stepper (ExecConfig::slab)",
+            ));
+        }
+        if state.parts.is_some() {
+            return Ok(());
+        }
+        let halves = [0, 1].map(|parity| {
+            let steps = state.plan.interval(parity);
+            let cut = steps
+                .iter()
+                .position(|s| s.name == "L0.p0.stream_collide")
+                .expect("every interval updates the base grid");
+            let actions: Vec<Action> = steps.iter().map(|s| s.action.clone()).collect();
+            (actions[..cut].to_vec(), actions[cut..].to_vec())
+        });
+        let [(even_head, even_tail), (odd_head, odd_tail)] = halves;
+        let head = prepare_pair(
+            driver,
+            ["interval.even.head", "interval.odd.head"],
+            &[even_head, odd_head],
+        )?;
+        match prepare_pair(
+            driver,
+            ["interval.even.tail", "interval.odd.tail"],
+            &[even_tail, odd_tail],
+        ) {
+            Ok(tail) => {
+                state.parts = Some([head, tail]);
+                Ok(())
+            }
+            Err(e) => {
+                // The refusal is what to report; releasing adds nothing to act on.
+                let _ = head.iter().try_for_each(|p| driver.release_plan(*p));
+                Err(e)
+            }
+        }
+    }
+
     /// One more interval of a slab (beginning a step when none is in
     /// flight), its plan in two parts with `between` enqueued between them:
     /// the head ends with the base grid's bulk update, which never reads the
     /// halo column, and the tail begins with its general update, which does,
-    /// so a split makes only the tail wait for the halo. Needs a stepper
-    /// built with [`ExecConfig::slab`].
+    /// so a split makes only the tail wait for the halo. Needs
+    /// [`Stepper::prepare_parts`] first.
     pub fn step_in_parts(&self, between: impl FnOnce(&mut D) -> Result<()>) -> Result<()> {
         let mut inner = self.lock();
         if inner.state.status != Status::Advancing {
@@ -378,8 +390,8 @@ impl<D: Driver> Stepper<D> {
         let Some([head, tail]) = state.parts else {
             return Err(Error::parameter(
                 "step_in_parts",
-                "a stepper of the whole domain",
-                "a slab's stepper (ExecConfig::slab)",
+                "a stepper without its interval in parts",
+                "a slab's stepper after prepare_parts",
             ));
         };
         if state.status == Status::Ready {
