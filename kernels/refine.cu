@@ -5,8 +5,10 @@
 // Lagrange), the gradients of velocity and momentum flux by central differences
 // on the parent and bilinearly between them, all linearly in time by `alpha`,
 // and turned into fine post-collision populations with the fine tau+ and tau-.
-// One thread per band cell, in the order of lbm_core::domain::order::band_cell: bottom
-// rows, top rows, then the left and right columns between them.
+// One thread per band cell, one block per run of LBM_FILL_RUN cells along a
+// side, LBM_GHOST deep: the block first takes the parent moments its run's
+// stencils reach into shared memory, once each, where every band cell used to
+// compute its own sixteen.
 //
 // `restrict_to_parent` (fine to coarse) overwrites every parent cell the fine
 // active region covers with the mass- and momentum-weighted average of its 2x2
@@ -71,65 +73,97 @@ LBM_KERNEL(fill_ghost)(const float* __restrict__ coarse_t, const float* __restri
                                       float tangential_x_max, float tangential_y_min, float tangential_y_max,
                                       float alpha, float tau_plus, float tau_minus, float coarse_force_x,
                                       float coarse_force_y) {
+    // The parent moments under the block's run of band cells. A run of
+    // LBM_FILL_RUN fine cells spans at most LBM_FILL_RUN / 2 + 1 parent floors
+    // and the stencil adds one before and two after; LBM_GHOST fine cells
+    // across likewise.
+    __shared__ Moments box[(LBM_FILL_RUN / 2 + 4) * (LBM_GHOST / 2 + 4)];
+    // The host launches blocks of LBM_BLOCK_THREADS threads (uniform branch).
+    if (blockDim.x != LBM_BLOCK_THREADS) {
+        return;
+    }
     const PatchSides sides =
         make_sides(side_kinds, tangential_x_min, tangential_x_max, tangential_y_min, tangential_y_max);
     const Layout coarse = make_layout(coarse_nx, coarse_ny, coarse_tile_x, coarse_tile_y);
     const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
-    const unsigned long long band = 2ull * LBM_GHOST * fine_nx + 2ull * LBM_GHOST * (fine_ny - 2 * LBM_GHOST);
-    const unsigned long long t = thread_index();
-    if (t >= band) {
-        return;
-    }
 
-    // cpu::band_cell.
-    const unsigned int cell = (unsigned int)t;
-    const unsigned int strip = LBM_GHOST * fine_nx;
-    unsigned int fx;
-    unsigned int fy;
-    if (cell < strip) {
-        fx = cell % fine_nx;
-        fy = cell / fine_nx;
-    } else if (cell < 2 * strip) {
-        const unsigned int c = cell - strip;
-        fx = c % fine_nx;
-        fy = fine_ny - LBM_GHOST + c / fine_nx;
-    } else {
-        const unsigned int c = cell - 2 * strip;
-        const unsigned int row = LBM_GHOST + c / (2 * LBM_GHOST);
-        const unsigned int col = c % (2 * LBM_GHOST);
-        fx = col < LBM_GHOST ? col : fine_nx - 2 * LBM_GHOST + col;
-        fy = row;
+    // The block's run: the bottom strip's runs, the top strip's, then the left
+    // columns' and the right columns' between them (side = the patch side the
+    // run lies along, lbm_core::kernels::refine::fill_runs).
+    const unsigned int column = fine_ny - 2 * LBM_GHOST;
+    const unsigned int strip_runs = (fine_nx + LBM_FILL_RUN - 1) / LBM_FILL_RUN;
+    const unsigned int column_runs = (column + LBM_FILL_RUN - 1) / LBM_FILL_RUN;
+    unsigned int run = blockIdx.x;
+    int side = 2;
+    if (run >= strip_runs) {
+        run -= strip_runs;
+        side = 3;
+        if (run >= strip_runs) {
+            run -= strip_runs;
+            side = 0;
+            if (run >= column_runs) {
+                run -= column_runs;
+                side = 1;
+            }
+        }
     }
-
     // Band cells beyond a wall side are left as they are: the fine level
     // applies the wall's rule there and nothing reads them (cpu::beyond_wall).
-    if ((fx < LBM_GHOST && side_kind(side_kinds, 0) != LBM_PATCH_SIDE_INTERFACE) ||
+    // A whole run lies beyond its own side (uniform branch).
+    if (side_kind(side_kinds, side) != LBM_PATCH_SIDE_INTERFACE) {
+        return;
+    }
+    const bool along_x = side >= 2;
+    const unsigned int extent = along_x ? fine_nx : column;
+    const unsigned int first = run * LBM_FILL_RUN;
+    const unsigned int last = (first + LBM_FILL_RUN < extent ? first + LBM_FILL_RUN : extent) - 1;
+    // Fine coordinates of depth 0 across the run, and of the run's first cell along it.
+    const unsigned int across0 = (side & 1) == 0 ? 0u : (along_x ? fine_ny : fine_nx) - LBM_GHOST;
+    const unsigned int along0 = along_x ? 0u : LBM_GHOST;
+    const unsigned int along = threadIdx.x % LBM_FILL_RUN;
+    const unsigned int depth = threadIdx.x / LBM_FILL_RUN;
+    const unsigned int fx = along_x ? along0 + first + along : across0 + depth;
+    const unsigned int fy = along_x ? across0 + depth : along0 + first + along;
+
+    // The fine allocation starts LBM_GHOST / 2 parent cells before its active
+    // region; p grows with the fine coordinate, so the run's corners bound the
+    // floors its cells take.
+    const int half = (int)(LBM_GHOST / 2);
+    const float start_x = (float)((int)active_offset_x - half);
+    const float start_y = (float)((int)active_offset_y - half);
+    const unsigned int lo_x = along_x ? along0 + first : across0;
+    const unsigned int hi_x = along_x ? along0 + last : across0 + LBM_GHOST - 1;
+    const unsigned int lo_y = along_x ? across0 : along0 + first;
+    const unsigned int hi_y = along_x ? across0 + LBM_GHOST - 1 : along0 + last;
+    const int box_x = (int)floorf(start_x + ((float)lo_x + 0.5f) * 0.5f - 0.5f) - 1;
+    const int box_y = (int)floorf(start_y + ((float)lo_y + 0.5f) * 0.5f - 0.5f) - 1;
+    const int box_w = (int)floorf(start_x + ((float)hi_x + 0.5f) * 0.5f - 0.5f) + 3 - box_x;
+    const int box_h = (int)floorf(start_y + ((float)hi_y + 0.5f) * 0.5f - 0.5f) + 3 - box_y;
+    const size_t coarse_plane = plane_cells(coarse);
+    for (int k = (int)threadIdx.x; k < box_w * box_h; k += LBM_BLOCK_THREADS) {
+        box[k] = parent_moments(coarse_t, coarse_t1, coarse, coarse_plane, coarse_active_x0, coarse_active_y0,
+                                coarse_active_x1, coarse_active_y1, sides, box_x + k % box_w, box_y + k / box_w,
+                                alpha, coarse_force_x, coarse_force_y);
+    }
+    __syncthreads();
+    // Past the run's end, or a corner cell beyond the wall side next to it.
+    if (first + along > last || (fx < LBM_GHOST && side_kind(side_kinds, 0) != LBM_PATCH_SIDE_INTERFACE) ||
         (fx >= fine_nx - LBM_GHOST && side_kind(side_kinds, 1) != LBM_PATCH_SIDE_INTERFACE) ||
         (fy < LBM_GHOST && side_kind(side_kinds, 2) != LBM_PATCH_SIDE_INTERFACE) ||
         (fy >= fine_ny - LBM_GHOST && side_kind(side_kinds, 3) != LBM_PATCH_SIDE_INTERFACE)) {
         return;
     }
-    // The fine allocation starts LBM_GHOST / 2 parent cells before its active region.
-    const int half = (int)(LBM_GHOST / 2);
-    const float px = (float)((int)active_offset_x - half) + ((float)fx + 0.5f) * 0.5f - 0.5f;
-    const float py = (float)((int)active_offset_y - half) + ((float)fy + 0.5f) * 0.5f - 0.5f;
+    const float px = start_x + ((float)fx + 0.5f) * 0.5f - 0.5f;
+    const float py = start_y + ((float)fy + 0.5f) * 0.5f - 0.5f;
     const int x0 = (int)floorf(px);
     const int y0 = (int)floorf(py);
     const float wx = px - (float)x0;
     const float wy = py - (float)y0;
 
-    // Moments on the 4x4 parent stencil around the four interpolation points.
-    const size_t coarse_plane = plane_cells(coarse);
-    Moments m[4][4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            m[j][i] = parent_moments(coarse_t, coarse_t1, coarse, coarse_plane, coarse_active_x0, coarse_active_y0,
-                                     coarse_active_x1, coarse_active_y1, sides, x0 + i - 1, y0 + j - 1, alpha,
-                                     coarse_force_x, coarse_force_y);
-        }
-    }
+    // Moments on the 4x4 parent stencil around the four interpolation points,
+    // read from the box where they are used: fewer registers.
+    const Moments* const stencil = box + (y0 - 1 - box_y) * box_w + (x0 - 1 - box_x);
+#define M(j, i) stencil[(j) * box_w + (i)]
 
     // Density and velocity: bicubic (4-point Lagrange in each direction).
     float lx[4];
@@ -142,9 +176,9 @@ LBM_KERNEL(fill_ghost)(const float* __restrict__ coarse_t, const float* __restri
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float w = lx[i] * ly[j];
-            acc[0] += w * m[j][i].delta_rho;
-            acc[1] += w * m[j][i].ux;
-            acc[2] += w * m[j][i].uy;
+            acc[0] += w * M(j, i).delta_rho;
+            acc[1] += w * M(j, i).ux;
+            acc[2] += w * M(j, i).uy;
         }
     }
     // Gradients: central differences at the four inner points, bilinear between
@@ -168,18 +202,18 @@ LBM_KERNEL(fill_ghost)(const float* __restrict__ coarse_t, const float* __restri
             const float w = weight_x * weight_y;
 #pragma unroll
             for (int f = 0; f < LBM_GRADIENT_FIELDS; ++f) {
-                d_dx[f] += w * 0.5f * (gradient_field(m[j][i + 1], f) - gradient_field(m[j][i - 1], f));
-                d_dy[f] += w * 0.5f * (gradient_field(m[j + 1][i], f) - gradient_field(m[j - 1][i], f));
+                d_dx[f] += w * 0.5f * (gradient_field(M(j, i + 1), f) - gradient_field(M(j, i - 1), f));
+                d_dy[f] += w * 0.5f * (gradient_field(M(j + 1, i), f) - gradient_field(M(j - 1, i), f));
             }
             // Curvature of the velocity: second differences, likewise.
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const float centre = gradient_field(m[j][i], c);
-                d2u[c][0] += w * (gradient_field(m[j][i + 1], c) - 2.0f * centre + gradient_field(m[j][i - 1], c));
-                d2u[c][1] += w * (gradient_field(m[j + 1][i], c) - 2.0f * centre + gradient_field(m[j - 1][i], c));
+                const float centre = gradient_field(M(j, i), c);
+                d2u[c][0] += w * (gradient_field(M(j, i + 1), c) - 2.0f * centre + gradient_field(M(j, i - 1), c));
+                d2u[c][1] += w * (gradient_field(M(j + 1, i), c) - 2.0f * centre + gradient_field(M(j - 1, i), c));
                 d2u[c][2] += w * 0.25f *
-                             ((gradient_field(m[j + 1][i + 1], c) - gradient_field(m[j + 1][i - 1], c)) -
-                              (gradient_field(m[j - 1][i + 1], c) - gradient_field(m[j - 1][i - 1], c)));
+                             ((gradient_field(M(j + 1, i + 1), c) - gradient_field(M(j + 1, i - 1), c)) -
+                              (gradient_field(M(j - 1, i + 1), c) - gradient_field(M(j - 1, i - 1), c)));
             }
         }
     }
@@ -204,6 +238,7 @@ LBM_KERNEL(fill_ghost)(const float* __restrict__ coarse_t, const float* __restri
     rebuild_post_collision(delta_rho, acc[1] + 0.5f * fine_force_x, acc[2] + 0.5f * fine_force_y,
                            tau_plus, tau_minus, d_dx, d_dy, d2u[0], d2u[1], post);
     write_cell(fine_dst, plane_cells(fine), cell_index(fine, fx, fy), post);
+#undef M
 }
 
 LBM_KERNEL(restrict_to_parent)(const float* __restrict__ fine_src, float* __restrict__ coarse_dst,

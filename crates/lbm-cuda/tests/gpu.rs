@@ -526,6 +526,20 @@ fn walled_lattice() -> LatticeConfig {
     lattice
 }
 
+/// Patches wide and tall enough for several `fill_ghost` runs along each
+/// side and a short last run, one of them against the y-min wall.
+fn wide_lattice() -> LatticeConfig {
+    let mut lattice = refined_lattice(Vec::new());
+    lattice.hierarchy = HierarchySpec {
+        base: [120, 96],
+        levels: vec![
+            vec![Rect::new(10, 0, 85, 71), Rect::new(90, 20, 113, 90)],
+            vec![Rect::new(30, 20, 100, 111)],
+        ],
+    };
+    lattice
+}
+
 const TILINGS: [&[Option<[u32; 2]>]; 3] = [
     &[],
     &[Some([4, 4]), Some([4, 4]), Some([4, 4])],
@@ -540,10 +554,13 @@ const TILINGS: [&[Option<[u32; 2]>]; 3] = [
 fn coupling_kernels_match_the_cpu_on_plan_geometry() {
     let mut twin = Twin::new();
     let mut rng = Rng(2);
-    for (tiles, lattice) in TILINGS
-        .into_iter()
-        .flat_map(|t| [(t, refined_lattice(Vec::new())), (t, walled_lattice())])
-    {
+    for (tiles, lattice) in TILINGS.into_iter().flat_map(|t| {
+        [
+            (t, refined_lattice(Vec::new())),
+            (t, walled_lattice()),
+            (t, wide_lattice()),
+        ]
+    }) {
         let exec = ExecConfig {
             tiles: tiles.to_vec(),
             ..ExecConfig::default()

@@ -92,6 +92,7 @@ pub fn cuda_constants() -> String {
         format!("{}u", 2 * refine::RESTRICT_TILE + 2),
         "2 refine::RESTRICT_TILE + 2",
     );
+    define("LBM_FILL_RUN", format!("{}u", refine::FILL_RUN), "refine::FILL_RUN");
     define(
         "LBM_INLET_SAMPLES_PER_ROW",
         INLET_SAMPLES_PER_ROW.to_string(),

@@ -20,9 +20,10 @@ use super::{
     push_layout, push_rect, push_sides, read_cell,
 };
 
-/// `fill_ghost`: one thread per ghost-band cell of the fine patch, bottom rows,
-/// then top rows, then the left and right columns between them. Band cells
-/// beyond a wall side are left as they are; nothing reads them.
+/// `fill_ghost`: one thread per ghost-band cell of the fine patch, one block
+/// per run of [`FILL_RUN`] cells along a side, [`GHOST`] deep (see
+/// [`FillGhost::shape`]). Band cells beyond a wall side are left as they are;
+/// nothing reads them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FillGhost {
     /// Parent populations at the start of its hop (time t).
@@ -96,7 +97,7 @@ impl KernelArgs for FillGhost {
             Arg::F32(self.coarse_force[0]),
             Arg::F32(self.coarse_force[1]),
         ]);
-        Launch::linear(Kernel::FillGhost, band_cells(&self.fine), args)
+        self.shape().launch(Kernel::FillGhost, args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
@@ -119,6 +120,11 @@ impl KernelArgs for FillGhost {
 
     fn work_items(&self) -> usize {
         band_cells(&self.fine)
+    }
+
+    /// The kernel maps each block onto one run of a side.
+    fn required_shape(&self) -> Option<ExactShape> {
+        Some(self.shape())
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
@@ -197,6 +203,24 @@ impl KernelArgs for FillGhost {
             r.get("coarse_t1"),
             views.writes.get("fine_dst"),
         );
+    }
+}
+
+/// Ghost-band cells along one side of a `fill_ghost` block: [`GHOST`] deep,
+/// one block of [`BLOCK_THREADS`] threads. The block shares the parent moments
+/// its run's stencils read, each computed once instead of by each of the up
+/// to sixteen band cells whose stencil reaches it.
+pub const FILL_RUN: u32 = BLOCK_THREADS / GHOST;
+const _: () = assert!(FILL_RUN * GHOST == BLOCK_THREADS);
+
+impl FillGhost {
+    /// One block per run: the bottom strip's runs along x, the top strip's,
+    /// then the left and the right columns' along y between the strips (the
+    /// order kernels/refine.cu reads from the block index).
+    fn shape(&self) -> ExactShape {
+        let strip_runs = self.fine.nx.div_ceil(FILL_RUN);
+        let column_runs = self.fine.ny.saturating_sub(2 * GHOST).div_ceil(FILL_RUN);
+        ExactShape::blocks((2 * strip_runs + 2 * column_runs).max(1))
     }
 }
 
