@@ -21,9 +21,8 @@ use super::{
 };
 
 /// `fill_ghost`: one thread per ghost-band cell of the fine patch, one block
-/// per run of [`FILL_RUN`] cells along a side, [`GHOST`] deep (see
-/// [`FillGhost::shape`]). Band cells beyond a wall side are left as they are;
-/// nothing reads them.
+/// per run of [`FILL_RUN`] cells along a side, [`GHOST`] deep. Band cells
+/// beyond a wall side are left as they are; nothing reads them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FillGhost {
     /// Parent populations at the start of its hop (time t).
