@@ -88,8 +88,8 @@ LBM_KERNEL(fill_ghost)(const float* __restrict__ coarse_t, const float* __restri
     const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
 
     // The block's run: the bottom strip's runs, the top strip's, then the left
-    // columns' and the right columns' between them (side = the patch side the
-    // run lies along, lbm_core::kernels::refine::fill_runs).
+    // columns' and the right columns' between them, as FillGhost::shape
+    // counts them (side = the patch side the run lies along).
     const unsigned int column = fine_ny - 2 * LBM_GHOST;
     const unsigned int strip_runs = (fine_nx + LBM_FILL_RUN - 1) / LBM_FILL_RUN;
     const unsigned int column_runs = (column + LBM_FILL_RUN - 1) / LBM_FILL_RUN;

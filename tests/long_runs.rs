@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::runs::{
-    assert_identical, backend, binary, case_text, compared_files, resume, setup, spawn_run, steps, straight, summary,
+    assert_identical, case_text, compared_files, resume, run_command, setup, spawn_run, steps, straight, summary,
     wall_limit, write_case,
 };
 use common::{scratch, stderr};
@@ -181,19 +181,7 @@ fn sigint_checkpoints_and_says_interrupted() {
 #[test]
 fn a_stalled_device_ends_the_run_as_stalled() {
     let (root, case, out) = setup("stall");
-    let output = Command::new(binary())
-        .args([
-            "run",
-            &case,
-            "--steps",
-            &steps().to_string(),
-            "--backend",
-            &backend(),
-            "--quiet",
-            "--out",
-        ])
-        .arg(&out)
-        .args(["--watchdog-seconds", "1"])
+    let output = run_command(&case, &out, &["--watchdog-seconds", "1"])
         .env("LBM_INJECT_FAULT", "stall-after-replays=45")
         .output()
         .unwrap();

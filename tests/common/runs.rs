@@ -60,9 +60,10 @@ pub fn binary() -> PathBuf {
     std::env::var_os("LBM_BIN").map_or_else(|| env!("CARGO_BIN_EXE_lbm").into(), PathBuf::from)
 }
 
-/// `lbm run CASE --steps STEPS --backend cpu --quiet --out OUT EXTRA...`, spawned.
-pub fn spawn_run(case: &str, out: &Path, extra: &[&str]) -> std::process::Child {
-    Command::new(binary())
+/// `lbm run CASE --steps STEPS --backend BACKEND --quiet --out OUT EXTRA...`.
+pub fn run_command(case: &str, out: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(binary());
+    command
         .args([
             "run",
             case,
@@ -74,7 +75,13 @@ pub fn spawn_run(case: &str, out: &Path, extra: &[&str]) -> std::process::Child 
             "--out",
         ])
         .arg(out)
-        .args(extra)
+        .args(extra);
+    command
+}
+
+/// [`run_command`], spawned with its output captured.
+pub fn spawn_run(case: &str, out: &Path, extra: &[&str]) -> std::process::Child {
+    run_command(case, out, extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

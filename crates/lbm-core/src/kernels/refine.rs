@@ -219,7 +219,7 @@ impl FillGhost {
     fn shape(&self) -> ExactShape {
         let strip_runs = self.fine.nx.div_ceil(FILL_RUN);
         let column_runs = self.fine.ny.saturating_sub(2 * GHOST).div_ceil(FILL_RUN);
-        ExactShape::blocks((2 * strip_runs + 2 * column_runs).max(1))
+        ExactShape::blocks(2 * strip_runs + 2 * column_runs)
     }
 }
 
@@ -395,8 +395,8 @@ fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: i32, y: i32) -> Mome
 pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
     let fine_plane = k.fine.plane_cells();
     // Each parent cell feeds up to sixteen ghost cells' stencils: take its
-    // moments once (the same arithmetic as per use, so the same bits as the
-    // device, which does recompute them), over the parent cells under the fine
+    // moments once (the same arithmetic as the device's, which takes them
+    // once per block, so the same bits), over the parent cells under the fine
     // allocation plus the two-cell reach of the stencil. Only the frame that
     // the band's stencils reach is needed: two cells of reach, the band's
     // GHOST / 2 cells and two more, from each side; the interior stays unset.
@@ -568,8 +568,8 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
     let fine_active = Rect::new(g, g, k.fine.nx - g, k.fine.ny - g);
     // Each fine cell feeds up to sixteen parent cells' stencils: take the
     // moments of the covered fine cells and the ring around them once (the
-    // same arithmetic as per use, so the same bits as the device, which does
-    // recompute them), row-major from fine cell (g - 1, g - 1).
+    // same arithmetic as the device's, which takes them once per block, so
+    // the same bits), row-major from fine cell (g - 1, g - 1).
     let reach = [2 * cov.width() + 2, 2 * cov.height() + 2];
     let moments: Vec<Moments> = (0..reach[1])
         .into_par_iter()
