@@ -21,13 +21,14 @@
 // population mirrored in the wall, from the same row or column), then the
 // periodic wrap within the active region or the ghost band's value. A population
 // from a solid cell is returned by the body: Bouzidi's interpolated bounce-back
-// with the wall distance of the link when `interpolated_walls` is set, else
-// half-way bounce-back.
+// with the wall distance of the link when the launch passes a wall-distance
+// table (`n_wall_cells` > 0), else half-way bounce-back.
 //
 // What it does not do: no momentum exchange (exchange.cu), no coupling between
 // levels (refine.cu), no update of the inlet factor (boundary.cu), and no reads
 // of a buffer the launch does not use: `wall_distance` only with interpolated
-// walls, `inlet_profile` and `boundary_state` only with an inlet side, which is
+// walls (its `n_wall_cells` indices and the q of the cells found there),
+// `inlet_profile` and `boundary_state` only with an inlet side, which is
 // what lbm-core's launch check sizes. It never reads outside the allocation
 // as long as ghost sides have at least one cell of band, which that check
 // also makes.
@@ -51,15 +52,44 @@ __device__ __forceinline__ bool next_to(unsigned int kind, unsigned int x, unsig
            (y + 1 == y1 && e3 == kind);
 }
 
+// The wall-distance table of lbm_core::kernels::lbm::WallDistances: `n`
+// storage indices ascending, then LBM_Q f32 per listed cell. `slot` is the
+// cell's position in it, found at the cell's first body link and kept for the
+// others (-2: not looked for yet, -1: not listed).
+struct WallTable {
+    const unsigned int* __restrict__ words;
+    unsigned int n;
+    int slot;
+};
+
+// lbm_core::kernels::lbm::wall_distance: the first listed index not below
+// `index`, by the same bisection step for step, and q = 0 when that is not
+// `index`.
+__device__ __forceinline__ float wall_distance_of(WallTable* table, unsigned int index, int i) {
+    if (table->slot == -2) {
+        unsigned int lo = 0;
+        unsigned int hi = table->n;
+        while (lo < hi) {
+            const unsigned int mid = lo + (hi - lo) / 2;
+            if (table->words[mid] < index) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        table->slot = lo < table->n && table->words[lo] == index ? (int)lo : -1;
+    }
+    return table->slot < 0 ? 0.0f : __uint_as_float(table->words[table->n + (unsigned int)table->slot * LBM_Q + i]);
+}
+
 // cpu::body_wall: the population the body returns into (x, y) along `i`, the
 // neighbour (x, y) - c_i being solid. The cell behind, (x, y) + c_i, counts only
 // inside the active region and when fluid.
 __device__ __forceinline__ float body_wall(const float* __restrict__ src, const unsigned char* __restrict__ flags,
-                                           const float* __restrict__ wall_distance, Layout layout, unsigned int x0,
-                                           unsigned int y0, unsigned int x1, unsigned int y1,
-                                           unsigned int interpolated_walls, unsigned int x, unsigned int y, int i,
-                                           size_t index, size_t plane) {
-    const float q = interpolated_walls != 0 ? wall_distance[(size_t)i * plane + index] : 0.5f;
+                                           WallTable* walls, Layout layout, unsigned int x0,
+                                           unsigned int y0, unsigned int x1, unsigned int y1, unsigned int x,
+                                           unsigned int y, int i, size_t index, size_t plane) {
+    const float q = walls->n != 0 ? wall_distance_of(walls, (unsigned int)index, i) : 0.5f;
     const int bx = (int)x + lbm_cx(i);
     const int by = (int)y + lbm_cy(i);
     bool has_behind = false;
@@ -74,15 +104,12 @@ __device__ __forceinline__ float body_wall(const float* __restrict__ src, const 
 // The population arriving at `index` along `i` from storage cell `source`
 // (itself, mirrored along `direction`, or the body's return when it is solid).
 __device__ __forceinline__ float neighbour_or_wall(const float* __restrict__ src,
-                                                   const unsigned char* __restrict__ flags,
-                                                   const float* __restrict__ wall_distance, Layout layout,
-                                                   unsigned int x0, unsigned int y0, unsigned int x1,
-                                                   unsigned int y1, unsigned int interpolated_walls, unsigned int x,
-                                                   unsigned int y, int i, int direction, size_t index,
-                                                   size_t source, size_t plane) {
+                                                   const unsigned char* __restrict__ flags, WallTable* walls,
+                                                   Layout layout, unsigned int x0, unsigned int y0, unsigned int x1,
+                                                   unsigned int y1, unsigned int x, unsigned int y, int i,
+                                                   int direction, size_t index, size_t source, size_t plane) {
     return flags[source] != LBM_FLAG_FLUID
-               ? body_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i, index,
-                           plane)
+               ? body_wall(src, flags, walls, layout, x0, y0, x1, y1, x, y, i, index, plane)
                : src[(size_t)direction * plane + source];
 }
 
@@ -109,14 +136,14 @@ __device__ __forceinline__ void outflow_velocity(const float* __restrict__ src, 
 
 LBM_KERNEL(stream_collide)(
     const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
-    const float* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
+    const unsigned int* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
     const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,
     unsigned int nx, unsigned int ny, unsigned int tile_x,
     unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
     unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
     float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
     float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
-    unsigned int interpolated_walls) {
+    unsigned int n_wall_cells) {
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     const unsigned long long t = thread_index();
@@ -145,6 +172,7 @@ LBM_KERNEL(stream_collide)(
     const unsigned int y = y0 + cell / width;
     const size_t index = cell_index(layout, x, y);
 
+    WallTable walls = {wall_distance, n_wall_cells, -2};
     float f[LBM_Q];
     if (flags[index] != LBM_FLAG_FLUID) {
         read_cell(src, plane, index, f);
@@ -160,8 +188,7 @@ LBM_KERNEL(stream_collide)(
         for (int i = 0; i < LBM_Q; ++i) {
             const size_t source =
                 (size_t)((long long)index - (long long)lbm_cx(i) - (long long)lbm_cy(i) * (long long)tile_x);
-            f[i] = neighbour_or_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i,
-                                     i, index, source, plane);
+            f[i] = neighbour_or_wall(src, flags, &walls, layout, x0, y0, x1, y1, x, y, i, i, index, source, plane);
         }
         collide(f, omega_plus, omega_minus, force_x, force_y);
         write_cell(dst, plane, index, f);
@@ -253,8 +280,8 @@ LBM_KERNEL(stream_collide)(
             sy += side_y == 2 ? (int)height : -(int)height;
         }
         const size_t source = cell_index(layout, (unsigned int)sx, (unsigned int)sy);
-        f[i] = neighbour_or_wall(src, flags, wall_distance, layout, x0, y0, x1, y1, interpolated_walls, x, y, i,
-                                 direction, index, source, plane);
+        f[i] = neighbour_or_wall(src, flags, &walls, layout, x0, y0, x1, y1, x, y, i, direction, index, source,
+                                 plane);
     }
     collide(f, omega_plus, omega_minus, force_x, force_y);
     write_cell(dst, plane, index, f);

@@ -103,11 +103,13 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
     let per_level: Vec<String> = (0..hierarchy.n_levels())
         .map(|l| format!("level {l} {}", human_bytes(need.device.level(l))))
         .collect();
+    let cells: u64 = levels.iter().map(|l| l.cells).sum();
     let _ = writeln!(
         out,
-        "device memory: about {} ({})",
+        "device memory: about {} ({}), {:.1} bytes per cell",
         human_bytes(need.device.total()),
-        per_level.join(", ")
+        per_level.join(", "),
+        need.device.total() as f64 / cells.max(1) as f64
     );
     let available = host_available_memory();
     let _ = writeln!(

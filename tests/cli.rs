@@ -326,6 +326,50 @@ fn validate_refuses_bad_arguments_before_any_work() {
     assert!(!out.exists());
 }
 
+/// The DFG channel as one uniform grid at 640 cells per diameter: two
+/// population sets (72 bytes a cell) and a flag byte, with the cylinder's
+/// wall distances and links only where it has them, at most 75 bytes a cell
+/// (nine wall-distance planes over every cell made it 109).
+#[test]
+fn check_reports_the_bytes_per_cell_of_a_uniform_channel() {
+    let text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    let uniform: String = text
+        .split("[[refinement]]")
+        .enumerate()
+        .map(|(k, part)| match k {
+            0 => part.to_owned(),
+            _ => part
+                .split_once("\n\n")
+                .map_or(String::new(), |(_, rest)| rest.to_owned()),
+        })
+        .collect::<String>()
+        .replace("resolution = 10 ", "resolution = 640 ")
+        .replace("lattice_velocity = 0.05 ", "lattice_velocity = 0.025 ");
+    assert!(
+        !uniform.contains("refinement") && uniform.contains("[[bodies]]"),
+        "{uniform}"
+    );
+    let dir = scratch("check-bytes");
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = dir.join("uniform.toml");
+    std::fs::write(&case, uniform).unwrap();
+    let output = lbm(&["check", &case.display().to_string()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        report.contains("  14080 x 2624") || report.contains("36945920"),
+        "{report}"
+    );
+    let per_cell: f64 = report
+        .split(" bytes per cell")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no bytes per cell in {report}"));
+    assert!((73.0..=75.0).contains(&per_cell), "{per_cell} bytes per cell: {report}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn check_prints_each_level_and_refuses_what_run_refuses() {
     let output = lbm(&["check", &workspace().join("cases/dfg-2d1.toml").display().to_string()]);

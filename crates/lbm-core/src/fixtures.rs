@@ -17,7 +17,7 @@ use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::AccumulateExchange;
 use crate::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use crate::kernels::health::CheckHealth;
-use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, boundary_cells, bulk_interior};
+use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior};
 use crate::kernels::moments::SaveMoments;
 use crate::kernels::producer::{ProduceChunked, ProducePrefix, ProduceRecord, ProduceStatic, RingTarget};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
@@ -128,7 +128,7 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
     let physics = benchmark_physics();
     vec![
         StreamCollide {
-            wall_distance: Some(b(3)),
+            wall_distance: Some(WallDistances { table: b(3), cells: 64 }),
             inlet_profile: Some(b(4)),
             boundary_state: Some(b(5)),
             active: Rect::new(2, 2, 22, 18),

@@ -34,7 +34,9 @@ use lbm_core::kernels::boundary::UpdateBoundaryState;
 use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS, PARTIAL_WORDS, blocks_per_slot};
 use lbm_core::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use lbm_core::kernels::health::CheckHealth;
-use lbm_core::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, boundary_cells, bulk_interior};
+use lbm_core::kernels::lbm::{
+    CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior,
+};
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::{ProduceChunked, RingControl};
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
@@ -97,6 +99,23 @@ fn wall_q(rng: &mut Rng) -> f32 {
         1 => 1.0,
         _ => (1.0 - rng.unit()) as f32,
     }
+}
+
+/// A wall-distance table ([`WallDistances`]) of `cells` cells of a layout of
+/// `plane` storage cells, spread over it in ascending order, with a random q
+/// for every direction (0 for some, as for a direction without a link).
+fn random_wall_table(rng: &mut Rng, plane: usize, cells: usize) -> (Vec<u32>, u32) {
+    let mut listed: Vec<u32> = (0..plane as u32).collect();
+    while listed.len() > cells {
+        listed.swap_remove(rng.below(listed.len() as u32) as usize);
+    }
+    listed.sort_unstable();
+    let q = (0..cells * Q).map(|_| match rng.below(5) {
+        0 => 0,
+        _ => wall_q(rng).to_bits(),
+    });
+    let table: Vec<u32> = listed.iter().copied().chain(q.collect::<Vec<_>>()).collect();
+    (table, cells as u32)
 }
 
 /// Cell flags: a solid disc of radius 3 in the middle of the allocation and
@@ -279,12 +298,8 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 let src = twin.buffer("src", &random_populations(&mut rng, plane));
                 let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
                 let flags = twin.buffer("flags", &flag_bytes);
-                let q: Vec<f32> = if interpolated_walls {
-                    (0..Q * plane).map(|_| wall_q(&mut rng)).collect()
-                } else {
-                    vec![f32::NAN; Q * plane]
-                };
-                let wall_distance = twin.buffer("wall_distance", &q);
+                let (table, wall_cells) = random_wall_table(&mut rng, plane, 2 * plane / 3);
+                let wall_distance = twin.buffer("wall_distance", &table);
                 let samples = inlet_samples(active.height());
                 let (profile, state) = if edges.contains(&Boundary::Inlet) {
                     let profile: Vec<f32> = (0..samples).map(|_| rng.range(0.0, 0.08)).collect();
@@ -300,7 +315,10 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                     src: src.into(),
                     dst: dst.into(),
                     flags: flags.into(),
-                    wall_distance: interpolated_walls.then_some(wall_distance.into()),
+                    wall_distance: interpolated_walls.then_some(WallDistances {
+                        table: wall_distance.into(),
+                        cells: wall_cells,
+                    }),
                     inlet_profile: inlet.then_some(inlet_profile.into()),
                     boundary_state: inlet.then_some(boundary_state.into()),
                     cells: None,
@@ -1439,7 +1457,7 @@ fn sample_contents(rng: &mut Rng, param: &str, bytes: usize, table: &LinkSpace) 
     let floats = bytes / 4;
     let words: Vec<u32> = match param {
         "flags" => return (0..bytes).map(|_| (rng.below(100) < 10) as u8).collect(),
-        "wall_distance" => (0..floats).map(|_| wall_q(rng).to_bits()).collect(),
+        "wall_distance" => random_wall_table(rng, plane_cells as usize, floats / (1 + Q)).0,
         "inlet_profile" => (0..floats).map(|_| rng.range(0.0, 0.08).to_bits()).collect(),
         "state" | "boundary_state" => vec![rng.below(50), rng.range(0.0, 1.2).to_bits()],
         "table" => (0..floats)

@@ -57,7 +57,7 @@ fn the_log_names_buffers_and_renders_one_line_per_call() {
          wall_x_min_ux = 0.0f32, wall_x_min_uy = 0.0f32, wall_x_max_ux = 0.0f32, wall_x_max_uy = 0.0f32, \
          wall_y_min_ux = 0.0f32, wall_y_min_uy = 0.0f32, wall_y_max_ux = 0.0f32, wall_y_max_uy = 0.0f32, \
          omega_plus = 1.25f32, omega_minus = 1.5f32, force_x = 1e-5f32, force_y = 0.0f32, \
-         interpolated_walls = 0u32)",
+         n_wall_cells = 0u32)",
         "synchronize",
         "download buf#1 \"p.f.b\" [0, 4)",
         "free buf#2 \"p.flags\"",

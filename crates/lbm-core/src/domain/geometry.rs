@@ -9,7 +9,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::hierarchy::Patch;
-use crate::lattice::{C, OPP, Q};
+use crate::kernels::lbm::wall_distance_table;
+use crate::lattice::{C, OPP};
 
 /// Cell flag values (one byte per cell) shared with `kernels/common.cuh`.
 pub const FLAG_FLUID: u8 = 0;
@@ -303,8 +304,11 @@ pub fn rasterize(patch: &Patch, bodies: &[(usize, &Shape)]) -> (Vec<u8>, Vec<Opt
 pub struct WallTables {
     /// The momentum-exchange links, `LINK_WORDS` words each.
     pub links: Vec<u32>,
-    /// Nine planes of wall distances for `stream_collide` (0 where unused).
-    pub wall_distance: Vec<f32>,
+    /// The wall-distance table of `stream_collide`
+    /// ([`crate::kernels::lbm::WallDistances`]).
+    pub wall_distance: Vec<u32>,
+    /// The cells that table lists: the fluid cells with a link.
+    pub wall_cells: usize,
 }
 
 /// Links and wall distances of the fluid cells of the active region that have
@@ -319,11 +323,10 @@ pub fn wall_tables(
     slot: impl Fn(usize) -> u32,
 ) -> WallTables {
     let layout = patch.layout;
-    let plane = layout.plane_cells();
     let scale = 2f64.powi(patch.level as i32);
     let a = patch.active;
     let mut links = Vec::new();
-    let mut wall_distance = vec![0.0f32; Q * plane];
+    let mut distances = Vec::new();
     let fluid_at = |x: i64, y: i64| {
         let inside = x >= a.x0 as i64 && y >= a.y0 as i64 && x < a.x1 as i64 && y < a.y1 as i64;
         (inside && owner[layout.index(x as u32, y as u32)].is_none()).then(|| layout.index(x as u32, y as u32))
@@ -363,12 +366,17 @@ pub fn wall_tables(
                     (q as f32).to_bits(),
                     behind,
                 ]);
-                wall_distance[OPP[d] * plane + index] = q as f32;
+                distances.push((index as u32, OPP[d], q as f32));
             }
         }
     }
     debug_assert_eq!(links.len() % LINK_WORDS, 0);
-    WallTables { links, wall_distance }
+    let (wall_distance, wall_cells) = wall_distance_table(distances);
+    WallTables {
+        links,
+        wall_distance,
+        wall_cells,
+    }
 }
 
 #[cfg(test)]
@@ -395,6 +403,71 @@ mod tests {
         assert!((triangle.crossing([1.5, 1.5], [-1.0, -1.0]).unwrap() - 0.5).abs() < 1e-12);
         let c = triangle.center();
         assert!((c[0] - 2.0 / 3.0).abs() < 1e-12 && (c[1] - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    /// Every link's q is the one the wall-distance table gives its cell and
+    /// arriving direction; the table lists exactly the cells with a link, in
+    /// ascending storage order (a tiled layout, where that is not row order),
+    /// and gives 0 for every other cell and direction.
+    #[test]
+    fn the_wall_distance_table_holds_every_link_and_nothing_else() {
+        use crate::domain::hierarchy::{Layout, Rect};
+        use crate::kernels::lbm::wall_distance;
+        use crate::lattice::Q;
+        let layout = Layout {
+            nx: 40,
+            ny: 30,
+            tile: [8, 8],
+        };
+        let patch = Patch {
+            level: 1,
+            index: 0,
+            parent: Some(0),
+            rect: Rect::new(0, 0, 20, 15),
+            origin: [0, 0],
+            layout,
+            active: Rect::new(0, 0, 40, 30),
+            on_boundary: [false; 4],
+        };
+        let shapes = [
+            Shape::Circle {
+                center: [7.0, 7.5],
+                radius: 3.3,
+            },
+            Shape::Polygon {
+                points: vec![[12.0, 4.0], [17.0, 6.0], [13.0, 11.0]],
+            },
+        ];
+        let bodies: Vec<(usize, &Shape)> = shapes.iter().enumerate().collect();
+        let (_, owner) = rasterize(&patch, &bodies);
+        let tables = wall_tables(&patch, &owner, &bodies, |b| b as u32);
+        let (table, cells) = (&tables.wall_distance, tables.wall_cells);
+        assert!(cells > 20 && table.len() == cells * (1 + Q));
+        assert!(table[..cells].windows(2).all(|w| w[0] < w[1]));
+        let mut expected = std::collections::BTreeMap::new();
+        for link in tables.links.chunks(LINK_WORDS) {
+            let (cell, d) = (link[0], (link[1] & 15) as usize);
+            expected.insert((cell, OPP[d]), f32::from_bits(link[4]));
+        }
+        assert_eq!(
+            table[..cells].to_vec(),
+            expected
+                .keys()
+                .map(|(c, _)| *c)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+        );
+        for cell in 0..layout.plane_cells() as u32 {
+            for i in 0..Q {
+                let want = expected.get(&(cell, i)).copied().unwrap_or(0.0);
+                assert_eq!(
+                    wall_distance(table, cells, cell, i).to_bits(),
+                    want.to_bits(),
+                    "cell {cell} i {i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -40,6 +40,60 @@ pub struct CellList {
     pub count: u32,
 }
 
+/// The wall distances of a patch's body links, by cell: a table of
+/// [`wall_distance_words`]`(cells)` u32 words, the storage indices of the
+/// `cells` fluid cells that have a solid neighbour, ascending, then Q f32 (as
+/// bits) per listed cell, in the order of the list: entry `i` is the fraction
+/// q of the link from the cell to its neighbour `(x, y) - c_i` that lies in
+/// fluid, 0 where that neighbour is not solid. Nine f32 planes over every cell
+/// cost 36 bytes a cell; this costs 40 per cell beside a body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WallDistances {
+    pub table: BufferRef,
+    pub cells: u32,
+}
+
+/// Words of a wall-distance table of `cells` cells (see [`WallDistances`]).
+pub const fn wall_distance_words(cells: usize) -> usize {
+    cells * (1 + Q)
+}
+
+/// The table of [`WallDistances`] for `links`, each a fluid cell's storage
+/// index, the direction `i` along which its population arrives from the body,
+/// and the link's q; the table's cell count beside it.
+pub fn wall_distance_table(links: impl IntoIterator<Item = (u32, usize, f32)>) -> (Vec<u32>, usize) {
+    let mut by_cell = std::collections::BTreeMap::<u32, [f32; Q]>::new();
+    for (index, i, q) in links {
+        by_cell.entry(index).or_insert([0.0; Q])[i] = q;
+    }
+    let cells = by_cell.len();
+    let mut table: Vec<u32> = by_cell.keys().copied().collect();
+    table.extend(by_cell.values().flatten().map(|q| q.to_bits()));
+    debug_assert_eq!(table.len(), wall_distance_words(cells));
+    (table, cells)
+}
+
+/// The wall distance of the link arriving at storage cell `index` along `i`
+/// from a table of `cells` cells (see [`WallDistances`]): the first listed
+/// index not below `index`, found by bisection, and 0 when that is not
+/// `index`. The CUDA kernel bisects step for step the same way, so the two
+/// agree on any table, ascending or not.
+pub fn wall_distance(table: &[u32], cells: usize, index: u32, i: usize) -> f32 {
+    let (mut lo, mut hi) = (0, cells);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if table[mid] < index {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    match lo < cells && table[lo] == index {
+        true => f32::from_bits(table[cells + lo * Q + i]),
+        false => 0.0,
+    }
+}
+
 /// `stream_collide`: one thread per active cell, row-major over the active
 /// region, or one per listed cell.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,10 +101,9 @@ pub struct StreamCollide {
     pub src: BufferRef,
     pub dst: BufferRef,
     pub flags: BufferRef,
-    /// Wall distances of body links: plane `i` holds, at a fluid cell whose
-    /// neighbour `(x, y) - c_i` is solid, the fraction q of that link lying in
-    /// fluid. Present: Bouzidi interpolated bounce-back; absent: half-way.
-    pub wall_distance: Option<BufferRef>,
+    /// Wall distances of the body links. Present: Bouzidi interpolated
+    /// bounce-back; absent: half-way.
+    pub wall_distance: Option<WallDistances>,
     /// Inlet velocities (f32), three per active row, bottom up
     /// ([`inlet_sample`]), scaled by the factor in `boundary_state`; present
     /// exactly when a side is an inlet.
@@ -138,7 +191,7 @@ impl KernelArgs for StreamCollide {
         "omega_minus",
         "force_x",
         "force_y",
-        "interpolated_walls",
+        "n_wall_cells",
     ];
 
     fn launch(&self) -> Launch {
@@ -146,7 +199,7 @@ impl KernelArgs for StreamCollide {
             self.src.into(),
             self.dst.into(),
             self.flags.into(),
-            self.wall_distance.into(),
+            self.wall_distance.map(|w| w.table).into(),
             self.inlet_profile.into(),
             self.boundary_state.into(),
             self.cells.map(|c| c.cells).into(),
@@ -161,7 +214,7 @@ impl KernelArgs for StreamCollide {
             Arg::F32(self.omega_minus),
             Arg::F32(self.force[0]),
             Arg::F32(self.force[1]),
-            Arg::U32(self.wall_distance.is_some() as u32),
+            Arg::U32(self.wall_distance.map_or(0, |w| w.cells)),
         ]);
         Launch::linear(Kernel::StreamCollide, self.work_items(), args)
     }
@@ -169,7 +222,7 @@ impl KernelArgs for StreamCollide {
     fn decode(launch: &Launch) -> Result<Self> {
         let mut r = ArgReader::new(launch, Self::KERNEL, Self::PARAMS)?;
         let (src, dst, flags) = (r.buffer()?, r.buffer()?, r.buffer()?);
-        let wall_distance = r.optional_buffer()?;
+        let wall_table = r.optional_buffer()?;
         let (inlet_profile, boundary_state) = (r.optional_buffer()?, r.optional_buffer()?);
         let cells = r.optional_buffer()?;
         let count = r.u32()?;
@@ -205,7 +258,29 @@ impl KernelArgs for StreamCollide {
         for v in wall_velocity.iter_mut().flatten() {
             *v = r.f32()?;
         }
-        let decoded = StreamCollide {
+        let (omega_plus, omega_minus, force) = (r.f32()?, r.f32()?, [r.f32()?, r.f32()?]);
+        let cells_with_walls = r.u32()?;
+        let wall_distance = match (wall_table, cells_with_walls) {
+            (Some(table), 1..) => Some(WallDistances {
+                table,
+                cells: cells_with_walls,
+            }),
+            (None, 0) => None,
+            (table, value) => {
+                return Err(Error::Launch {
+                    kernel: Self::KERNEL,
+                    problem: LaunchProblem::ArgValue {
+                        param: "n_wall_cells",
+                        value,
+                        accepted: match table {
+                            Some(_) => "at least 1 (a wall-distance table is passed)",
+                            None => "0 (no wall-distance table is passed)",
+                        },
+                    },
+                });
+            }
+        };
+        Ok(StreamCollide {
             src,
             dst,
             flags,
@@ -217,12 +292,10 @@ impl KernelArgs for StreamCollide {
             active,
             boundaries,
             wall_velocity,
-            omega_plus: r.f32()?,
-            omega_minus: r.f32()?,
-            force: [r.f32()?, r.f32()?],
-        };
-        r.presence("interpolated_walls", wall_distance.is_some())?;
-        Ok(decoded)
+            omega_plus,
+            omega_minus,
+            force,
+        })
     }
 
     fn work_items(&self) -> usize {
@@ -274,8 +347,13 @@ impl KernelArgs for StreamCollide {
         if let Some(list) = self.cells {
             uses.push(BufferUse::read("cells", list.cells, list.count as usize * 4, 4));
         }
-        if let Some(q) = self.wall_distance {
-            uses.push(BufferUse::read("wall_distance", q, f, 4));
+        if let Some(w) = self.wall_distance {
+            uses.push(BufferUse::read(
+                "wall_distance",
+                w.table,
+                wall_distance_words(w.cells as usize) * 4,
+                4,
+            ));
         }
         if let (Some(profile), Some(state)) = (self.inlet_profile, self.boundary_state) {
             uses.push(BufferUse::read(
@@ -301,17 +379,28 @@ impl KernelArgs for StreamCollide {
                 factor: 0.0,
             },
         };
-        let wall_distance = match self.wall_distance {
-            Some(_) => r.get("wall_distance"),
-            None => &[],
+        let walls = Walls {
+            table: match self.wall_distance {
+                Some(_) => r.get("wall_distance"),
+                None => &[],
+            },
+            cells: self.wall_distance.map_or(0, |w| w.cells as usize),
         };
         let cells = self.cells.map(|_| r.get::<u32>("cells"));
         let dst = views.writes.get("dst");
-        stream_collide(self, r.get("src"), dst, r.get("flags"), wall_distance, &inlet, cells);
+        stream_collide(self, r.get("src"), dst, r.get("flags"), walls, &inlet, cells);
     }
 }
 
-/// Pull streaming with boundaries, then collision, for every active cell.
+/// What a body's bounce-back reads of the wall distances: the table of
+/// [`WallDistances`] and its cell count, 0 (the default) for half-way
+/// bounce-back.
+#[derive(Clone, Copy, Default)]
+pub struct Walls<'a> {
+    pub table: &'a [u32],
+    pub cells: usize,
+}
+
 /// What an inlet side reads: the velocity shape per active row and the
 /// current amplitude factor.
 pub struct Inlet<'a> {
@@ -326,7 +415,7 @@ pub fn stream_collide(
     src: &[f32],
     dst: &mut [f32],
     flags: &[u8],
-    wall_distance: &[f32],
+    walls: Walls,
     inlet: &Inlet,
     cells: Option<&[u32]>,
 ) {
@@ -352,12 +441,12 @@ pub fn stream_collide(
             Some(offsets) if interior => std::array::from_fn(|i| {
                 let source = (index as isize + offsets[i]) as usize;
                 if flags[source] != FLAG_FLUID {
-                    body_wall(k, src, flags, wall_distance, x, y, i, index, plane)
+                    body_wall(k, src, flags, walls, x, y, i, index, plane)
                 } else {
                     src[i * plane + source]
                 }
             }),
-            _ => std::array::from_fn(|i| pull(k, src, flags, wall_distance, inlet, x, y, i, index, plane)),
+            _ => std::array::from_fn(|i| pull(k, src, flags, walls, inlet, x, y, i, index, plane)),
         };
         lattice::collide(&mut f, k.omega_plus, k.omega_minus, k.force);
         f
@@ -616,7 +705,7 @@ fn pull(
     k: &StreamCollide,
     src: &[f32],
     flags: &[u8],
-    wall_distance: &[f32],
+    walls: Walls,
     inlet: &Inlet,
     x: u32,
     y: u32,
@@ -696,7 +785,7 @@ fn pull(
     }
     let source = k.layout.index(sx as u32, sy as u32);
     if flags[source] != FLAG_FLUID {
-        body_wall(k, src, flags, wall_distance, x, y, i, index, plane)
+        body_wall(k, src, flags, walls, x, y, i, index, plane)
     } else {
         src[direction * plane + source]
     }
@@ -731,15 +820,15 @@ fn body_wall(
     k: &StreamCollide,
     src: &[f32],
     flags: &[u8],
-    wall_distance: &[f32],
+    walls: Walls,
     x: u32,
     y: u32,
     i: usize,
     index: usize,
     plane: usize,
 ) -> f32 {
-    let q = if k.wall_distance.is_some() {
-        wall_distance[i * plane + index]
+    let q = if walls.cells > 0 {
+        wall_distance(walls.table, walls.cells, index as u32, i)
     } else {
         0.5
     };

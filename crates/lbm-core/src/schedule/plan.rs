@@ -34,7 +34,7 @@ use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::{AccumulateExchange, blocks_per_slot};
 use crate::kernels::health::{CheckHealth, HEALTH_WORDS};
-use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk};
+use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, WallDistances};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
 use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
 
@@ -238,7 +238,10 @@ impl Builder<'_> {
                 src: self.current(patch),
                 dst: self.spare(patch),
                 flags: buffers.flags.into(),
-                wall_distance: buffers.wall_distance.map(Into::into),
+                wall_distance: buffers.wall_distance.map(|w| WallDistances {
+                    table: w.id.into(),
+                    cells: w.cells,
+                }),
                 inlet_profile: inlet.map(|i| i.profile.into()),
                 boundary_state: inlet.map(|i| i.state.into()),
                 cells: buffers.boundary_cells.map(|list| CellList {

@@ -120,7 +120,9 @@ mod tests {
     use crate::domain::geometry::{FLAG_FLUID, FLAG_SOLID};
     use crate::domain::hierarchy::{Layout, Rect};
     use crate::kernels::lbm::{CellList, stream_collide_bulk};
-    use crate::kernels::lbm::{Inlet, StreamCollide, StreamCollideBulk, boundary_cells, bulk_interior, stream_collide};
+    use crate::kernels::lbm::{
+        Inlet, StreamCollide, StreamCollideBulk, Walls, boundary_cells, bulk_interior, stream_collide,
+    };
 
     /// Small deterministic noise around rest, a different value in every slot.
     fn populations(seed: u64, n: usize) -> Vec<f32> {
@@ -215,7 +217,7 @@ mod tests {
                 factor: 0.75,
             };
             let mut whole = vec![f32::NAN; Q * plane];
-            stream_collide(&k, &src, &mut whole, &flags, &[], &inlet, None);
+            stream_collide(&k, &src, &mut whole, &flags, Walls::default(), &inlet, None);
             let interior = bulk_interior(&layout, &active).unwrap();
             let list = boundary_cells(&flags, &layout, &active);
             assert!(list.windows(2).all(|w| w[0] < w[1]), "the list ascends");
@@ -237,7 +239,7 @@ mod tests {
                 }),
                 ..k.clone()
             };
-            stream_collide(&listed, &src, &mut split, &flags, &[], &inlet, Some(&list));
+            stream_collide(&listed, &src, &mut split, &flags, Walls::default(), &inlet, Some(&list));
             let differ = whole
                 .iter()
                 .zip(&split)
