@@ -783,24 +783,32 @@ fn annotated_step1(fixture: Fixture) -> String {
     let log = handle.log();
     let plan = stepper.plan();
     let steps = plan.interval(0);
+    // A group logs itself, then each of its launches.
+    let kinds = |action: &Action| match action {
+        Action::Launch(_) | Action::Batch(_) => vec![EventKind::Launch],
+        Action::Memset { .. } => vec![EventKind::Memset],
+        Action::Together(launches) => std::iter::once(EventKind::Together)
+            .chain(launches.iter().map(|_| EventKind::Launch))
+            .collect(),
+    };
+    let events: usize = steps.iter().map(|s| kinds(&s.action).len()).sum();
     assert_eq!(
         log.len(),
-        steps.len() + 2,
-        "{}: the replay, one event per plan step, then the wait",
+        events + 2,
+        "{}: the replay, the events of each plan step, then the wait",
         fixture.name
     );
     assert!(matches!(log[0], Event::Replay { .. }), "{}: {}", fixture.name, log[0]);
     let mut text = format!("(replay): {}\n", log[0]);
-    let log = &log[1..];
-    for (event, plan_step) in log.iter().zip(steps) {
-        let kind = match &plan_step.action {
-            Action::Launch(_) | Action::Batch(_) => EventKind::Launch,
-            Action::Memset { .. } => EventKind::Memset,
-        };
-        assert_eq!(event.kind(), kind, "{}: {}", fixture.name, plan_step.name);
-        text.push_str(&format!("{}: {event}\n", plan_step.name));
+    let mut log = log[1..].iter();
+    for plan_step in steps {
+        for kind in kinds(&plan_step.action) {
+            let event = log.next().expect("counted above");
+            assert_eq!(event.kind(), kind, "{}: {}", fixture.name, plan_step.name);
+            text.push_str(&format!("{}: {event}\n", plan_step.name));
+        }
     }
-    text.push_str(&format!("(wait): {}\n", log[steps.len()]));
+    text.push_str(&format!("(wait): {}\n", log.next().expect("the wait")));
     text
 }
 

@@ -435,6 +435,7 @@ impl Driver for CpuDriver {
         for action in actions.iter() {
             match action {
                 Action::Launch(launch) => self.execute(launch)?,
+                Action::Together(launches) => launches.iter().try_for_each(|l| self.execute(l))?,
                 Action::Batch(batch) => self.execute_batch(batch)?,
                 Action::Memset {
                     buffer,

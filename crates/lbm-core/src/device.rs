@@ -317,15 +317,37 @@ pub enum Action {
         bytes: usize,
         value: u8,
     },
+    /// Launches in no order among themselves: each starts after every
+    /// action before the group and every action after it waits for all of
+    /// them, so a device may run them side by side (CUDA: the first on the
+    /// plan's stream, the others on a second stream of the highest priority,
+    /// forked and joined by events, inside the plan's graph). The plan that
+    /// groups them guarantees that none writes what another reads or writes
+    /// (a split update's bulk region and a list of cells outside it: the
+    /// launch check sees whole buffers and cannot tell); the CPU and the mock
+    /// run them in order, which is one of the orders a device may take.
+    Together(Vec<Launch>),
 }
 
 impl Action {
+    /// The launches the action holds: its own, each of a group's, or each
+    /// member's of a batch.
+    pub fn launches(&self) -> Vec<&Launch> {
+        match self {
+            Action::Launch(launch) => vec![launch],
+            Action::Together(launches) => launches.iter().collect(),
+            Action::Batch(batch) => batch.launches.iter().collect(),
+            Action::Memset { .. } => Vec::new(),
+        }
+    }
+
     /// Every buffer the action names.
     pub fn buffers(&self) -> Vec<BufferId> {
         match self {
             Action::Launch(launch) => launch.buffers().collect(),
             Action::Batch(batch) => batch.launches.iter().flat_map(Launch::buffers).collect(),
             Action::Memset { buffer, .. } => vec![*buffer],
+            Action::Together(launches) => launches.iter().flat_map(Launch::buffers).collect(),
         }
     }
 }

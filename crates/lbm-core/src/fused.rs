@@ -314,6 +314,7 @@ impl<D: Driver> Shared<D> {
                 }
             }
             Action::Batch(_) => unreachable!("a member's plan holding a batch is refused at prepare"),
+            Action::Together(_) => unreachable!("a member's groups are flattened at prepare"),
         }
     }
 
@@ -352,6 +353,7 @@ impl<D: Driver> Shared<D> {
                     out.extend(actions.iter().enumerate().map(|(m, own)| self.action_of(m, &own[k])))
                 }
                 Action::Batch(_) => unreachable!("a member's plan holding a batch is refused at prepare"),
+                Action::Together(_) => unreachable!("a member's groups are flattened at prepare"),
             }
         }
         out
@@ -406,6 +408,7 @@ fn same_shape(first: &[Action], mine: &[Action]) -> std::result::Result<(), Stri
         Action::Launch(l) => format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block),
         Action::Memset { bytes, value, .. } => format!("a memset of {bytes} bytes to {value}"),
         Action::Batch(b) => format!("a batch of {}", b.first().kernel),
+        Action::Together(launches) => format!("a group of {} launches", launches.len()),
     };
     match first.iter().zip(mine).enumerate().find(|(_, (a, b))| !same(a, b)) {
         Some((k, (a, b))) => Err(format!("its step {k} is {}, member 0's {}", shape(b), shape(a))),
@@ -610,6 +613,15 @@ impl<D: Driver> Driver for MemberDriver<D> {
         let backend = s.device.backend();
         // The member's own check, against its own copies.
         check_actions(actions, backend, |id| s.size_of(m, id))?;
+        // A group's launches become steps of their own: a batch fuses one
+        // launch across the members, and in order is one order of a group.
+        let actions: &[Action] = &actions
+            .iter()
+            .flat_map(|a| match a {
+                Action::Together(launches) => launches.iter().cloned().map(Action::Launch).collect(),
+                other => vec![other.clone()],
+            })
+            .collect::<Vec<_>>();
         if actions.iter().any(|a| matches!(a, Action::Batch(_))) {
             return Err(Error::FusedShape {
                 member: m,

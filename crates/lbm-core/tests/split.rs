@@ -5,7 +5,6 @@
 //! and body sit in one slab, across a periodic side and with a tiled base.
 
 use lbm_core::config::{Amplitude, InletSpec, Profile};
-use lbm_core::device::Action;
 use lbm_core::domain::geometry::{Body, Shape};
 use lbm_core::domain::hierarchy::Rect;
 use lbm_core::lattice::Moments;
@@ -218,7 +217,8 @@ fn slabs_large_enough_for_the_bulk_update_split_bit_for_bit() {
             .plan()
             .interval(0)
             .iter()
-            .filter(|s| matches!(&s.action, Action::Launch(l) if l.kernel == Kernel::StreamCollideBulk))
+            .flat_map(|s| s.action.launches())
+            .filter(|l| l.kernel == Kernel::StreamCollideBulk)
             .count();
         assert_eq!(
             bulk, 1,

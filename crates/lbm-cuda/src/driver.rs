@@ -74,6 +74,10 @@ pub struct CudaDriver {
     batch_tables: Vec<Vec<BatchTable>>,
     /// Further streams; [`StreamId`] `k` is `streams[k - 1]`.
     streams: Vec<Arc<CudaStream>>,
+    /// Where the second and later launches of an [`Action::Together`] run,
+    /// at the device's highest priority so that the group's small launches
+    /// get their blocks ahead of the large one's waiting blocks.
+    side: Arc<CudaStream>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
     device_name: String,
@@ -256,6 +260,11 @@ impl CudaDriver {
         // stream or buffer exists.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| cuda_error("create the stream", e))?;
+        let (_, greatest) =
+            result::stream::get_priority_range().map_err(|e| cuda_error("read stream priorities", e))?;
+        let side = ctx
+            .new_stream_with_priority(greatest)
+            .map_err(|e| cuda_error("create the side stream", e))?;
         let module = ctx
             .load_module(Ptx::from_src(crate::PTX))
             .map_err(|e| cuda_error("load the kernel module (kernels/lbm.ptx)", e))?;
@@ -292,6 +301,7 @@ impl CudaDriver {
             batch_functions,
             batch_tables: Vec::new(),
             streams: Vec::new(),
+            side,
             stream,
             ctx,
             device_name,
@@ -406,6 +416,7 @@ impl CudaDriver {
     ) -> Result<()> {
         match action {
             Action::Launch(launch) => self.enqueue(stream, launch),
+            Action::Together(launches) => self.enqueue_together(stream, launches),
             Action::Batch(batch) => self.enqueue_batch(stream, batch, tables.next().expect("one table per batch")),
             Action::Memset {
                 buffer,
@@ -414,6 +425,33 @@ impl CudaDriver {
                 value,
             } => self.memset_range(stream, *buffer, *byte_offset, *bytes, *value),
         }
+    }
+
+    /// Enqueues a group of launches in no order among themselves
+    /// ([`Action::Together`]): the first on `stream`, the others on the side
+    /// stream after what `stream` holds so far, and `stream` then waits for
+    /// them. Under capture the events become the graph's edges, so the group
+    /// is two branches of the plan's graph.
+    fn enqueue_together(&self, stream: &CudaStream, launches: &[Launch]) -> Result<()> {
+        let Some((first, others)) = launches.split_first() else {
+            return Ok(());
+        };
+        if !others.is_empty() {
+            let forked = stream
+                .record_event(None)
+                .map_err(|e| cuda_error("fork a group of launches", e))?;
+            self.side
+                .wait(&forked)
+                .map_err(|e| cuda_error("fork a group of launches", e))?;
+            others.iter().try_for_each(|l| self.enqueue(&self.side, l))?;
+        }
+        self.enqueue(stream, first)?;
+        if !others.is_empty() {
+            stream
+                .join(&self.side)
+                .map_err(|e| cuda_error("join a group of launches", e))?;
+        }
+        Ok(())
     }
 
     /// Enqueues a memset of a range on `stream`, on a bound context.

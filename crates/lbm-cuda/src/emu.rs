@@ -329,6 +329,7 @@ impl Driver for EmuDriver {
         for action in actions.iter() {
             match action {
                 Action::Launch(launch) => self.run(launch)?,
+                Action::Together(launches) => launches.iter().try_for_each(|l| self.run(l))?,
                 Action::Batch(batch) => self.run_batch(batch)?,
                 Action::Memset {
                     buffer,

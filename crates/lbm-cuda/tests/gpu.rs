@@ -1017,9 +1017,19 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
     let bulk = plan
         .interval(0)
         .iter()
-        .filter(|s| matches!(&s.action, Action::Launch(l) if l.kernel == Kernel::StreamCollideBulk))
+        .flat_map(|s| s.action.launches())
+        .filter(|l| l.kernel == Kernel::StreamCollideBulk)
         .count();
     assert_eq!(bulk, 3, "row-major, levels 0 and 1 split: one bulk launch per hop");
+    // Level 0 has no body, so its bulk and rim updates are one group (two
+    // branches of the graph); level 1's list holds the cells beside its
+    // cylinder, so its general launch follows the bulk one.
+    let groups = plan
+        .interval(0)
+        .iter()
+        .filter(|s| matches!(s.action, Action::Together(_)))
+        .count();
+    assert_eq!(groups, 1, "level 0's update side by side");
     check_stepper_runs(split_channel_lattice);
 }
 

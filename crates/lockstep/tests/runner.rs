@@ -9,7 +9,6 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use lbm_core::device::Action;
 use lbm_core::domain::geometry::Shape;
 use lbm_core::domain::hierarchy::{HierarchySpec, Rect};
 use lbm_core::lattice::Moments;
@@ -160,10 +159,8 @@ fn lockstep_launches_once_per_member_per_kernel_per_hop() {
     let planned: Vec<Kernel> = plan
         .interval(0)
         .iter()
-        .filter_map(|s| match &s.action {
-            Action::Launch(l) => Some(l.kernel),
-            _ => None,
-        })
+        .flat_map(|s| s.action.launches())
+        .map(|l| l.kernel)
         .collect();
     let handles: Vec<_> = members.iter().map(|(h, _)| h.clone()).collect();
     handles.iter().for_each(|h| h.clear_log());

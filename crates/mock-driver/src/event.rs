@@ -97,6 +97,7 @@ pub enum EventKind {
     ReadStaging,
     Prepare,
     Replay,
+    Together,
     ReleasePlan,
     Error,
 }
@@ -123,6 +124,7 @@ impl fmt::Display for EventKind {
             EventKind::ReadStaging => "read_staging",
             EventKind::Prepare => "prepare",
             EventKind::Replay => "replay",
+            EventKind::Together => "together",
             EventKind::ReleasePlan => "release_plan",
             EventKind::Error => "error",
         };
@@ -230,6 +232,11 @@ pub enum Event {
     Replay {
         plan: u32,
     },
+    /// The next `launches` launches of a replay are one group that a device
+    /// may run side by side ([`lbm_core::Action::Together`]).
+    Together {
+        launches: usize,
+    },
     ReleasePlan {
         plan: u32,
     },
@@ -262,6 +269,7 @@ impl Event {
             Event::ReadStaging { .. } => EventKind::ReadStaging,
             Event::Prepare { .. } => EventKind::Prepare,
             Event::Replay { .. } => EventKind::Replay,
+            Event::Together { .. } => EventKind::Together,
             Event::ReleasePlan { .. } => EventKind::ReleasePlan,
             Event::Error { .. } => EventKind::Error,
         }
@@ -371,6 +379,7 @@ impl fmt::Display for Event {
             } => write!(f, "read_staging staging#{staging} {}", range(*byte_offset, *bytes)),
             Event::Prepare { plan, label, actions } => write!(f, "prepare plan#{plan} {label:?} {actions} actions"),
             Event::Replay { plan } => write!(f, "replay plan#{plan}"),
+            Event::Together { launches } => write!(f, "together {launches} launches"),
             Event::ReleasePlan { plan } => write!(f, "release_plan plan#{plan}"),
             Event::Error { call, message } => write!(f, "error in {call}: {message}"),
         }

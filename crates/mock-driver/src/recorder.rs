@@ -348,6 +348,16 @@ impl Recorder {
                     let result = self.fault().and_then(|()| self.execute(launch));
                     self.outcome(EventKind::Launch, result)?;
                 }
+                Action::Together(launches) => {
+                    self.log.push(Event::Together {
+                        launches: launches.len(),
+                    });
+                    for launch in launches {
+                        self.log_launch(launch);
+                        let result = self.fault().and_then(|()| self.execute(launch));
+                        self.outcome(EventKind::Launch, result)?;
+                    }
+                }
                 Action::Batch(batch) => {
                     let first = batch.first();
                     let args = self.named_args(first);

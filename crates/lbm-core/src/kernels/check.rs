@@ -128,6 +128,7 @@ fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(BufferI
     match action {
         Action::Launch(launch) => check_launch(launch, size_of),
         Action::Batch(batch) => check_batch(batch, size_of),
+        Action::Together(launches) => launches.iter().try_for_each(|l| check_launch(l, &size_of)),
         Action::Memset {
             buffer,
             byte_offset,

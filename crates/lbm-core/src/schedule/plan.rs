@@ -219,8 +219,13 @@ impl Builder<'_> {
                 false => Boundary::Interface,
             });
             let inlet = self.resources.inlet.filter(|_| boundaries.contains(&Boundary::Inlet));
-            // A split update: the bulk first, then the general kernel over the
-            // cells the bulk gets wrong, overwriting them.
+            // A split update: the bulk, and the general kernel over the cells
+            // the bulk gets wrong. When those are only the rim, outside the
+            // bulk region, the two write different cells and run side by
+            // side (one group), which hides the small general launch behind
+            // the bulk one; when the list holds cells of the bulk region
+            // (beside a body), the general launch follows and overwrites them.
+            let mut bulk = None;
             if let Some(list) = buffers.boundary_cells {
                 let launch = StreamCollideBulk {
                     src: self.current(patch),
@@ -232,7 +237,10 @@ impl Builder<'_> {
                     force: physics.force,
                 }
                 .launch();
-                self.push(format!("{}.stream_collide_bulk", patch.name()), launch);
+                match list.count as usize == patch.active.cells() - list.bulk.cells() {
+                    true => bulk = Some(launch),
+                    false => self.push(format!("{}.stream_collide_bulk", patch.name()), launch),
+                }
             }
             let launch = StreamCollide {
                 src: self.current(patch),
@@ -257,7 +265,14 @@ impl Builder<'_> {
                 force: physics.force,
             }
             .launch();
-            self.push(format!("{}.stream_collide", patch.name()), launch);
+            let name = format!("{}.stream_collide", patch.name());
+            match bulk {
+                Some(bulk) => self.steps.push(PlanStep {
+                    name,
+                    action: Action::Together(vec![bulk, launch]),
+                }),
+                None => self.push(name, launch),
+            }
         }
         if inputs.accumulate {
             for ex in self.resources.exchange.iter().filter(|e| e.level == level) {

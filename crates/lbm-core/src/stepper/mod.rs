@@ -349,8 +349,17 @@ impl<D: Driver> Stepper<D> {
                 .iter()
                 .position(|s| s.name == "L0.p0.stream_collide")
                 .expect("every interval updates the base grid");
-            let actions: Vec<Action> = steps.iter().map(|s| s.action.clone()).collect();
-            (actions[..cut].to_vec(), actions[cut..].to_vec())
+            let mut head: Vec<Action> = steps[..cut].iter().map(|s| s.action.clone()).collect();
+            let mut tail: Vec<Action> = steps[cut..].iter().map(|s| s.action.clone()).collect();
+            // A base grid's bulk and rim updates side by side: the bulk never
+            // reads the halo column, so it goes with the head, and the rim's
+            // update, which does, begins the tail.
+            if let Action::Together(launches) = tail[0].clone() {
+                let (bulk, rim) = launches.split_first().expect("a group holds launches");
+                head.push(Action::Launch(bulk.clone()));
+                tail.splice(0..1, rim.iter().cloned().map(Action::Launch));
+            }
+            (head, tail)
         });
         let [(even_head, even_tail), (odd_head, odd_tail)] = halves;
         let head = prepare_pair(

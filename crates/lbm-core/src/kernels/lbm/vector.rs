@@ -248,4 +248,103 @@ mod tests {
             assert_eq!(differ, 0, "{boundaries:?} {active}: {differ} values differ");
         }
     }
+
+    /// Without solid cells the list is the rim only: the plan then runs the
+    /// bulk and the general launch side by side (`Action::Together`), which
+    /// is sound only if each cell is written by exactly one of them. Each
+    /// writes into its own poisoned buffer; every active cell is written by
+    /// one, none by both, and together they are the whole update.
+    #[test]
+    fn without_bodies_the_bulk_and_the_rim_write_disjoint_cells() {
+        let layout = Layout {
+            nx: 41,
+            ny: 26,
+            tile: [41, 26],
+        };
+        let plane = layout.plane_cells();
+        let flags = vec![FLAG_FLUID; plane];
+        let src = populations(5, Q * plane);
+        let profile: Vec<f32> = populations(6, 3 * 26).iter().map(|v| v.abs() * 10.0).collect();
+        let inlet = Inlet {
+            profile: &profile,
+            factor: 0.5,
+        };
+        for (boundaries, active) in [
+            ([Boundary::Periodic; 4], Rect::new(0, 0, 41, 26)),
+            (
+                [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
+                Rect::new(0, 0, 41, 26),
+            ),
+            ([Boundary::Interface; 4], Rect::new(3, 2, 38, 24)),
+        ] {
+            let k = StreamCollide {
+                boundaries,
+                active,
+                ..StreamCollide::periodic(
+                    placeholder(0),
+                    placeholder(1),
+                    placeholder(2),
+                    [41, 26],
+                    crate::fixtures::benchmark_physics(),
+                )
+            };
+            let interior = bulk_interior(&layout, &active).unwrap();
+            let list = boundary_cells(&flags, &layout, &active);
+            assert_eq!(list.len(), active.cells() - interior.cells(), "the rim only");
+            let bulk = StreamCollideBulk {
+                src: k.src,
+                dst: k.dst,
+                layout,
+                interior,
+                omega_plus: k.omega_plus,
+                omega_minus: k.omega_minus,
+                force: k.force,
+            };
+            let mut by_bulk = vec![f32::NAN; Q * plane];
+            stream_collide_bulk(&bulk, &src, &mut by_bulk, Vector::best());
+            let listed = StreamCollide {
+                cells: Some(CellList {
+                    cells: placeholder(3),
+                    count: list.len() as u32,
+                }),
+                ..k.clone()
+            };
+            let mut by_list = vec![f32::NAN; Q * plane];
+            stream_collide(
+                &listed,
+                &src,
+                &mut by_list,
+                &flags,
+                Walls::default(),
+                &inlet,
+                Some(&list),
+            );
+            let mut whole = vec![f32::NAN; Q * plane];
+            stream_collide(&k, &src, &mut whole, &flags, Walls::default(), &inlet, None);
+            for y in 0..layout.ny {
+                for x in 0..layout.nx {
+                    let index = layout.index(x, y);
+                    let written = |f: &[f32]| (0..Q).filter(|i| !f[i * plane + index].is_nan()).count();
+                    let (b, l) = (written(&by_bulk), written(&by_list));
+                    let inside = active.contains(x, y);
+                    let once = match inside {
+                        true => (b, l) == (Q, 0) || (b, l) == (0, Q),
+                        false => (b, l) == (0, 0),
+                    };
+                    assert!(
+                        once,
+                        "{boundaries:?}: cell ({x}, {y}) has {b} values from the bulk and {l} from the list"
+                    );
+                    for i in 0..Q {
+                        let one = if b > 0 {
+                            by_bulk[i * plane + index]
+                        } else {
+                            by_list[i * plane + index]
+                        };
+                        assert_eq!(one.to_bits(), whole[i * plane + index].to_bits(), "({x}, {y}) {i}");
+                    }
+                }
+            }
+        }
+    }
 }
