@@ -79,7 +79,7 @@ fn group(c: &mut Criterion, spec: &Group, pool: Option<&rayon::ThreadPool>) {
         let bulk = StreamCollideBulk::decode(&split[0]).unwrap();
         for vector in Vector::available() {
             group.bench_function(BenchmarkId::new(format!("bulk_{}", vector.name()), n), |b| {
-                b.iter(|| on(pool, || stream_collide_bulk(&bulk, &src, &mut dst, vector)))
+                b.iter(|| on(pool, || stream_collide_bulk(&bulk, &src, &mut dst, None, vector)))
             });
         }
         group.bench_function(BenchmarkId::new("copy_same_bytes", n), |b| {

@@ -63,6 +63,7 @@ impl PeriodicBenchmark {
             let bulk = StreamCollideBulk {
                 src: from.into(),
                 dst: to.into(),
+                skip: None,
                 layout: sample.layout,
                 interior,
                 omega_plus: sample.omega_plus,
@@ -142,6 +143,7 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
         StreamCollideBulk {
             src: b(0),
             dst: b(1),
+            skip: Some(b(2)),
             layout: Layout {
                 nx: 24,
                 ny: 20,

@@ -399,8 +399,12 @@ fn same_shape(first: &[Action], mine: &[Action]) -> std::result::Result<(), Stri
             first.len()
         ));
     }
+    let same_launch = |a: &Launch, b: &Launch| (a.kernel, a.grid, a.block) == (b.kernel, b.grid, b.block);
     let same = |a: &Action, b: &Action| match (a, b) {
-        (Action::Launch(a), Action::Launch(b)) => (a.kernel, a.grid, a.block) == (b.kernel, b.grid, b.block),
+        (Action::Launch(a), Action::Launch(b)) => same_launch(a, b),
+        (Action::Together(a), Action::Together(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_launch(a, b))
+        }
         (Action::Memset { bytes: a, value: x, .. }, Action::Memset { bytes: b, value: y, .. }) => (a, x) == (b, y),
         _ => false,
     };
@@ -408,7 +412,13 @@ fn same_shape(first: &[Action], mine: &[Action]) -> std::result::Result<(), Stri
         Action::Launch(l) => format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block),
         Action::Memset { bytes, value, .. } => format!("a memset of {bytes} bytes to {value}"),
         Action::Batch(b) => format!("a batch of {}", b.first().kernel),
-        Action::Together(launches) => format!("a group of {} launches", launches.len()),
+        Action::Together(launches) => {
+            let kernels: Vec<String> = launches
+                .iter()
+                .map(|l| format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block))
+                .collect();
+            format!("a group of {}", kernels.join(", "))
+        }
     };
     match first.iter().zip(mine).enumerate().find(|(_, (a, b))| !same(a, b)) {
         Some((k, (a, b))) => Err(format!("its step {k} is {}, member 0's {}", shape(b), shape(a))),

@@ -1,7 +1,10 @@
 //! GPU throughput on a uniform periodic grid in million lattice updates per
-//! second: `stream_collide` as the stepper enqueues it (the bulk kernel, then
-//! the general one over the rim) and `stream_collide_general` (the general
-//! kernel over every cell), next to a device-to-device copy of the same bytes
+//! second: `stream_collide` as the stepper enqueues it (a prepared plan, a
+//! CUDA graph, whose one group runs the bulk kernel and the general one over
+//! the rim side by side), `stream_collide_in_order` (the same two launches
+//! one after the other in a graph, as before the group), and
+//! `stream_collide_general` (the general kernel over every cell, launch by
+//! launch), next to a device-to-device copy of the same bytes
 //! (one population set read and written per cell) measured in the same run as
 //! the ceiling. Prints a skip notice and measures nothing without a CUDA device.
 //!
@@ -15,6 +18,7 @@ use std::process::ExitCode;
 use bench_record::Group;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use lbm_core::Driver;
+use lbm_core::device::{Action, Launch};
 use lbm_core::fixtures::{PeriodicBenchmark, benchmark_physics};
 use lbm_cuda::CudaDriver;
 
@@ -24,7 +28,7 @@ use common::timed;
 
 const GPU_UNIFORM: Group = Group {
     name: "gpu_uniform",
-    figures: &["stream_collide", "stream_collide_general"],
+    figures: &["stream_collide", "stream_collide_in_order", "stream_collide_general"],
     ceiling: "copy_same_bytes",
     element_unit: "cells/s",
 };
@@ -44,15 +48,27 @@ fn bench(c: &mut Criterion) {
         let bench = PeriodicBenchmark::allocate(&mut driver, n, benchmark_physics()).unwrap();
         let (src, dst, flags, bytes) = (bench.src, bench.dst, bench.flags, bench.population_bytes);
         let (launches, whole) = (bench.launches, bench.whole);
-        group.bench_function(BenchmarkId::new("stream_collide", n), |b| {
-            b.iter_custom(|iters| {
-                let mut k = 0;
-                timed(&mut driver, iters, |d| {
-                    launches[k % 2].iter().for_each(|l| d.launch(l).unwrap());
-                    k += 1;
-                })
-            })
+        let plans = |driver: &mut CudaDriver, label: &str, actions: &dyn Fn(&[Launch]) -> Vec<Action>| {
+            [0, 1].map(|k| driver.prepare(&format!("{label}.{k}"), &actions(&launches[k])).unwrap())
+        };
+        let together = plans(&mut driver, "together", &|l| vec![Action::Together(l.to_vec())]);
+        let in_order = plans(&mut driver, "in_order", &|l| {
+            l.iter().cloned().map(Action::Launch).collect()
         });
+        for (id, plan) in [("stream_collide", together), ("stream_collide_in_order", in_order)] {
+            group.bench_function(BenchmarkId::new(id, n), |b| {
+                b.iter_custom(|iters| {
+                    let mut k = 0;
+                    timed(&mut driver, iters, |d| {
+                        d.replay(plan[k % 2]).unwrap();
+                        k += 1;
+                    })
+                })
+            });
+        }
+        for plan in together.into_iter().chain(in_order) {
+            driver.release_plan(plan).unwrap();
+        }
         group.bench_function(BenchmarkId::new("stream_collide_general", n), |b| {
             b.iter_custom(|iters| {
                 let mut k = 0;

@@ -35,7 +35,7 @@ use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS, PARTIAL_WO
 use lbm_core::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::{
-    CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior,
+    CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_skip,
 };
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::{ProduceChunked, RingControl};
@@ -378,10 +378,12 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 };
                 let boundary = boundary_cells(&flag_bytes, &layout, active);
                 let cells = twin.buffer("cells.boundary", &boundary);
+                let skip = twin.buffer("skip", &bulk_skip(&boundary, active, &interior));
                 let dst_split = twin.buffer("dst.split", &vec![f32::NAN; Q * plane]);
                 let bulk = StreamCollideBulk {
                     src: src.into(),
                     dst: dst_split.into(),
+                    skip: Some(skip.into()),
                     layout,
                     interior,
                     omega_plus: general.omega_plus,
@@ -409,8 +411,9 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
 }
 
 /// The bulk kernel over rows several blocks wide, regions that do not start
-/// at a block boundary, with and without a force: the CPU's bits, and nothing
-/// written outside the region.
+/// at a block boundary, with and without a force, without and with a skip
+/// table of random spans (some empty, some reaching past the region): the
+/// CPU's bits, and nothing written outside the region or in a skipped span.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
@@ -434,27 +437,48 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
         (Rect::new(40, 2, 102, 35), [1e-5, 2e-5]),
         (Rect::new(3, 1, 200, 12), [0.0, 0.0]),
     ] {
-        let src = twin.buffer("src", &random_populations(&mut rng, plane));
-        let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
-        let launch = StreamCollideBulk {
-            src: src.into(),
-            dst: dst.into(),
-            layout,
-            interior,
-            omega_plus: TRT_OMEGA_PLUS,
-            omega_minus: TRT_OMEGA_MINUS,
-            force,
+        for skipping in [false, true] {
+            let src = twin.buffer("src", &random_populations(&mut rng, plane));
+            let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
+            let spans: Vec<u32> = (0..interior.height())
+                .flat_map(|_| {
+                    // Around a cell of the row, reaching past the region now and then.
+                    let x = interior.x0 + rng.below(interior.width());
+                    [x.saturating_sub(rng.below(6)), x + 1 + rng.below(40)]
+                })
+                .collect();
+            let skipped: usize = spans
+                .chunks(2)
+                .map(|s| (s[1].min(interior.x1).saturating_sub(s[0].max(interior.x0))) as usize)
+                .sum();
+            let skip = twin.buffer("skip", &spans);
+            let launch = StreamCollideBulk {
+                src: src.into(),
+                dst: dst.into(),
+                skip: skipping.then_some(skip.into()),
+                layout,
+                interior,
+                omega_plus: TRT_OMEGA_PLUS,
+                omega_minus: TRT_OMEGA_MINUS,
+                force,
+            }
+            .launch();
+            twin.launch(&launch);
+            let (cpu, gpu) = twin.download::<f32>(dst, Q * plane);
+            let written = cpu.iter().filter(|v| !v.is_nan()).count();
+            let expected = interior.cells() - if skipping { skipped } else { 0 };
+            assert!(!skipping || skipped > 0);
+            assert_eq!(
+                written,
+                Q * expected,
+                "{interior}: the CPU writes the region only, less what it skips"
+            );
+            assert_bitwise(
+                &format!("stream_collide_bulk {interior} force {force:?} skipping {skipping}"),
+                &cpu,
+                &gpu,
+            );
         }
-        .launch();
-        twin.launch(&launch);
-        let (cpu, gpu) = twin.download::<f32>(dst, Q * plane);
-        let written = cpu.iter().filter(|v| !v.is_nan()).count();
-        assert_eq!(
-            written,
-            Q * interior.cells(),
-            "{interior}: the CPU writes the region only"
-        );
-        assert_bitwise(&format!("stream_collide_bulk {interior} force {force:?}"), &cpu, &gpu);
     }
 }
 
@@ -1010,7 +1034,10 @@ fn split_channel_lattice() -> LatticeConfig {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn stepper_runs_match_the_cpu_with_split_updates() {
-    let exec = ExecConfig::default();
+    let exec = ExecConfig {
+        observe_raw_exchange: true,
+        ..ExecConfig::default()
+    };
     let plan = Stepper::new(CpuDriver::new(), split_channel_lattice(), exec)
         .unwrap()
         .plan();
@@ -1021,15 +1048,28 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         .filter(|l| l.kernel == Kernel::StreamCollideBulk)
         .count();
     assert_eq!(bulk, 3, "row-major, levels 0 and 1 split: one bulk launch per hop");
-    // Level 0 has no body, so its bulk and rim updates are one group (two
-    // branches of the graph); level 1's list holds the cells beside its
-    // cylinder, so its general launch follows the bulk one.
-    let groups = plan
+    // Every hop's update is one group, branches of the graph: level 0's
+    // bulk and rim updates, and each of level 1's two hops with the bulk
+    // kernel skipping a span around the cylinder, the general kernel over
+    // the rim and those spans, and the momentum exchange.
+    let groups: Vec<Vec<Kernel>> = plan
         .interval(0)
         .iter()
-        .filter(|s| matches!(s.action, Action::Together(_)))
-        .count();
-    assert_eq!(groups, 1, "level 0's update side by side");
+        .filter_map(|s| match &s.action {
+            Action::Together(launches) => Some(launches.iter().map(|l| l.kernel).collect()),
+            _ => None,
+        })
+        .collect();
+    let update = [Kernel::StreamCollideBulk, Kernel::StreamCollide];
+    let with_exchange = [
+        Kernel::StreamCollideBulk,
+        Kernel::StreamCollide,
+        Kernel::AccumulateExchange,
+    ];
+    assert_eq!(
+        groups,
+        [update.to_vec(), with_exchange.to_vec(), with_exchange.to_vec()]
+    );
     check_stepper_runs(split_channel_lattice);
 }
 

@@ -499,25 +499,37 @@ pub fn bulk_interior(layout: &Layout, active: &Rect) -> Option<Rect> {
     fits.then_some(interior)
 }
 
-/// The cells [`StreamCollideBulk`] gets wrong, ascending as [`CellList`]
-/// numbers them: the rim of the active region (its sides' rules) and every
-/// interior cell that is not fluid or has a neighbour that is not (copies and
-/// the bodies' bounce-back).
+/// The cells [`StreamCollideBulk`] leaves to the general kernel, ascending
+/// as [`CellList`] numbers them: the rim of the active region (its sides'
+/// rules) and, in each interior row, every cell from the first to the last
+/// that is not fluid or has a neighbour that is not (copies and the bodies'
+/// bounce-back), which the bulk kernel skips ([`bulk_skip`]).
 pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect) -> Vec<u32> {
     let a = *active;
     let mut cells = Vec::new();
+    let near_solid = |x: u32, y: u32| {
+        C.iter().any(|c| {
+            let (nx, ny) = ((x as i64 - c[0] as i64) as u32, (y as i64 - c[1] as i64) as u32);
+            flags[layout.index(nx, ny)] != FLAG_FLUID
+        })
+    };
     for y in a.y0..a.y1 {
-        for x in a.x0..a.x1 {
-            let rim = x == a.x0 || y == a.y0 || x + 1 == a.x1 || y + 1 == a.y1;
-            let near_solid = || {
-                C.iter().any(|c| {
-                    let (nx, ny) = ((x as i64 - c[0] as i64) as u32, (y as i64 - c[1] as i64) as u32);
-                    flags[layout.index(nx, ny)] != FLAG_FLUID
-                })
-            };
-            if rim || near_solid() {
-                cells.push(cell_number(&a, x, y));
-            }
+        if y == a.y0 || y + 1 == a.y1 {
+            cells.extend((a.x0..a.x1).map(|x| cell_number(&a, x, y)));
+            continue;
+        }
+        cells.push(cell_number(&a, a.x0, y));
+        // One span per row, from the first cell beside a solid one to the
+        // last: the bulk kernel skips it whole ([`bulk_skip`]), so the two
+        // kernels write different cells and may run side by side.
+        let inner = a.x0 + 1..a.x1.saturating_sub(1).max(a.x0 + 1);
+        let first = inner.clone().find(|&x| near_solid(x, y));
+        let last = inner.rev().find(|&x| near_solid(x, y));
+        if let (Some(first), Some(last)) = (first, last) {
+            cells.extend((first..=last).map(|x| cell_number(&a, x, y)));
+        }
+        if a.x1 > a.x0 + 1 {
+            cells.push(cell_number(&a, a.x1 - 1, y));
         }
     }
     cells
@@ -542,6 +554,10 @@ pub const SHORT_ROWS: u32 = 8;
 pub struct StreamCollideBulk {
     pub src: BufferRef,
     pub dst: BufferRef,
+    /// The cells of each row the bulk leaves to the general kernel
+    /// ([`bulk_skip`]): two u32 per row of `interior`, bottom up, `[xa, xb)`
+    /// in allocation coordinates (empty where `xa == xb`). Absent: none.
+    pub skip: Option<BufferRef>,
     pub layout: Layout,
     pub interior: Rect,
     pub omega_plus: f32,
@@ -575,6 +591,7 @@ impl KernelArgs for StreamCollideBulk {
     const PARAMS: &'static [&'static str] = &[
         "src",
         "dst",
+        "skip",
         "nx",
         "ny",
         "tile_x",
@@ -590,7 +607,7 @@ impl KernelArgs for StreamCollideBulk {
     ];
 
     fn launch(&self) -> Launch {
-        let mut args = vec![self.src.into(), self.dst.into()];
+        let mut args = vec![self.src.into(), self.dst.into(), self.skip.into()];
         push_layout(&mut args, &self.layout);
         push_rect(&mut args, &self.interior);
         args.extend([
@@ -607,6 +624,7 @@ impl KernelArgs for StreamCollideBulk {
         Ok(StreamCollideBulk {
             src: r.buffer()?,
             dst: r.buffer()?,
+            skip: r.optional_buffer()?,
             layout: r.layout()?,
             interior: r.rect()?,
             omega_plus: r.f32()?,
@@ -658,21 +676,26 @@ impl KernelArgs for StreamCollideBulk {
 
     fn buffer_uses(&self) -> Vec<BufferUse> {
         let f = population_bytes(&self.layout);
-        vec![
+        let mut uses = vec![
             BufferUse::read("src", self.src, f, 4),
             BufferUse::write("dst", self.dst, f, 4),
-        ]
+        ];
+        if let Some(skip) = self.skip {
+            uses.push(BufferUse::read("skip", skip, bulk_skip_bytes(&self.interior), 4));
+        }
+        uses
     }
 
     fn run_on_host(&self, views: &mut HostViews) {
+        let skip = self.skip.map(|_| views.reads.get::<u32>("skip"));
         let src = views.reads.get("src");
-        stream_collide_bulk(self, src, views.writes.get("dst"), Vector::best());
+        stream_collide_bulk(self, src, views.writes.get("dst"), skip, Vector::best());
     }
 }
 
 /// The bulk update on the CPU with the instruction set `vector`, rayon over
 /// rows: every variant gives the same bits.
-pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], vector: Vector) {
+pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], skip: Option<&[u32]>, vector: Vector) {
     let layout = k.layout;
     let plane = layout.plane_cells();
     let r = k.interior;
@@ -681,17 +704,54 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
     }
     let stride = layout.tile[0] as isize;
     let offsets: [isize; Q] = std::array::from_fn(|i| -(C[i][0] as isize + C[i][1] as isize * stride));
-    let n = r.width() as usize;
     par_row_bands(dst, &layout, |first, rows, band| {
         for y in first.max(r.y0)..(first + rows).min(r.y1) {
-            let start = layout.index(r.x0, y);
-            let sources: [&[f32]; Q] = std::array::from_fn(|i| {
-                let from = (i * plane) as isize + start as isize + offsets[i];
-                &src[from as usize..from as usize + n]
-            });
-            vector.row(sources, band.row(start, n), k.omega_plus, k.omega_minus, k.force);
+            // The row less its skipped span, as the device's threads of
+            // that span return: one run of cells on each side of it.
+            let row = (y - r.y0) as usize;
+            let (xa, xb) = skip.map_or((r.x1, r.x1), |s| (s[2 * row], s[2 * row + 1]));
+            let (xa, xb) = match xa < xb {
+                true => (xa.clamp(r.x0, r.x1), xb.clamp(r.x0, r.x1)),
+                false => (r.x1, r.x1),
+            };
+            for (lo, hi) in [(r.x0, xa), (xb, r.x1)] {
+                if lo >= hi {
+                    continue;
+                }
+                let (start, n) = (layout.index(lo, y), (hi - lo) as usize);
+                let sources: [&[f32]; Q] = std::array::from_fn(|i| {
+                    let from = (i * plane) as isize + start as isize + offsets[i];
+                    &src[from as usize..from as usize + n]
+                });
+                vector.row(sources, band.row(start, n), k.omega_plus, k.omega_minus, k.force);
+            }
         }
     });
+}
+
+/// Bytes of a bulk region's skip table: two u32 per row.
+pub fn bulk_skip_bytes(interior: &Rect) -> usize {
+    interior.height() as usize * 2 * 4
+}
+
+/// The skip table of [`StreamCollideBulk`] for `interior` from the list of
+/// [`boundary_cells`]: each row's listed cells inside `interior`, as one span
+/// `[xa, xb)` from the first to one past the last (the list holds every cell
+/// between them), `[x1, x1)` where the row has none.
+pub fn bulk_skip(cells: &[u32], active: &Rect, interior: &Rect) -> Vec<u32> {
+    let mut skip: Vec<[u32; 2]> = vec![[interior.x1, interior.x1]; interior.height() as usize];
+    for &c in cells {
+        let (x, y) = (active.x0 + c % active.width(), active.y0 + c / active.width());
+        if !interior.contains(x, y) {
+            continue;
+        }
+        let span = &mut skip[(y - interior.y0) as usize];
+        *span = match span[0] < span[1] {
+            true => [span[0].min(x), span[1].max(x + 1)],
+            false => [x, x + 1],
+        };
+    }
+    skip.into_iter().flatten().collect()
 }
 
 /// The population arriving at (x, y) in direction `i`, from the neighbour

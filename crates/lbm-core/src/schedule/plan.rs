@@ -205,6 +205,38 @@ impl Builder<'_> {
         });
     }
 
+    /// The momentum exchange over `patch`'s body links, when it has any: the
+    /// populations the hop's streaming reads (`current`, which the update
+    /// leaves as it is) into the level's accumulators.
+    fn exchange_launch(&self, level: usize, patch: &Patch) -> Option<Launch> {
+        let ex = self
+            .resources
+            .exchange
+            .iter()
+            .find(|e| e.level == level && e.patch == patch.index)?;
+        let acc = self
+            .resources
+            .accumulators
+            .iter()
+            .find(|a| a.level == level)
+            .expect("a level with links has accumulators");
+        Some(
+            AccumulateExchange {
+                f: self.current(patch),
+                plane_cells: patch.layout.plane_cells() as u32,
+                links: ex.links.into(),
+                n_links: ex.n_links,
+                n_slots: self.resources.body_slots[level].len() as u32,
+                blocks_per_slot: blocks_per_slot(ex.n_links),
+                partials: ex.partials.expect("observed exchange has scratch").into(),
+                arrivals: ex.arrivals.expect("observed exchange has scratch").into(),
+                interval: acc.interval.into(),
+                window: acc.window.map(Into::into),
+            }
+            .launch(),
+        )
+    }
+
     fn hop(&mut self, level: usize) {
         let inputs = self.inputs;
         let hierarchy = inputs.hierarchy;
@@ -219,28 +251,29 @@ impl Builder<'_> {
                 false => Boundary::Interface,
             });
             let inlet = self.resources.inlet.filter(|_| boundaries.contains(&Boundary::Inlet));
-            // A split update: the bulk, and the general kernel over the cells
-            // the bulk gets wrong. When those are only the rim, outside the
-            // bulk region, the two write different cells and run side by
-            // side (one group), which hides the small general launch behind
-            // the bulk one; when the list holds cells of the bulk region
-            // (beside a body), the general launch follows and overwrites them.
-            let mut bulk = None;
+            // A hop's update of a patch and the momentum exchange that reads
+            // the same populations are one group (see `Action::Together`):
+            // the bulk kernel, the general kernel over the cells the bulk
+            // leaves (the rim and a span around each body's cells per row,
+            // which the bulk skips), and the exchange, which reads `current`
+            // and writes only the level's accumulators. None writes what
+            // another touches, so a device runs the small ones beside the
+            // bulk one and hides them.
+            let mut group = Vec::new();
             if let Some(list) = buffers.boundary_cells {
-                let launch = StreamCollideBulk {
-                    src: self.current(patch),
-                    dst: self.spare(patch),
-                    layout: patch.layout,
-                    interior: list.bulk,
-                    omega_plus: physics.relaxation.omega_plus(),
-                    omega_minus: physics.relaxation.omega_minus(),
-                    force: physics.force,
-                }
-                .launch();
-                match list.count as usize == patch.active.cells() - list.bulk.cells() {
-                    true => bulk = Some(launch),
-                    false => self.push(format!("{}.stream_collide_bulk", patch.name()), launch),
-                }
+                group.push(
+                    StreamCollideBulk {
+                        src: self.current(patch),
+                        dst: self.spare(patch),
+                        skip: list.skip.map(Into::into),
+                        layout: patch.layout,
+                        interior: list.bulk,
+                        omega_plus: physics.relaxation.omega_plus(),
+                        omega_minus: physics.relaxation.omega_minus(),
+                        force: physics.force,
+                    }
+                    .launch(),
+                );
             }
             let launch = StreamCollide {
                 src: self.current(patch),
@@ -265,40 +298,17 @@ impl Builder<'_> {
                 force: physics.force,
             }
             .launch();
-            let name = format!("{}.stream_collide", patch.name());
-            match bulk {
-                Some(bulk) => self.steps.push(PlanStep {
-                    name,
-                    action: Action::Together(vec![bulk, launch]),
-                }),
-                None => self.push(name, launch),
+            group.push(launch);
+            if inputs.accumulate {
+                group.extend(self.exchange_launch(level, patch));
             }
-        }
-        if inputs.accumulate {
-            for ex in self.resources.exchange.iter().filter(|e| e.level == level) {
-                let patch = &hierarchy.levels[level][ex.patch];
-                let acc = self
-                    .resources
-                    .accumulators
-                    .iter()
-                    .find(|a| a.level == level)
-                    .expect("a level with links has accumulators");
-                let launch = AccumulateExchange {
-                    // The streaming just enqueued left `current`, which still
-                    // holds the populations it read.
-                    f: self.current(patch),
-                    plane_cells: patch.layout.plane_cells() as u32,
-                    links: ex.links.into(),
-                    n_links: ex.n_links,
-                    n_slots: self.resources.body_slots[level].len() as u32,
-                    blocks_per_slot: blocks_per_slot(ex.n_links),
-                    partials: ex.partials.expect("observed exchange has scratch").into(),
-                    arrivals: ex.arrivals.expect("observed exchange has scratch").into(),
-                    interval: acc.interval.into(),
-                    window: acc.window.map(Into::into),
-                }
-                .launch();
-                self.push(format!("{}.accumulate_exchange", patch.name()), launch);
+            let name = format!("{}.stream_collide", patch.name());
+            match group.len() {
+                1 => self.push(name, group.pop().expect("one launch")),
+                _ => self.steps.push(PlanStep {
+                    name,
+                    action: Action::Together(group),
+                }),
             }
         }
         if level + 1 < hierarchy.n_levels() {

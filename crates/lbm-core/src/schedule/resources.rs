@@ -17,7 +17,7 @@ use crate::domain::sides::PatchSides;
 use crate::error::Result;
 use crate::kernels::exchange::{EXCHANGE_WORDS, arrivals_bytes, partials_bytes};
 use crate::kernels::health::HEALTH_WORDS;
-use crate::kernels::lbm::{boundary_cells, bulk_interior, wall_distance_words};
+use crate::kernels::lbm::{boundary_cells, bulk_interior, bulk_skip, bulk_skip_bytes, wall_distance_words};
 use crate::lattice::Q;
 use crate::ledger::MemoryLedger;
 
@@ -68,23 +68,47 @@ pub fn bulk_region(patch: &Patch, members: usize) -> Option<Rect> {
     bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() * members >= BULK_MIN_CELLS)
 }
 
-/// Bytes of a split patch's boundary cells at most: its rim, and the
-/// interior cells within two cells of a body's bounds (`bounds` in the
-/// patch's storage cells). The list holds only the cells beside a body's
+/// Bytes of a split patch's boundary cells at most: its rim and, in each
+/// interior row, the span from the first to the last cell within two cells
+/// of a body's bounds (`bounds` in the patch's storage cells). The list
+/// holds, per row, the span from the first to the last cell beside an
 /// outline or inside it, so this bounds it from above.
 fn boundary_cell_bytes(patch: &Patch, bulk: &Rect, bounds: &[[f64; 4]]) -> usize {
     let a = patch.active;
     let rim = a.cells() - bulk.cells();
-    let near_bodies: usize = bounds
-        .iter()
-        .map(|[x0, y0, x1, y1]| {
-            let lo = |v: f64, min: u32| ((v.floor() - 2.0).max(min as f64)) as u32;
-            let hi = |v: f64, max: u32| ((v.ceil() + 2.0).min(max as f64).max(0.0)) as u32;
-            let r = Rect::new(lo(*x0, bulk.x0), lo(*y0, bulk.y0), hi(*x1, bulk.x1), hi(*y1, bulk.y1));
-            r.cells()
+    let near_bodies: usize = (bulk.y0..bulk.y1)
+        .map(|y| {
+            let (y, mut span) = (y as f64 + 0.5, None::<(f64, f64)>);
+            for [x0, y0, x1, y1] in bounds {
+                if y > y0 - 2.0 && y < y1 + 2.0 {
+                    let (lo, hi) = span.unwrap_or((f64::INFINITY, f64::NEG_INFINITY));
+                    span = Some((lo.min(x0.floor() - 2.0), hi.max(x1.ceil() + 2.0)));
+                }
+            }
+            span.map_or(0, |(lo, hi)| {
+                let (lo, hi) = (lo.max(bulk.x0 as f64), hi.min(bulk.x1 as f64));
+                (hi - lo).max(0.0) as usize
+            })
         })
         .sum();
-    (rim + near_bodies.min(bulk.cells())) * 4
+    (rim + near_bodies) * 4
+}
+
+/// The bodies of `patch`'s level that reach within a cell of its active
+/// region: a patch with any has links, and a skip table when its update is
+/// split.
+fn bodies_near<'a>(patch: &Patch, lattice: &'a LatticeConfig) -> Vec<&'a geometry::Body> {
+    let scale = 2f64.powi(patch.level as i32);
+    let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
+    lattice
+        .bodies
+        .iter()
+        .filter(|b| b.level == patch.level)
+        .filter(|b| {
+            let [x0, y0, x1, y1] = b.shape.bounds().map(|v| v * scale);
+            x1 + 1.0 > ax0 && x0 - 1.0 < ax1 && y1 + 1.0 > ay0 && y0 - 1.0 < ay1
+        })
+        .collect()
 }
 
 /// Body links per cell of a body's outline, on its level: a fluid cell beside
@@ -134,17 +158,12 @@ pub fn estimate(
             ledger.add(format!("{name}.reflux_arrivals"), REFLUX_ARRIVAL_BYTES as u64);
         }
         let scale = 2f64.powi(patch.level as i32);
-        let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
-        let near: Vec<&geometry::Body> = lattice
-            .bodies
-            .iter()
-            .filter(|b| b.level == patch.level)
-            .filter(|b| {
-                let [x0, y0, x1, y1] = b.shape.bounds().map(|v| v * scale);
-                x1 + 1.0 > ax0 && x0 - 1.0 < ax1 && y1 + 1.0 > ay0 && y0 - 1.0 < ay1
-            })
-            .collect();
+        let [ax0, ay0, _, _] = patch.global_active().map(|v| v as f64);
+        let near = bodies_near(patch, lattice);
         if let Some(bulk) = bulk_region(patch, 1) {
+            if !near.is_empty() {
+                ledger.add(format!("{name}.bulk_skip"), bulk_skip_bytes(&bulk) as u64);
+            }
             // Bounds in the patch's storage cells: its active region starts at
             // `patch.active` in storage and at `global_active` on the level.
             let bounds: Vec<[f64; 4]> = near
@@ -228,6 +247,9 @@ pub struct BoundaryCells {
     pub id: BufferId,
     pub count: u32,
     pub bulk: Rect,
+    /// The bulk kernel's skip table ([`bulk_skip`]), on patches a body
+    /// reaches.
+    pub skip: Option<BufferId>,
 }
 
 /// The inlet's buffers: what every `stream_collide` with an inlet side reads,
@@ -437,10 +459,18 @@ impl Resources {
             Some(bulk) => {
                 let cells = boundary_cells(&mask, &patch.layout, &patch.active);
                 let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&cells))?;
+                let skip = match bodies_near(patch, lattice).is_empty() {
+                    true => None,
+                    false => {
+                        let table = bulk_skip(&cells, &patch.active, &bulk);
+                        Some(self.upload(driver, format!("{name}.bulk_skip"), bytemuck::cast_slice(&table))?)
+                    }
+                };
                 Some(BoundaryCells {
                     id,
                     count: cells.len() as u32,
                     bulk,
+                    skip,
                 })
             }
             None => None,

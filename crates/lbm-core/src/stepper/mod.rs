@@ -30,7 +30,7 @@ pub use health::{HealthProblem, Unhealthy};
 pub use observe::Fields;
 
 use crate::config::{ExecConfig, LatticeConfig, LevelPhysics};
-use crate::device::{Action, BufferId, BufferRef, Driver, Launch, PlanId};
+use crate::device::{Action, BufferId, BufferRef, Driver, Kernel, Launch, PlanId};
 use crate::domain::hierarchy::{Hierarchy, Patch};
 use crate::error::{Error, Result};
 use crate::kernels::KernelArgs;
@@ -351,13 +351,15 @@ impl<D: Driver> Stepper<D> {
                 .expect("every interval updates the base grid");
             let mut head: Vec<Action> = steps[..cut].iter().map(|s| s.action.clone()).collect();
             let mut tail: Vec<Action> = steps[cut..].iter().map(|s| s.action.clone()).collect();
-            // A base grid's bulk and rim updates side by side: the bulk never
-            // reads the halo column, so it goes with the head, and the rim's
-            // update, which does, begins the tail.
+            // The base grid's update is a group (the bulk kernel, the general
+            // one, the exchange): the bulk never reads the halo column, so it
+            // goes with the head, and the rest, which does or follows what
+            // does, begins the tail in the group's order.
             if let Action::Together(launches) = tail[0].clone() {
-                let (bulk, rim) = launches.split_first().expect("a group holds launches");
-                head.push(Action::Launch(bulk.clone()));
-                tail.splice(0..1, rim.iter().cloned().map(Action::Launch));
+                let bulk = launches[0].kernel == Kernel::StreamCollideBulk;
+                let (to_head, to_tail) = launches.split_at(bulk as usize);
+                head.extend(to_head.iter().cloned().map(Action::Launch));
+                tail.splice(0..1, to_tail.iter().cloned().map(Action::Launch));
             }
             (head, tail)
         });

@@ -119,7 +119,7 @@ mod tests {
     use crate::device::BufferRef;
     use crate::domain::geometry::{FLAG_FLUID, FLAG_SOLID};
     use crate::domain::hierarchy::{Layout, Rect};
-    use crate::kernels::lbm::{CellList, stream_collide_bulk};
+    use crate::kernels::lbm::{CellList, bulk_skip, stream_collide_bulk};
     use crate::kernels::lbm::{
         Inlet, StreamCollide, StreamCollideBulk, Walls, boundary_cells, bulk_interior, stream_collide,
     };
@@ -156,6 +156,7 @@ mod tests {
             let k = StreamCollideBulk {
                 src: placeholder(0),
                 dst: placeholder(1),
+                skip: None,
                 layout,
                 interior: Rect::new(1, 1, 76, 8),
                 omega_plus: 1.6,
@@ -163,11 +164,11 @@ mod tests {
                 force,
             };
             let mut want = vec![f32::NAN; Q * plane];
-            stream_collide_bulk(&k, &src, &mut want, Vector::Baseline);
+            stream_collide_bulk(&k, &src, &mut want, None, Vector::Baseline);
             assert!(want.iter().filter(|v| !v.is_nan()).count() == Q * 75 * 7);
             for vector in Vector::available() {
                 let mut got = vec![f32::NAN; Q * plane];
-                stream_collide_bulk(&k, &src, &mut got, vector);
+                stream_collide_bulk(&k, &src, &mut got, None, vector);
                 let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{} differs from the baseline (force {force:?})", vector.name());
             }
@@ -221,9 +222,11 @@ mod tests {
             let interior = bulk_interior(&layout, &active).unwrap();
             let list = boundary_cells(&flags, &layout, &active);
             assert!(list.windows(2).all(|w| w[0] < w[1]), "the list ascends");
+            let skip = bulk_skip(&list, &active, &interior);
             let bulk = StreamCollideBulk {
                 src: k.src,
                 dst: k.dst,
+                skip: Some(placeholder(4)),
                 layout,
                 interior,
                 omega_plus: k.omega_plus,
@@ -231,7 +234,7 @@ mod tests {
                 force: k.force,
             };
             let mut split = vec![f32::NAN; Q * plane];
-            stream_collide_bulk(&bulk, &src, &mut split, Vector::best());
+            stream_collide_bulk(&bulk, &src, &mut split, Some(&skip), Vector::best());
             let listed = StreamCollide {
                 cells: Some(CellList {
                     cells: placeholder(3),
@@ -249,34 +252,50 @@ mod tests {
         }
     }
 
-    /// Without solid cells the list is the rim only: the plan then runs the
-    /// bulk and the general launch side by side (`Action::Together`), which
-    /// is sound only if each cell is written by exactly one of them. Each
-    /// writes into its own poisoned buffer; every active cell is written by
-    /// one, none by both, and together they are the whole update.
+    /// The plan runs the bulk and the general launch over the list side by
+    /// side (`Action::Together`), which is sound only if each cell is written
+    /// by exactly one of them: the list is the rim and each row's span around
+    /// solid cells, which the bulk skips. Each writes into its own poisoned
+    /// buffer; every active cell is written by one, none by both, and
+    /// together they are the whole update; without solid cells the list is
+    /// the rim only and nothing is skipped.
     #[test]
-    fn without_bodies_the_bulk_and_the_rim_write_disjoint_cells() {
+    fn the_bulk_and_the_list_write_disjoint_cells() {
         let layout = Layout {
             nx: 41,
             ny: 26,
             tile: [41, 26],
         };
         let plane = layout.plane_cells();
-        let flags = vec![FLAG_FLUID; plane];
+        let fluid = vec![FLAG_FLUID; plane];
+        let mut bodies = fluid.clone();
+        for (x, y) in [
+            (10, 10),
+            (11, 10),
+            (10, 11),
+            (30, 5),
+            (31, 6),
+            (20, 2),
+            (5, 20),
+            (35, 20),
+        ] {
+            bodies[layout.index(x, y)] = FLAG_SOLID;
+        }
         let src = populations(5, Q * plane);
         let profile: Vec<f32> = populations(6, 3 * 26).iter().map(|v| v.abs() * 10.0).collect();
         let inlet = Inlet {
             profile: &profile,
             factor: 0.5,
         };
-        for (boundaries, active) in [
+        let sides = [
             ([Boundary::Periodic; 4], Rect::new(0, 0, 41, 26)),
             (
                 [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
                 Rect::new(0, 0, 41, 26),
             ),
             ([Boundary::Interface; 4], Rect::new(3, 2, 38, 24)),
-        ] {
+        ];
+        for ((boundaries, active), flags) in sides.iter().flat_map(|s| [(*s, &fluid), (*s, &bodies)]) {
             let k = StreamCollide {
                 boundaries,
                 active,
@@ -289,11 +308,15 @@ mod tests {
                 )
             };
             let interior = bulk_interior(&layout, &active).unwrap();
-            let list = boundary_cells(&flags, &layout, &active);
-            assert_eq!(list.len(), active.cells() - interior.cells(), "the rim only");
+            let list = boundary_cells(flags, &layout, &active);
+            let skip = bulk_skip(&list, &active, &interior);
+            let rim_only = list.len() == active.cells() - interior.cells();
+            assert_eq!(rim_only, std::ptr::eq(flags, &fluid), "{boundaries:?}");
+            assert_eq!(rim_only, skip.chunks(2).all(|s| s[0] == s[1]), "{boundaries:?}");
             let bulk = StreamCollideBulk {
                 src: k.src,
                 dst: k.dst,
+                skip: Some(placeholder(4)),
                 layout,
                 interior,
                 omega_plus: k.omega_plus,
@@ -301,7 +324,7 @@ mod tests {
                 force: k.force,
             };
             let mut by_bulk = vec![f32::NAN; Q * plane];
-            stream_collide_bulk(&bulk, &src, &mut by_bulk, Vector::best());
+            stream_collide_bulk(&bulk, &src, &mut by_bulk, Some(&skip), Vector::best());
             let listed = StreamCollide {
                 cells: Some(CellList {
                     cells: placeholder(3),
@@ -314,13 +337,13 @@ mod tests {
                 &listed,
                 &src,
                 &mut by_list,
-                &flags,
+                flags,
                 Walls::default(),
                 &inlet,
                 Some(&list),
             );
             let mut whole = vec![f32::NAN; Q * plane];
-            stream_collide(&k, &src, &mut whole, &flags, Walls::default(), &inlet, None);
+            stream_collide(&k, &src, &mut whole, flags, Walls::default(), &inlet, None);
             for y in 0..layout.ny {
                 for x in 0..layout.nx {
                     let index = layout.index(x, y);
