@@ -320,7 +320,7 @@ pub enum Action {
     /// Launches in no order among themselves: each starts after every
     /// action before the group and every action after it waits for all of
     /// them, so a device may run them side by side (CUDA: the first on the
-    /// plan's stream, the others on a second stream of the highest priority,
+    /// plan's stream, each other on a side stream of the highest priority,
     /// forked and joined by events, inside the plan's graph). The plan that
     /// groups them guarantees that none writes what another reads or writes
     /// (a split update's bulk region and a list of cells outside it: the

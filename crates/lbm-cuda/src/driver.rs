@@ -42,6 +42,11 @@ use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
 
 const BACKEND: &str = "cuda";
 
+/// Side streams for the groups of a plan: a hop's group holds the bulk
+/// update and at most three small launches beside it (the general update,
+/// the momentum exchange, the interface flux).
+const SIDE_STREAMS: usize = 3;
+
 /// How [`Driver::prepare`] keeps a plan for [`Driver::replay`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum PlanMode {
@@ -75,9 +80,10 @@ pub struct CudaDriver {
     /// Further streams; [`StreamId`] `k` is `streams[k - 1]`.
     streams: Vec<Arc<CudaStream>>,
     /// Where the second and later launches of an [`Action::Together`] run,
-    /// at the device's highest priority so that the group's small launches
-    /// get their blocks ahead of the large one's waiting blocks.
-    side: Arc<CudaStream>,
+    /// one stream each ([`SIDE_STREAMS`], then round again), at the device's
+    /// highest priority so that the group's small launches get their blocks
+    /// ahead of the large one's waiting blocks.
+    side: Vec<Arc<CudaStream>>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
     device_name: String,
@@ -262,9 +268,10 @@ impl CudaDriver {
         let stream = ctx.new_stream().map_err(|e| cuda_error("create the stream", e))?;
         let (_, greatest) =
             result::stream::get_priority_range().map_err(|e| cuda_error("read stream priorities", e))?;
-        let side = ctx
-            .new_stream_with_priority(greatest)
-            .map_err(|e| cuda_error("create the side stream", e))?;
+        let side = (0..SIDE_STREAMS)
+            .map(|_| ctx.new_stream_with_priority(greatest))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| cuda_error("create the side streams", e))?;
         let module = ctx
             .load_module(Ptx::from_src(crate::PTX))
             .map_err(|e| cuda_error("load the kernel module (kernels/lbm.ptx)", e))?;
@@ -428,27 +435,31 @@ impl CudaDriver {
     }
 
     /// Enqueues a group of launches in no order among themselves
-    /// ([`Action::Together`]): the first on `stream`, the others on the side
+    /// ([`Action::Together`]): the first on `stream`, each other on a side
     /// stream after what `stream` holds so far, and `stream` then waits for
     /// them. Under capture the events become the graph's edges, so the group
-    /// is two branches of the plan's graph.
+    /// is parallel branches of the plan's graph.
     fn enqueue_together(&self, stream: &CudaStream, launches: &[Launch]) -> Result<()> {
         let Some((first, others)) = launches.split_first() else {
             return Ok(());
         };
+        let sides = &self.side[..others.len().min(SIDE_STREAMS)];
         if !others.is_empty() {
             let forked = stream
                 .record_event(None)
                 .map_err(|e| cuda_error("fork a group of launches", e))?;
-            self.side
-                .wait(&forked)
-                .map_err(|e| cuda_error("fork a group of launches", e))?;
-            others.iter().try_for_each(|l| self.enqueue(&self.side, l))?;
+            for side in sides {
+                side.wait(&forked)
+                    .map_err(|e| cuda_error("fork a group of launches", e))?;
+            }
+            for (launch, side) in others.iter().zip(sides.iter().cycle()) {
+                self.enqueue(side, launch)?;
+            }
         }
         self.enqueue(stream, first)?;
-        if !others.is_empty() {
+        for side in sides {
             stream
-                .join(&self.side)
+                .join(side)
                 .map_err(|e| cuda_error("join a group of launches", e))?;
         }
         Ok(())

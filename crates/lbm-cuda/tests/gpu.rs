@@ -609,10 +609,11 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
         };
         let plan = Stepper::new(CpuDriver::new(), lattice, exec).unwrap().plan();
         let mut seen = std::collections::BTreeSet::new();
-        for step in plan.interval(0) {
-            let Action::Launch(launch) = &step.action else {
-                continue;
-            };
+        for (step, launch) in plan
+            .interval(0)
+            .iter()
+            .flat_map(|s| s.action.launches().into_iter().map(move |l| (s, l)))
+        {
             let what = format!("{} (tiles {tiles:?})", step.name);
             match launch.kernel {
                 Kernel::FillGhost => {
@@ -1049,9 +1050,10 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         .count();
     assert_eq!(bulk, 3, "row-major, levels 0 and 1 split: one bulk launch per hop");
     // Every hop's update is one group, branches of the graph: level 0's
-    // bulk and rim updates, and each of level 1's two hops with the bulk
-    // kernel skipping a span around the cylinder, the general kernel over
-    // the rim and those spans, and the momentum exchange.
+    // bulk and rim updates; each of level 1's two hops with the bulk kernel
+    // skipping a span around the cylinder, the general kernel over the rim
+    // and those spans, the momentum exchange and the interface flux; each
+    // of level 2's four hops (a patch too small to split) with its flux.
     let groups: Vec<Vec<Kernel>> = plan
         .interval(0)
         .iter()
@@ -1060,15 +1062,20 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
             _ => None,
         })
         .collect();
-    let update = [Kernel::StreamCollideBulk, Kernel::StreamCollide];
-    let with_exchange = [
-        Kernel::StreamCollideBulk,
-        Kernel::StreamCollide,
-        Kernel::AccumulateExchange,
-    ];
+    use Kernel::{AccumulateExchange as E, AccumulateFineFlux as F, StreamCollide as G, StreamCollideBulk as B};
+    let level_1 = vec![B, G, E, F];
+    let level_2 = vec![G, F];
     assert_eq!(
         groups,
-        [update.to_vec(), with_exchange.to_vec(), with_exchange.to_vec()]
+        [
+            vec![B, G],
+            level_1.clone(),
+            level_2.clone(),
+            level_2.clone(),
+            level_1,
+            level_2.clone(),
+            level_2
+        ]
     );
     check_stepper_runs(split_channel_lattice);
 }

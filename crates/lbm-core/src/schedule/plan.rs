@@ -86,6 +86,7 @@ impl HopPlan {
                 inputs,
                 resources,
                 steps: Vec::new(),
+                fine_flux: Vec::new(),
                 parity: (0..inputs.hierarchy.n_levels())
                     .map(|l| parity_at_interval_start(l, step_count))
                     .collect(),
@@ -176,6 +177,11 @@ struct Builder<'a> {
     inputs: &'a PlanInputs<'a>,
     resources: &'a Resources,
     steps: Vec<PlanStep>,
+    /// Each refined patch's `accumulate_fine_flux` of the hop about to run
+    /// (level, patch, launch): it reads the populations the patch's update
+    /// reads and writes only the interface flux, so it joins that update's
+    /// group.
+    fine_flux: Vec<(usize, usize, Launch)>,
     parity: Vec<usize>,
 }
 
@@ -251,14 +257,15 @@ impl Builder<'_> {
                 false => Boundary::Interface,
             });
             let inlet = self.resources.inlet.filter(|_| boundaries.contains(&Boundary::Inlet));
-            // A hop's update of a patch and the momentum exchange that reads
-            // the same populations are one group (see `Action::Together`):
-            // the bulk kernel, the general kernel over the cells the bulk
-            // leaves (the rim and a span around each body's cells per row,
-            // which the bulk skips), and the exchange, which reads `current`
-            // and writes only the level's accumulators. None writes what
-            // another touches, so a device runs the small ones beside the
-            // bulk one and hides them.
+            // A hop's update of a patch and what else reads the same
+            // populations are one group (see `Action::Together`): the bulk
+            // kernel, the general kernel over the cells the bulk leaves (the
+            // rim and a span around each body's cells per row, which the bulk
+            // skips), the momentum exchange, which writes only the level's
+            // accumulators, and on a refined patch the interface flux, which
+            // writes only the flux slots. None writes what another touches,
+            // so a device runs the small ones beside the largest one (the
+            // first) and hides them.
             let mut group = Vec::new();
             if let Some(list) = buffers.boundary_cells {
                 group.push(
@@ -302,6 +309,13 @@ impl Builder<'_> {
             if inputs.accumulate {
                 group.extend(self.exchange_launch(level, patch));
             }
+            if let Some(k) = self
+                .fine_flux
+                .iter()
+                .position(|(l, p, _)| (*l, *p) == (level, patch.index))
+            {
+                group.push(self.fine_flux.remove(k).2);
+            }
             let name = format!("{}.stream_collide", patch.name());
             match group.len() {
                 1 => self.push(name, group.pop().expect("one launch")),
@@ -341,7 +355,7 @@ impl Builder<'_> {
                         kinds: sides.kinds,
                     }
                     .launch();
-                    self.push(format!("{}.accumulate_fine_flux.{sub}", child.name()), launch);
+                    self.fine_flux.push((level + 1, child.index, launch));
                 }
                 self.hop(level + 1);
             }
