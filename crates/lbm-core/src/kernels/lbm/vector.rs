@@ -141,6 +141,29 @@ mod tests {
         BufferId(k).into()
     }
 
+    /// The split update of `k`'s patch: the bulk kernel over `interior`
+    /// with a skip table, and `k` over a list of `cells` cells.
+    fn split_launches(k: &StreamCollide, interior: Rect, cells: usize) -> (StreamCollideBulk, StreamCollide) {
+        let bulk = StreamCollideBulk {
+            src: k.src,
+            dst: k.dst,
+            skip: Some(placeholder(4)),
+            layout: k.layout,
+            interior,
+            omega_plus: k.omega_plus,
+            omega_minus: k.omega_minus,
+            force: k.force,
+        };
+        let listed = StreamCollide {
+            cells: Some(CellList {
+                cells: placeholder(3),
+                count: cells as u32,
+            }),
+            ..k.clone()
+        };
+        (bulk, listed)
+    }
+
     /// Every variant this processor runs gives the baseline's bits, on rows
     /// whose length is no multiple of any vector width.
     #[test]
@@ -223,25 +246,9 @@ mod tests {
             let list = boundary_cells(&flags, &layout, &active);
             assert!(list.windows(2).all(|w| w[0] < w[1]), "the list ascends");
             let skip = bulk_skip(&list, &active, &interior);
-            let bulk = StreamCollideBulk {
-                src: k.src,
-                dst: k.dst,
-                skip: Some(placeholder(4)),
-                layout,
-                interior,
-                omega_plus: k.omega_plus,
-                omega_minus: k.omega_minus,
-                force: k.force,
-            };
+            let (bulk, listed) = split_launches(&k, interior, list.len());
             let mut split = vec![f32::NAN; Q * plane];
             stream_collide_bulk(&bulk, &src, &mut split, Some(&skip), Vector::best());
-            let listed = StreamCollide {
-                cells: Some(CellList {
-                    cells: placeholder(3),
-                    count: list.len() as u32,
-                }),
-                ..k.clone()
-            };
             stream_collide(&listed, &src, &mut split, &flags, Walls::default(), &inlet, Some(&list));
             let differ = whole
                 .iter()
@@ -313,25 +320,9 @@ mod tests {
             let rim_only = list.len() == active.cells() - interior.cells();
             assert_eq!(rim_only, std::ptr::eq(flags, &fluid), "{boundaries:?}");
             assert_eq!(rim_only, skip.chunks(2).all(|s| s[0] == s[1]), "{boundaries:?}");
-            let bulk = StreamCollideBulk {
-                src: k.src,
-                dst: k.dst,
-                skip: Some(placeholder(4)),
-                layout,
-                interior,
-                omega_plus: k.omega_plus,
-                omega_minus: k.omega_minus,
-                force: k.force,
-            };
+            let (bulk, listed) = split_launches(&k, interior, list.len());
             let mut by_bulk = vec![f32::NAN; Q * plane];
             stream_collide_bulk(&bulk, &src, &mut by_bulk, Some(&skip), Vector::best());
-            let listed = StreamCollide {
-                cells: Some(CellList {
-                    cells: placeholder(3),
-                    count: list.len() as u32,
-                }),
-                ..k.clone()
-            };
             let mut by_list = vec![f32::NAN; Q * plane];
             stream_collide(
                 &listed,
