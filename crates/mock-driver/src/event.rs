@@ -233,7 +233,7 @@ pub enum Event {
         plan: u32,
     },
     /// The next `launches` launches of a replay are one group that a device
-    /// may run side by side ([`lbm_core::Action::Together`]).
+    /// may run side by side ([`lbm_core::device::Action::Together`]).
     Together {
         launches: usize,
     },
