@@ -2,11 +2,12 @@
 // TRT collision with Guo forcing), `current -> spare`, as two kernels:
 // `stream_collide_bulk` over the interior of a row-major patch, with no flag
 // and no side rule, and `stream_collide`, the general update, over every
-// active cell or over a list of cells (the patch's rim and the cells next to a
-// body: lbm_core::kernels::lbm::boundary_cells). The bulk kernel computes
-// every interior cell as if its neighbourhood were fluid; the list kernel,
-// enqueued after it, overwrites the cells where that is not so, so that the
-// pair writes exactly what the general kernel alone writes.
+// active cell or over a list of cells (the patch's rim and, per row, the span
+// around a body's cells: lbm_core::kernels::lbm::boundary_cells). The bulk
+// kernel computes every interior cell it does not skip as if its
+// neighbourhood were fluid; it skips each row's span, which the list kernel
+// computes, so the two write different cells (the plan runs them side by
+// side) and together write exactly what the general kernel alone writes.
 //
 // `stream_collide` mirrors lbm_core::kernels::lbm::{stream_collide, pull, body_wall,
 // anti_bounce_back} cell by cell: one thread per active cell, row-major over

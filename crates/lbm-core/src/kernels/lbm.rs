@@ -3,10 +3,11 @@
 //! two kernels: [`StreamCollide`], the general update over every active cell
 //! or over a list of cells, and [`StreamCollideBulk`], the same arithmetic on
 //! a row-major patch's interior with no flag and no side rule. A patch large
-//! enough for the pair runs the bulk kernel over [`bulk_interior`] and then the
-//! general one over [`boundary_cells`]: the second overwrites every cell where
-//! the first's assumption (a fluid cell with fluid neighbours) fails, so the
-//! pair writes the general kernel's bits. Their launch structs and CPU
+//! enough for the pair runs the bulk kernel over [`bulk_interior`], skipping
+//! each row's span of [`bulk_skip`], beside the general one over
+//! [`boundary_cells`] (the rim and those spans, every cell where the bulk
+//! kernel's assumption of a fluid cell with fluid neighbours fails): the two
+//! write different cells, and together the general kernel's bits. Their launch structs and CPU
 //! references live here; the CPU reference of the bulk kernel is vectorised
 //! across the cells of a row ([`vector`]).
 //!
