@@ -84,6 +84,11 @@ pub struct CudaDriver {
     /// highest priority so that the group's small launches get their blocks
     /// ahead of the large one's waiting blocks.
     side: Vec<Arc<CudaStream>>,
+    /// A group's fork (recorded on the plan's stream, waited for by the side
+    /// streams) and each side stream's join: made once, so that enqueuing a
+    /// group creates no event (a wait takes the event's latest record).
+    fork: CudaEvent,
+    joins: Vec<CudaEvent>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
     device_name: String,
@@ -272,6 +277,14 @@ impl CudaDriver {
             .map(|_| ctx.new_stream_with_priority(greatest))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| cuda_error("create the side streams", e))?;
+        let group_events = (0..=SIDE_STREAMS)
+            .map(|_| ctx.new_event(None))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| cuda_error("create the group events", e))?;
+        let (fork, joins) = {
+            let mut events = group_events.into_iter();
+            (events.next().expect("one fork event"), events.collect())
+        };
         let module = ctx
             .load_module(Ptx::from_src(crate::PTX))
             .map_err(|e| cuda_error("load the kernel module (kernels/lbm.ptx)", e))?;
@@ -309,6 +322,8 @@ impl CudaDriver {
             batch_tables: Vec::new(),
             streams: Vec::new(),
             side,
+            fork,
+            joins,
             stream,
             ctx,
             device_name,
@@ -444,23 +459,21 @@ impl CudaDriver {
             return Ok(());
         };
         let sides = &self.side[..others.len().min(SIDE_STREAMS)];
+        let fork = |e| cuda_error("fork a group of launches", e);
         if !others.is_empty() {
-            let forked = stream
-                .record_event(None)
-                .map_err(|e| cuda_error("fork a group of launches", e))?;
+            self.fork.record(stream).map_err(fork)?;
             for side in sides {
-                side.wait(&forked)
-                    .map_err(|e| cuda_error("fork a group of launches", e))?;
+                side.wait(&self.fork).map_err(fork)?;
             }
             for (launch, side) in others.iter().zip(sides.iter().cycle()) {
                 self.enqueue(side, launch)?;
             }
         }
         self.enqueue(stream, first)?;
-        for side in sides {
-            stream
-                .join(side)
-                .map_err(|e| cuda_error("join a group of launches", e))?;
+        let join = |e| cuda_error("join a group of launches", e);
+        for (side, event) in sides.iter().zip(&self.joins) {
+            event.record(side).map_err(join)?;
+            stream.wait(event).map_err(join)?;
         }
         Ok(())
     }

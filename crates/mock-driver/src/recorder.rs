@@ -333,6 +333,14 @@ impl Recorder {
         self.outcome(EventKind::Prepare, result)
     }
 
+    /// Logs one launch of a replayed plan and runs it, failing where an armed
+    /// launch fault fires.
+    fn replay_launch(&mut self, launch: &Launch) -> Result<()> {
+        self.log_launch(launch);
+        let result = self.fault().and_then(|()| self.execute(launch));
+        self.outcome(EventKind::Launch, result)
+    }
+
     /// Logs the replay, then each action as its own event, failing where an
     /// armed launch fault fires; a plan whose buffers were freed is refused.
     pub(crate) fn replay(&mut self, plan: PlanId) -> Result<()> {
@@ -343,20 +351,12 @@ impl Recorder {
         };
         for action in actions.iter() {
             match action {
-                Action::Launch(launch) => {
-                    self.log_launch(launch);
-                    let result = self.fault().and_then(|()| self.execute(launch));
-                    self.outcome(EventKind::Launch, result)?;
-                }
+                Action::Launch(launch) => self.replay_launch(launch)?,
                 Action::Together(launches) => {
                     self.log.push(Event::Together {
                         launches: launches.len(),
                     });
-                    for launch in launches {
-                        self.log_launch(launch);
-                        let result = self.fault().and_then(|()| self.execute(launch));
-                        self.outcome(EventKind::Launch, result)?;
-                    }
+                    launches.iter().try_for_each(|l| self.replay_launch(l))?;
                 }
                 Action::Batch(batch) => {
                     let first = batch.first();

@@ -2,16 +2,17 @@
 //! flattened into a list of named steps that the stepper replays.
 //!
 //! `hop(l)` is, in this order:
-//! 1. `stream_collide` on every patch of level `l` (`current -> spare`);
-//! 2. `accumulate_exchange` on every patch of level `l` that has body links;
-//! 3. if level `l + 1` exists, twice: `fill_ghost` on every child patch (parent
+//! 1. for every patch of level `l`, one group (`Action::Together`) of what
+//!    reads its `current`: `stream_collide` (`current -> spare`, split into
+//!    the bulk and the general kernel on large patches),
+//!    `accumulate_exchange` when it has body links, and on a refined patch
+//!    `accumulate_fine_flux`, the mass the hop moves across the interface;
+//! 2. if level `l + 1` exists, twice: `fill_ghost` on every child patch (parent
 //!    at t and t+1 are the parent's `current` and `spare`; the first child hop
-//!    uses t, the second t + 1/2), then `hop(l + 1)`;
-//!    right after each `fill_ghost`, `accumulate_fine_flux` records the mass the
-//!    coming fine hop moves across the interface; after both child hops:
+//!    uses t, the second t + 1/2), then `hop(l + 1)`; after both child hops:
 //!    `restrict_to_parent` of every child into the parent's `spare`, then
 //!    `correct_interface_mass` (reflux) on the parent cells around it;
-//! 4. swap `current` and `spare` of level `l` (host handles only).
+//! 3. swap `current` and `spare` of level `l` (host handles only).
 //!
 //! Each interval starts with zeroing the raw-exchange integral (when observed)
 //! and, when a side is an inlet, `update_boundary_state`.
@@ -86,7 +87,6 @@ impl HopPlan {
                 inputs,
                 resources,
                 steps: Vec::new(),
-                fine_flux: Vec::new(),
                 parity: (0..inputs.hierarchy.n_levels())
                     .map(|l| parity_at_interval_start(l, step_count))
                     .collect(),
@@ -177,11 +177,6 @@ struct Builder<'a> {
     inputs: &'a PlanInputs<'a>,
     resources: &'a Resources,
     steps: Vec<PlanStep>,
-    /// Each refined patch's `accumulate_fine_flux` of the hop about to run
-    /// (level, patch, launch): it reads the populations the patch's update
-    /// reads and writes only the interface flux, so it joins that update's
-    /// group.
-    fine_flux: Vec<(usize, usize, Launch)>,
     parity: Vec<usize>,
 }
 
@@ -309,12 +304,16 @@ impl Builder<'_> {
             if inputs.accumulate {
                 group.extend(self.exchange_launch(level, patch));
             }
-            if let Some(k) = self
-                .fine_flux
-                .iter()
-                .position(|(l, p, _)| (*l, *p) == (level, patch.index))
-            {
-                group.push(self.fine_flux.remove(k).2);
+            if level > 0 {
+                group.push(
+                    AccumulateFineFlux {
+                        fine: self.current(patch),
+                        flux: self.flux(patch),
+                        layout: patch.layout,
+                        kinds: inputs.sides[level][patch.index].kinds,
+                    }
+                    .launch(),
+                );
             }
             let name = format!("{}.stream_collide", patch.name());
             match group.len() {
@@ -348,14 +347,6 @@ impl Builder<'_> {
                     }
                     .launch();
                     self.push(format!("{}.fill_ghost.{sub}", child.name()), launch);
-                    let launch = AccumulateFineFlux {
-                        fine: self.current(child),
-                        flux: self.flux(child),
-                        layout: child.layout,
-                        kinds: sides.kinds,
-                    }
-                    .launch();
-                    self.fine_flux.push((level + 1, child.index, launch));
                 }
                 self.hop(level + 1);
             }
