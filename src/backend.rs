@@ -12,7 +12,7 @@
 use clap::ValueEnum;
 use serde::Serialize;
 
-use lbm_core::device::{Action, EventId, PeerBuffer, PeerEvent, PlanId, StagingId, StreamId};
+use lbm_core::device::{Action, EventId, PeerBuffer, PeerEvent, PeerStream, PlanId, StagingId, StreamId};
 use lbm_core::{BufferId, CpuDriver, Driver, Launch};
 
 use crate::AppError;
@@ -249,6 +249,9 @@ impl Driver for Stalling {
     }
     fn copy_from_peer(&mut self, stream: StreamId, src: PeerBuffer, dst: BufferId) -> lbm_core::Result<()> {
         self.inner.copy_from_peer(stream, src, dst)
+    }
+    fn share_stream(&mut self, stream: StreamId) -> lbm_core::Result<Option<PeerStream>> {
+        self.inner.share_stream(stream)
     }
     fn replay_on(&mut self, stream: StreamId, plan: PlanId) -> lbm_core::Result<()> {
         self.inner.replay_on(stream, plan)

@@ -13,6 +13,7 @@ use lbm_core::stepper::Fields;
 use lbm_core::{Driver, ExecConfig, LatticeConfig, Snapshot, Stepper, Unhealthy};
 
 use crate::AppError;
+use crate::backend::Device;
 use crate::output::ring::{OutputRing, RingStats};
 
 /// One stepper, or a split over several devices.
@@ -30,11 +31,36 @@ pub(crate) struct Observed {
 }
 
 impl<D: Driver> Engine<D> {
-    /// A stepper on the one driver, or the split over all of them.
-    pub fn open(mut drivers: Vec<D>, lattice: LatticeConfig, exec: ExecConfig) -> lbm_core::Result<Self> {
-        match drivers.len() {
-            1 => Ok(Engine::One(Box::new(Stepper::new(drivers.remove(0), lattice, exec)?))),
-            _ => Ok(Engine::Split(Box::new(Split::new(drivers, lattice, exec)?))),
+    /// A stepper on the one driver, or the split over all of them, on
+    /// `devices` (one per driver). A split over CUDA devices moves its
+    /// halos through NCCL when the library is found, else device to device
+    /// by copies ([`Engine::halo_transport`] says which).
+    pub fn open(
+        mut drivers: Vec<D>,
+        devices: &[Device],
+        lattice: LatticeConfig,
+        exec: ExecConfig,
+    ) -> lbm_core::Result<Self> {
+        if drivers.len() == 1 {
+            return Ok(Engine::One(Box::new(Stepper::new(drivers.remove(0), lattice, exec)?)));
+        }
+        let mut split = Split::new(drivers, lattice, exec)?;
+        if split.transport() == "device" && devices.iter().all(|d| d.backend == "cuda") {
+            let ordinals: Vec<usize> = devices.iter().map(|d| d.ordinal).collect();
+            match lbm_cuda::Nccl::open(&ordinals)? {
+                Some(nccl) => split.use_collective(Box::new(nccl))?,
+                None => eprintln!("note: NCCL's library (libnccl.so) was not found: halos are copied device to device"),
+            }
+        }
+        Ok(Engine::Split(Box::new(split)))
+    }
+
+    /// How a split's halos move ("nccl", "device", "host"); `None` on one
+    /// device.
+    pub fn halo_transport(&self) -> Option<&'static str> {
+        match self {
+            Engine::One(_) => None,
+            Engine::Split(s) => Some(s.transport()),
         }
     }
 

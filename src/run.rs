@@ -209,6 +209,10 @@ struct Manifest<'a> {
     device: &'a Device,
     /// Every device of the run, one per slab of a split.
     devices: &'a [Device],
+    /// How a split's halos move between its slabs ("nccl", "device" copies
+    /// or "host"); absent on one device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    halo_transport: Option<&'static str>,
     command_line: Vec<String>,
     started_utc: String,
     /// One entry per `lbm resume`.
@@ -382,7 +386,7 @@ pub(crate) fn open_session<'a>(
     // run leaves only the empty directory, which a rerun may use.
     let backend = opened[0].0.backend();
     let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
-    let engine = Engine::open(drivers, resolved.lattice.clone(), exec(resolved))?;
+    let engine = Engine::open(drivers, &devices, resolved.lattice.clone(), exec(resolved))?;
     let started_up = (|| {
         write_atomic(&out.join("case.toml"), text.as_bytes())?;
         write_json(
@@ -399,6 +403,7 @@ pub(crate) fn open_session<'a>(
                 backend,
                 device: &devices[0],
                 devices: &devices,
+                halo_transport: engine.halo_transport(),
                 command_line: std::env::args().collect(),
                 started_utc: utc_now(),
                 resumes: Vec::new(),
@@ -500,6 +505,8 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     }
     let opened = (options.backend).open_split(options.device, request.devices, request.device_list.as_deref())?;
     let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
+    let backend = drivers[0].backend();
+    let mut engine = Engine::open(drivers, &devices, resolved.lattice.clone(), exec(&resolved))?;
     remove_partial_files(dir);
     let mut state = found.run.run;
     state.segments += 1;
@@ -507,16 +514,15 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         resumes.push(serde_json::json!({
             "from_interval": state.done,
             "checkpoint": found.path.strip_prefix(dir).unwrap_or(&found.path),
-            "backend": drivers[0].backend(),
+            "backend": backend,
             "device": &devices[0],
             "devices": &devices,
+            "halo_transport": engine.halo_transport(),
             "command_line": std::env::args().collect::<Vec<_>>(),
             "started_utc": utc_now(),
         }));
     }
     write_json(&manifest_path, &manifest)?;
-    let backend = drivers[0].backend();
-    let mut engine = Engine::open(drivers, resolved.lattice.clone(), exec(&resolved))?;
     engine.restore(&found.snapshot)?;
     let writer = Writer::resume(dir, &case, &resolved, request.picture_width, found.run.writer)?;
     eprintln!(

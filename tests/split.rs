@@ -64,6 +64,35 @@ fn each_slab_logs_its_interval_then_packs_sends_receives_and_unpacks() {
     }
 }
 
+/// A collective that counts the groups it is given.
+struct Counting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl lbm_core::device::Collective for Counting {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    fn transfer(&mut self, _: &[lbm_core::device::Transfer]) -> lbm_core::Result<()> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_collective_is_refused_where_halos_move_through_the_host() {
+    let groups = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let drivers: Vec<MockDriver> = (0..2).map(|_| MockDriver::executing()).collect();
+    let mut split = Split::new(drivers, channel(), ExecConfig::default()).unwrap();
+    let refused = split.use_collective(Box::new(Counting(groups.clone()))).unwrap_err();
+    assert!(
+        refused.to_string().contains("halos through counting") && refused.to_string().contains("through the host"),
+        "{refused}"
+    );
+    assert_eq!(split.transport(), "host", "the split is unchanged");
+    split.step(2).unwrap();
+    assert_eq!(groups.load(std::sync::atomic::Ordering::Relaxed), 0);
+    split.close().unwrap();
+}
+
 #[test]
 fn a_slab_that_fails_is_named_the_others_are_waited_for_and_close_frees_all() {
     let drivers: Vec<MockDriver> = (0..3).map(|_| MockDriver::executing()).collect();

@@ -293,6 +293,8 @@ export LBM_WORKSPACE_ROOT="$PACK"
 export LBM_BIN="$PACK/bin/lbm"
 export INSTA_UPDATE="${INSTA_UPDATE:-no}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+# The split's halos may go through NCCL: NVLink multicast stays off.
+export NCCL_NVLS_ENABLE=0
 # Where $OUT is set, what is written under it comes back from the GPU machine.
 if [ -z "${LBM_BENCH_RESULTS:-}" ]; then
   if [ -n "${OUT:-}" ]; then LBM_BENCH_RESULTS="$OUT/bench-results"; else LBM_BENCH_RESULTS="$PACK/bench-results"; fi

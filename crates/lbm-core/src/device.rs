@@ -457,6 +457,13 @@ pub trait Driver: Send {
         let _ = (stream, src, dst);
         Err(no_peers(self.backend()))
     }
+    /// `stream` as a collective library ([`Collective`]) may enqueue its
+    /// sends and receives on it, or `None` for a backend without one (the
+    /// default).
+    fn share_stream(&mut self, stream: StreamId) -> Result<Option<PeerStream>> {
+        let _ = stream;
+        Ok(None)
+    }
     /// [`Driver::replay`] on `stream`, for work that runs beside the main
     /// stream (a split's halo exchange while the interior updates); the
     /// caller orders it with events. By default only the main stream.
@@ -476,6 +483,41 @@ pub struct PeerBuffer {
     pub device: usize,
     pub address: u64,
     pub bytes: usize,
+}
+
+/// A stream of one driver, as a collective library enqueues on it: its
+/// backend, device and handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerStream {
+    pub backend: &'static str,
+    pub device: usize,
+    pub handle: u64,
+}
+
+/// One point-to-point move of a collective group: every byte of `src` (a
+/// buffer the sending driver shares) into `dst` (one the receiving driver
+/// shares, at least as large), the send enqueued on `send_on` and the
+/// receive on `recv_on`, each after what its stream already holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    pub src: PeerBuffer,
+    pub dst: PeerBuffer,
+    pub send_on: PeerStream,
+    pub recv_on: PeerStream,
+}
+
+/// A library that moves bytes between the devices of one process as groups
+/// of sends and receives (NCCL on CUDA: one communicator for the run, one
+/// rank per device, a device's own rank for two drivers of one device).
+/// A split's halo exchange goes through it when one is given
+/// (`crate::split::Split::use_collective`).
+pub trait Collective: Send {
+    /// A short name for messages and summaries: "nccl".
+    fn name(&self) -> &'static str;
+    /// Enqueues every transfer as one group, without blocking the host: a
+    /// stream's later work waits for its sends and receives, and the
+    /// buffers stay allocated until they complete.
+    fn transfer(&mut self, transfers: &[Transfer]) -> Result<()>;
 }
 
 /// A recorded event of one driver that another driver may wait for.
@@ -558,6 +600,9 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     }
     fn copy_from_peer(&mut self, stream: StreamId, src: PeerBuffer, dst: BufferId) -> Result<()> {
         (**self).copy_from_peer(stream, src, dst)
+    }
+    fn share_stream(&mut self, stream: StreamId) -> Result<Option<PeerStream>> {
+        (**self).share_stream(stream)
     }
     fn replay_on(&mut self, stream: StreamId, plan: PlanId) -> Result<()> {
         (**self).replay_on(stream, plan)

@@ -50,6 +50,14 @@ pub enum Error {
     #[error("cuda error during {operation}: {code}")]
     Cuda { operation: String, code: CudaCode },
 
+    /// A call of a collective library (NCCL) failed with `code`.
+    #[error("{library} error during {operation}: {code}")]
+    Collective {
+        library: &'static str,
+        operation: String,
+        code: String,
+    },
+
     /// A backend cannot work at all (no driver library, a module that does not
     /// load, an emulator library missing).
     #[error("{backend} backend unavailable: {reason}")]

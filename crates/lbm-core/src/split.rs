@@ -19,6 +19,11 @@
 //!   column) runs; only the tail waits for the halo
 //!   ([`Stepper::step_in_parts`]). The intervals of a `step(n)` are all
 //!   enqueued before any is waited for;
+//!   With a collective library attached ([`Split::use_collective`]: NCCL on
+//!   CUDA, what `lbm run --devices` attaches when the library is found), the
+//!   copies become one group of sends and receives per interval, each send
+//!   on its sender's exchange stream after its packs and each receive on its
+//!   receiver's before its unpacks; the library orders the two ends;
 //! - **host** otherwise (the CPU backend, the mock): after each interval, a
 //!   download and an upload through the two drivers, in process.
 //!
@@ -32,12 +37,12 @@
 //! sums, total mass too.
 //!
 //! What it does not do: overlap the pack with the update (it follows the
-//! tail), or move halos over NCCL.
+//! tail), or span processes.
 
 use ndarray::{Array3, Axis, concatenate};
 
 use crate::config::{ExecConfig, LatticeConfig};
-use crate::device::{Action, BufferId, Driver, EventId, PeerBuffer, PeerEvent, PlanId, StreamId};
+use crate::device::{Action, BufferId, Collective, Driver, EventId, PeerBuffer, PeerEvent, PlanId, StreamId, Transfer};
 use crate::domain::decompose::{Decomposition, SlabWindow};
 use crate::domain::hierarchy::{Hierarchy, Rect};
 use crate::error::{Error, Result};
@@ -84,8 +89,17 @@ struct SlabPlans {
     unpack: [PlanId; 2],
 }
 
+/// A collective library the halos travel through, and the transfers of one
+/// exchange (the links in order).
+struct Attached {
+    collective: Box<dyn Collective>,
+    transfers: Vec<Transfer>,
+}
+
 /// A run split over `drivers.len()` devices; see the module documentation.
 pub struct Split<D: Driver> {
+    /// Declared first so that it is dropped before the slabs' drivers.
+    attached: Option<Attached>,
     hierarchy: Hierarchy,
     decomposition: Decomposition,
     slabs: Vec<Stepper<D>>,
@@ -156,6 +170,7 @@ impl<D: Driver> Split<D> {
             })
             .collect();
         let mut split = Split {
+            attached: None,
             hierarchy,
             decomposition,
             slabs,
@@ -266,14 +281,55 @@ impl<D: Driver> Split<D> {
         Ok(())
     }
 
-    /// How halos move: "device" (every slab's driver copies from its
-    /// neighbours' buffers on its own stream) or "host" (a download and an
-    /// upload).
+    /// How halos move: the collective's name ("nccl"), "device" (every
+    /// slab's driver copies from its neighbours' buffers on its own stream)
+    /// or "host" (a download and an upload).
     pub fn transport(&self) -> &'static str {
-        match self.events {
-            Some(_) => "device",
-            None => "host",
+        match (&self.attached, &self.events) {
+            (Some(a), _) => a.collective.name(),
+            (None, Some(_)) => "device",
+            (None, None) => "host",
         }
+    }
+
+    /// Moves the halos through `collective` from the next interval on,
+    /// instead of the device transport's copies. Refused, with the split
+    /// unchanged, where there is no device transport (a backend that moves
+    /// bytes only through the host) or a slab's driver does not share its
+    /// exchange stream.
+    pub fn use_collective(&mut self, collective: Box<dyn Collective>) -> Result<()> {
+        let Some(events) = self.events.clone() else {
+            return Err(Error::NotAvailable {
+                what: format!("halos through {}", collective.name()),
+                reason: "the slabs' drivers move bytes only through the host",
+            });
+        };
+        let mut transfers = Vec::with_capacity(self.links.len());
+        for link in &self.links {
+            let stream = |s: usize| {
+                self.slabs[s]
+                    .with_device(|d, _| d.share_stream(events[s].side))
+                    .map_err(on_slab(s))?
+                    .ok_or_else(|| {
+                        on_slab(s)(Error::NotAvailable {
+                            what: format!("halos through {}", collective.name()),
+                            reason: "the slab's driver does not share its streams",
+                        })
+                    })
+            };
+            let dst = self.slabs[link.to]
+                .with_device(|d, _| d.share(link.recv))
+                .map_err(on_slab(link.to))?
+                .expect("the device transport shares every buffer");
+            transfers.push(Transfer {
+                src: link.peer.expect("the device transport shares every buffer"),
+                dst,
+                send_on: stream(link.from)?,
+                recv_on: stream(link.to)?,
+            });
+        }
+        self.attached = Some(Attached { collective, transfers });
+        Ok(())
     }
 
     /// Fills every halo column from the neighbours' current populations.
@@ -397,9 +453,14 @@ impl<D: Driver> Split<D> {
             })?;
             for (s, slab) in self.slabs.iter().enumerate() {
                 let (plans, e) = (self.plans[s], events[s]);
-                let waits: Vec<PeerEvent> = (self.links.iter().filter(|l| l.from == s))
-                    .filter_map(|l| received[l.to])
-                    .collect();
+                // A collective's send completes only once received, so the
+                // next pack, behind it on the same stream, needs no wait.
+                let waits: Vec<PeerEvent> = match self.attached {
+                    Some(_) => Vec::new(),
+                    None => (self.links.iter().filter(|l| l.from == s))
+                        .filter_map(|l| received[l.to])
+                        .collect(),
+                };
                 packed[s][turn] = Some(
                     slab.enqueue_on_device(|d| {
                         waits.iter().try_for_each(|w| d.wait_peer_event(e.side, *w))?;
@@ -409,9 +470,15 @@ impl<D: Driver> Split<D> {
                     .map_err(on_slab(s))?,
                 );
             }
+            if let Some(a) = self.attached.as_mut() {
+                a.collective.transfer(&a.transfers)?;
+            }
             for (r, slab) in self.slabs.iter().enumerate() {
                 let (plans, e) = (self.plans[r], events[r]);
-                let links: Vec<&HaloLink> = self.links.iter().filter(|l| l.to == r).collect();
+                let links: Vec<&HaloLink> = match self.attached {
+                    Some(_) => Vec::new(),
+                    None => self.links.iter().filter(|l| l.to == r).collect(),
+                };
                 received[r] = Some(
                     slab.enqueue_on_device(|d| {
                         for link in &links {
@@ -659,6 +726,8 @@ impl<D: Driver> Split<D> {
                 first.get_or_insert(on_slab(s)(e));
             }
         }
+        // Every stream is done: the communicator has nothing in flight.
+        self.attached = None;
         first.map_or(Ok(()), Err)
     }
 }

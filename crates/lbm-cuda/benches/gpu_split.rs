@@ -1,12 +1,13 @@
 //! A run split into two slabs (`lbm_core::split`) on the one GPU this
 //! machine has: both slabs' `CudaDriver`s on device 0, the halo exchange
-//! after every interval device to device (the split's device transport).
-//! Two ceilings, each measured in the same run: the same two slabs stepped
+//! after every interval device to device: copies (the split's device
+//! transport, `split`) or NCCL sends and receives to the device's own rank
+//! (`split_nccl`). Two ceilings, each measured in the same run: the same two slabs stepped
 //! the same way but with no exchange (`gpu_split`: what the exchange costs,
 //! the "at most 5% slower" target), and the whole channel on one driver
 //! (`gpu_split_whole`: what the split costs on one device). A uniform DFG-like
 //! channel (inlet, outflow, walls, a cylinder on the base grid), 4400 x 820
-//! cells. Prints a skip notice and measures nothing without a CUDA device.
+//! cells and twice that along each axis. Prints a skip notice and measures nothing without a CUDA device.
 //!
 //! Run: `cargo xtask gpu-pack`, then on the GPU machine
 //! `bash gpu-pack/run.sh benches gpu_split`.
@@ -28,7 +29,7 @@ mod common;
 
 const GPU_SPLIT: Group = Group {
     name: "gpu_split",
-    figures: &["split"],
+    figures: &["split", "split_nccl"],
     ceiling: "no_exchange",
     element_unit: "cell updates/s",
 };
@@ -43,10 +44,11 @@ const GPU_SPLIT_WHOLE: Group = Group {
 /// Intervals per timed call.
 const INTERVALS: u64 = 20;
 
-fn channel() -> LatticeConfig {
+/// The channel at `scale` times 4400 x 820 cells.
+fn channel(scale: u32) -> LatticeConfig {
     let mut lattice = LatticeConfig::uniform(
-        4400,
-        820,
+        4400 * scale,
+        820 * scale,
         0.56,
         [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
     );
@@ -57,8 +59,8 @@ fn channel() -> LatticeConfig {
     });
     lattice.bodies = vec![Body {
         shape: Shape::Circle {
-            center: [400.0, 400.0],
-            radius: 100.0,
+            center: [400.0 * scale as f64, 400.0 * scale as f64],
+            radius: 100.0 * scale as f64,
         },
         level: 0,
     }];
@@ -78,11 +80,25 @@ fn bench(c: &mut Criterion) {
         eprintln!("gpu_split: no CUDA device, nothing measured");
         return;
     }
-    let lattice = channel();
+    // The exchange's host calls per interval are the same at both sizes;
+    // the larger grid's intervals take four times as long.
+    for scale in [1, 2] {
+        bench_channel(c, scale);
+    }
+}
+
+fn bench_channel(c: &mut Criterion, scale: u32) {
+    let lattice = channel(scale);
     let exec = ExecConfig::default();
     let drivers = || (0..2).map(|_| CudaDriver::new(0).unwrap()).collect::<Vec<_>>();
     let mut split = Split::new(drivers(), lattice.clone(), exec.clone()).unwrap();
     let updates = split.hierarchy().cell_updates_per_interval() * INTERVALS;
+    let mut nccl = Split::new(drivers(), lattice.clone(), exec.clone()).unwrap();
+    let library = lbm_cuda::Nccl::open(&[0, 0])
+        .unwrap()
+        .expect("NCCL's library on the GPU machine");
+    nccl.use_collective(Box::new(library)).unwrap();
+    nccl.step(INTERVALS).unwrap();
     // The same slabs as plain steppers, nothing exchanged.
     let slabs: Vec<Stepper<CudaDriver>> = drivers()
         .into_iter()
@@ -105,11 +121,15 @@ fn bench(c: &mut Criterion) {
         slabs.iter().for_each(|s| s.finish_step().unwrap());
     };
     no_exchange();
-    let param = "dfg-channel-4400x820";
+    let param = format!("dfg-channel-{}x{}", 4400 * scale, 820 * scale);
+    let param = param.as_str();
     let mut group = c.benchmark_group(GPU_SPLIT.name);
     group.sample_size(10).throughput(Throughput::Elements(updates));
     group.bench_function(BenchmarkId::new("split", param), |b| {
         b.iter_custom(|iters| timed(iters, || split.step(INTERVALS).unwrap()))
+    });
+    group.bench_function(BenchmarkId::new("split_nccl", param), |b| {
+        b.iter_custom(|iters| timed(iters, || nccl.step(INTERVALS).unwrap()))
     });
     group.bench_function(BenchmarkId::new("no_exchange", param), |b| {
         b.iter_custom(|iters| timed(iters, &mut no_exchange))
@@ -125,6 +145,7 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
     split.close().unwrap();
+    nccl.close().unwrap();
 }
 
 criterion_group!(benches, bench);

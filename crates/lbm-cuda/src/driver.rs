@@ -35,7 +35,9 @@ use cudarc::driver::{
     PinnedHostSlice, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
-use lbm_core::device::{Action, BatchLaunch, EventId, PeerBuffer, PeerEvent, PlanId, StagingId, StreamId, live_buffer};
+use lbm_core::device::{
+    Action, BatchLaunch, EventId, PeerBuffer, PeerEvent, PeerStream, PlanId, StagingId, StreamId, live_buffer,
+};
 use lbm_core::error::CudaCode;
 use lbm_core::kernels::{PlanTable, check_launch};
 use lbm_core::{Arg, BufferId, Driver, Error, Kernel, Launch, Result};
@@ -785,6 +787,15 @@ impl Driver for CudaDriver {
             )
         }
         .map_err(|e| cuda_error("wait for a peer event", e))
+    }
+
+    fn share_stream(&mut self, stream: StreamId) -> Result<Option<PeerStream>> {
+        let stream = self.stream_of(stream)?;
+        Ok(Some(PeerStream {
+            backend: BACKEND,
+            device: self.ctx.ordinal(),
+            handle: stream.cu_stream() as u64,
+        }))
     }
 
     fn copy_from_peer(&mut self, stream: StreamId, src: PeerBuffer, dst: BufferId) -> Result<()> {

@@ -1398,7 +1398,8 @@ fn split_bulk_lattice() -> LatticeConfig {
 
 /// Split over two and three drivers of the one device under test, the run's
 /// populations, fields and forces equal one device's (and the CPU split's)
-/// bit for bit.
+/// bit for bit, with the halos copied device to device and through NCCL
+/// (every slab on the device's one rank, sending to itself).
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn split_runs_match_one_device_bit_for_bit() {
@@ -1419,14 +1420,23 @@ fn split_runs_match_one_device_bit_for_bit() {
             .map(|_| Box::new(CpuDriver::new()) as Box<dyn Driver>)
             .collect();
         let mut cpu = Split::new(cpus, split_lattice(), exec.clone()).unwrap();
+        let gpus = (0..devices).map(|_| lbm_cuda::testing::open_device().driver).collect();
+        let mut nccl = Split::new(gpus, split_lattice(), exec.clone()).unwrap();
+        let library = lbm_cuda::Nccl::open(&vec![0; devices])
+            .unwrap()
+            .expect("the device machine has NCCL's library");
+        nccl.use_collective(Box::new(library)).unwrap();
         assert_eq!(split.transport(), "device", "the device's drivers copy from each other");
+        assert_eq!(nccl.transport(), "nccl");
         assert_eq!(cpu.transport(), "host");
         one.initialize(initial_flow).unwrap();
         split.initialize(initial_flow).unwrap();
+        nccl.initialize(initial_flow).unwrap();
         cpu.initialize(initial_flow).unwrap();
         for chunk in [1, 9, 20] {
             one.step(chunk).unwrap();
             split.step(chunk).unwrap();
+            nccl.step(chunk).unwrap();
             cpu.step(chunk).unwrap();
             let at = format!("{devices} slabs after {} intervals", one.step_count());
             for p in one.hierarchy().patches() {
@@ -1436,7 +1446,7 @@ fn split_runs_match_one_device_bit_for_bit() {
                     .iter()
                     .map(|v| v.to_bits())
                     .collect();
-                for (name, run) in [("gpu", &split), ("cpu", &cpu)] {
+                for (name, run) in [("gpu", &split), ("nccl", &nccl), ("cpu", &cpu)] {
                     let got: Vec<u32> = run
                         .active_populations(p.level, p.index)
                         .unwrap()
@@ -1446,13 +1456,16 @@ fn split_runs_match_one_device_bit_for_bit() {
                     assert!(got == want, "{at}: {name} split, populations of {}", p.name());
                 }
             }
-            assert_eq!(
-                split.read_raw_exchange(0).unwrap(),
-                one.read_raw_exchange(0).unwrap(),
-                "{at}"
-            );
+            for run in [&split, &nccl] {
+                assert_eq!(
+                    run.read_raw_exchange(0).unwrap(),
+                    one.read_raw_exchange(0).unwrap(),
+                    "{at}"
+                );
+            }
         }
         split.close().unwrap();
+        nccl.close().unwrap();
         cpu.close().unwrap();
     }
 }
