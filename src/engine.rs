@@ -33,8 +33,8 @@ pub(crate) struct Observed {
 impl<D: Driver> Engine<D> {
     /// A stepper on the one driver, or the split over all of them, on
     /// `devices` (one per driver). A split over CUDA devices moves its
-    /// halos through NCCL when the library is found, else device to device
-    /// by copies ([`Engine::halo_transport`] says which).
+    /// halos through NCCL when the library is found and starts, else device
+    /// to device by copies ([`Engine::halo_transport`] says which).
     pub fn open(
         mut drivers: Vec<D>,
         devices: &[Device],
@@ -47,9 +47,13 @@ impl<D: Driver> Engine<D> {
         let mut split = Split::new(drivers, lattice, exec)?;
         if split.transport() == "device" && devices.iter().all(|d| d.backend == "cuda") {
             let ordinals: Vec<usize> = devices.iter().map(|d| d.ordinal).collect();
-            match lbm_cuda::Nccl::open(&ordinals)? {
-                Some(nccl) => split.use_collective(Box::new(nccl))?,
-                None => eprintln!("note: NCCL's library (libnccl.so) was not found: halos are copied device to device"),
+            // Without NCCL the copies carry the same bytes: say why, and run.
+            match lbm_cuda::Nccl::open(&ordinals) {
+                Ok(Some(nccl)) => split.use_collective(Box::new(nccl))?,
+                Ok(None) => {
+                    eprintln!("note: NCCL's library (libnccl.so) was not found: halos are copied device to device")
+                }
+                Err(e) => eprintln!("note: NCCL did not start ({e}): halos are copied device to device"),
             }
         }
         Ok(Engine::Split(Box::new(split)))

@@ -4,6 +4,8 @@
 // collides and stores each opposite pair together (32 registers), `aligned` is
 // `pairs` with each row's blocks starting at an aligned storage index: what
 // kernels/lbm.cu keeps. The bits of `aligned` are compared with `plain`'s.
+// Then `aligned` with cache operators on its loads, other block sizes and
+// all of L1 as cache, none of which beat it (2026-12-02).
 #include "../../kernels/common.cuh"
 #include <cstdio>
 #include <cstdlib>
@@ -87,11 +89,33 @@ extern "C" __global__ void aligned(ARGS) {
     pairs_store(f, op, om, fx, fy, dst, plane, index);
 }
 
+// `aligned` with its loads through a cache operator: `.cs` (evict first,
+// streaming), `.nc` (the read-only path), `.lu` (last use).
+#define ALIGNED_WITH(NAME, LOAD)                                                                               \
+    extern "C" __global__ void NAME(ARGS) {                                                                    \
+        const unsigned int y = y0 + blockIdx.y;                                                                \
+        const unsigned int lead = (y * tile_x + x0) & 31u;                                                     \
+        const long long x = (long long)x0 - lead + (long long)(blockIdx.x * blockDim.x + threadIdx.x);         \
+        if (x < (long long)x0 || x >= (long long)x1 || y >= y1) return;                                        \
+        const unsigned int index = y * tile_x + (unsigned int)x;                                               \
+        float f[LBM_Q];                                                                                        \
+        _Pragma("unroll") for (int i = 0; i < LBM_Q; ++i) {                                                    \
+            f[i] = LOAD(&src[(unsigned int)i * plane +                                                         \
+                             (index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x)]);           \
+        }                                                                                                      \
+        pairs_store(f, op, om, fx, fy, dst, plane, index);                                                     \
+    }
+ALIGNED_WITH(aligned_cs, __ldcs)
+ALIGNED_WITH(aligned_nc, __ldg)
+ALIGNED_WITH(aligned_lu, __ldlu)
+
 typedef void (*Kernel)(ARGS);
 
 int main() {
-    const char* names[] = {"plain", "pairs", "aligned"};
-    Kernel kernels[] = {plain, pairs, aligned};
+    // Variants 3..: `aligned` with other loads, block sizes and the L1 carveout.
+    const char* names[] = {"plain", "pairs", "aligned", "al_cs", "al_nc", "al_lu", "al_128", "al_512", "al_l1max"};
+    Kernel kernels[] = {plain, pairs, aligned, aligned_cs, aligned_nc, aligned_lu, aligned, aligned, aligned};
+    const unsigned int threads[] = {256, 256, 256, 256, 256, 256, 128, 512, 256};
     for (unsigned int n : {4096u, 8192u}) {
         const size_t plane = (size_t)n * n, bytes = 9 * plane * 4;
         float *a, *b, *c;
@@ -114,13 +138,15 @@ int main() {
         const double copy = (double)plane * reps / (ms * 1e-3) / 1e9;
         printf("n %u: device-to-device copy %.1f G cells/s\n", n, copy);
         const unsigned int w = n - 2, h_rows = n - 2;
-        for (int v = 0; v < 3; ++v) {
-            const dim3 grid((w + (v == 2 ? 31 : 0) + 255) / 256, h_rows);
+        for (int v = 0; v < 9; ++v) {
+            const unsigned int t = threads[v];
+            const dim3 grid((w + (v >= 2 ? 31 : 0) + t - 1) / t, h_rows);
+            cudaFuncSetAttribute(kernels[v], cudaFuncAttributePreferredSharedMemoryCarveout, v == 8 ? 0 : -1);
             for (int forced = 0; forced < 2; ++forced) {
                 const float fx = forced ? 1e-6f : 0.0f;
                 for (int r = 0; r < reps + 3; ++r) {
                     if (r == 3) cudaEventRecord(e0);
-                    kernels[v]<<<grid, 256>>>(r % 2 ? b : a, r % 2 ? a : b, n, (unsigned)plane, 1, 1, n - 1, n - 1,
+                    kernels[v]<<<grid, t>>>(r % 2 ? b : a, r % 2 ? a : b, n, (unsigned)plane, 1, 1, n - 1, n - 1,
                                               1.6f, 1.1f, fx, 0.0f);
                 }
                 cudaEventRecord(e1);
