@@ -787,8 +787,8 @@ fn annotated_step1(fixture: Fixture) -> String {
     let kinds = |action: &Action| match action {
         Action::Launch(_) | Action::Batch(_) => vec![EventKind::Launch],
         Action::Memset { .. } => vec![EventKind::Memset],
-        Action::Together(launches) => std::iter::once(EventKind::Together)
-            .chain(launches.iter().map(|_| EventKind::Launch))
+        Action::Together(members) => std::iter::once(EventKind::Together)
+            .chain(members.iter().map(|_| EventKind::Launch))
             .collect(),
     };
     let events: usize = steps.iter().map(|s| kinds(&s.action).len()).sum();

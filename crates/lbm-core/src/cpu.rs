@@ -175,6 +175,21 @@ impl CpuDriver {
         Ok(())
     }
 
+    /// One action of a replayed plan; a group's members in order.
+    fn run_action(&mut self, action: &Action) -> Result<()> {
+        match action {
+            Action::Launch(launch) => self.execute(launch),
+            Action::Together(members) => members.iter().try_for_each(|a| self.run_action(a)),
+            Action::Batch(batch) => self.execute_batch(batch),
+            Action::Memset {
+                buffer,
+                byte_offset,
+                bytes,
+                value,
+            } => self.memset_async(*buffer, *byte_offset, *bytes, *value),
+        }
+    }
+
     /// A fused batch: every member's launch, the members side by side
     /// (`check_batch` proved no member touches bytes another writes), each
     /// computing exactly what its own launch computes.
@@ -432,20 +447,7 @@ impl Driver for CpuDriver {
 
     fn replay(&mut self, plan: PlanId) -> Result<()> {
         let actions = self.plans.replay(plan, BACKEND, |id| self.size_of(id))?;
-        for action in actions.iter() {
-            match action {
-                Action::Launch(launch) => self.execute(launch)?,
-                Action::Together(launches) => launches.iter().try_for_each(|l| self.execute(l))?,
-                Action::Batch(batch) => self.execute_batch(batch)?,
-                Action::Memset {
-                    buffer,
-                    byte_offset,
-                    bytes,
-                    value,
-                } => self.memset_async(*buffer, *byte_offset, *bytes, *value)?,
-            }
-        }
-        Ok(())
+        actions.iter().try_for_each(|a| self.run_action(a))
     }
 
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {

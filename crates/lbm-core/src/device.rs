@@ -317,16 +317,17 @@ pub enum Action {
         bytes: usize,
         value: u8,
     },
-    /// Launches in no order among themselves: each starts after every
-    /// action before the group and every action after it waits for all of
-    /// them, so a device may run them side by side (CUDA: the first on the
-    /// plan's stream, each other on a side stream of the highest priority,
-    /// forked and joined by events, inside the plan's graph). The plan that
-    /// groups them guarantees that none writes what another reads or writes
-    /// (a split update's bulk region and a list of cells outside it: the
-    /// launch check sees whole buffers and cannot tell); the CPU and the mock
-    /// run them in order, which is one of the orders a device may take.
-    Together(Vec<Launch>),
+    /// Launches, or batches of a fused batch, in no order among themselves
+    /// (never a memset or another group): each starts after every action
+    /// before the group and every action after it waits for all of them, so
+    /// a device may run them side by side (CUDA: the first on the plan's
+    /// stream, each other on a side stream of the highest priority, forked
+    /// and joined by events, inside the plan's graph). The plan that groups
+    /// them guarantees that none writes what another reads or writes (a
+    /// split update's bulk region and a list of cells outside it: the launch
+    /// check sees whole buffers and cannot tell); the CPU and the mock run
+    /// them in order, which is one of the orders a device may take.
+    Together(Vec<Action>),
 }
 
 impl Action {
@@ -335,7 +336,7 @@ impl Action {
     pub fn launches(&self) -> Vec<&Launch> {
         match self {
             Action::Launch(launch) => vec![launch],
-            Action::Together(launches) => launches.iter().collect(),
+            Action::Together(members) => members.iter().flat_map(Action::launches).collect(),
             Action::Batch(batch) => batch.launches.iter().collect(),
             Action::Memset { .. } => Vec::new(),
         }
@@ -347,7 +348,7 @@ impl Action {
             Action::Launch(launch) => launch.buffers().collect(),
             Action::Batch(batch) => batch.launches.iter().flat_map(Launch::buffers).collect(),
             Action::Memset { buffer, .. } => vec![*buffer],
-            Action::Together(launches) => launches.iter().flat_map(Launch::buffers).collect(),
+            Action::Together(members) => members.iter().flat_map(Action::buffers).collect(),
         }
     }
 }

@@ -314,8 +314,22 @@ impl<D: Driver> Shared<D> {
                 }
             }
             Action::Batch(_) => unreachable!("a member's plan holding a batch is refused at prepare"),
-            Action::Together(_) => unreachable!("a member's groups are flattened at prepare"),
+            Action::Together(members) => Action::Together(members.iter().map(|a| self.action_of(m, a)).collect()),
         }
+    }
+
+    /// One batch of the launch that `pick` finds in each member's step.
+    fn batch_of(&self, actions: &[Vec<Action>], pick: impl Fn(&[Action]) -> &Action) -> Action {
+        Action::Batch(BatchLaunch {
+            launches: actions
+                .iter()
+                .enumerate()
+                .map(|(m, own)| match pick(own) {
+                    Action::Launch(l) => self.launch_of(m, l),
+                    _ => unreachable!("every member's step has member 0's shape (checked at prepare)"),
+                })
+                .collect(),
+        })
     }
 
     /// Every member's `actions` as one plan of batches; see the module
@@ -324,16 +338,19 @@ impl<D: Driver> Shared<D> {
         let mut out = Vec::new();
         for (k, first) in actions[0].iter().enumerate() {
             match first {
-                Action::Launch(_) => out.push(Action::Batch(BatchLaunch {
-                    launches: actions
-                        .iter()
-                        .enumerate()
-                        .map(|(m, own)| match &own[k] {
-                            Action::Launch(l) => self.launch_of(m, l),
-                            _ => unreachable!("every member's step has member 0's shape (checked at prepare)"),
+                Action::Launch(_) => out.push(self.batch_of(actions, |own| &own[k])),
+                // A group of launches becomes a group of batches, one per
+                // launch: what a member may run side by side, the batch may.
+                Action::Together(members) => out.push(Action::Together(
+                    (0..members.len())
+                        .map(|j| {
+                            self.batch_of(actions, |own| match &own[k] {
+                                Action::Together(group) => &group[j],
+                                other => other,
+                            })
                         })
                         .collect(),
-                })),
+                )),
                 Action::Memset {
                     buffer,
                     byte_offset: 0,
@@ -353,7 +370,6 @@ impl<D: Driver> Shared<D> {
                     out.extend(actions.iter().enumerate().map(|(m, own)| self.action_of(m, &own[k])))
                 }
                 Action::Batch(_) => unreachable!("a member's plan holding a batch is refused at prepare"),
-                Action::Together(_) => unreachable!("a member's groups are flattened at prepare"),
             }
         }
         out
@@ -399,27 +415,27 @@ fn same_shape(first: &[Action], mine: &[Action]) -> std::result::Result<(), Stri
             first.len()
         ));
     }
-    let same_launch = |a: &Launch, b: &Launch| (a.kernel, a.grid, a.block) == (b.kernel, b.grid, b.block);
-    let same = |a: &Action, b: &Action| match (a, b) {
-        (Action::Launch(a), Action::Launch(b)) => same_launch(a, b),
-        (Action::Together(a), Action::Together(b)) => {
-            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_launch(a, b))
+    fn same(a: &Action, b: &Action) -> bool {
+        match (a, b) {
+            (Action::Launch(a), Action::Launch(b)) => (a.kernel, a.grid, a.block) == (b.kernel, b.grid, b.block),
+            (Action::Together(a), Action::Together(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same(a, b))
+            }
+            (Action::Memset { bytes: a, value: x, .. }, Action::Memset { bytes: b, value: y, .. }) => (a, x) == (b, y),
+            _ => false,
         }
-        (Action::Memset { bytes: a, value: x, .. }, Action::Memset { bytes: b, value: y, .. }) => (a, x) == (b, y),
-        _ => false,
-    };
-    let shape = |a: &Action| match a {
-        Action::Launch(l) => format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block),
-        Action::Memset { bytes, value, .. } => format!("a memset of {bytes} bytes to {value}"),
-        Action::Batch(b) => format!("a batch of {}", b.first().kernel),
-        Action::Together(launches) => {
-            let kernels: Vec<String> = launches
-                .iter()
-                .map(|l| format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block))
-                .collect();
-            format!("a group of {}", kernels.join(", "))
+    }
+    fn shape(a: &Action) -> String {
+        match a {
+            Action::Launch(l) => format!("{} grid {:?} x block {:?}", l.kernel, l.grid, l.block),
+            Action::Memset { bytes, value, .. } => format!("a memset of {bytes} bytes to {value}"),
+            Action::Batch(b) => format!("a batch of {}", b.first().kernel),
+            Action::Together(members) => {
+                let members: Vec<String> = members.iter().map(shape).collect();
+                format!("a group of {}", members.join(", "))
+            }
         }
-    };
+    }
     match first.iter().zip(mine).enumerate().find(|(_, (a, b))| !same(a, b)) {
         Some((k, (a, b))) => Err(format!("its step {k} is {}, member 0's {}", shape(b), shape(a))),
         None => Ok(()),
@@ -623,15 +639,6 @@ impl<D: Driver> Driver for MemberDriver<D> {
         let backend = s.device.backend();
         // The member's own check, against its own copies.
         check_actions(actions, backend, |id| s.size_of(m, id))?;
-        // A group's launches become steps of their own: a batch fuses one
-        // launch across the members, and in order is one order of a group.
-        let actions: &[Action] = &actions
-            .iter()
-            .flat_map(|a| match a {
-                Action::Together(launches) => launches.iter().cloned().map(Action::Launch).collect(),
-                other => vec![other.clone()],
-            })
-            .collect::<Vec<_>>();
         if actions.iter().any(|a| matches!(a, Action::Batch(_))) {
             return Err(Error::FusedShape {
                 member: m,

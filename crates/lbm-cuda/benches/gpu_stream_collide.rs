@@ -51,7 +51,9 @@ fn bench(c: &mut Criterion) {
         let plans = |driver: &mut CudaDriver, label: &str, actions: &dyn Fn(&[Launch]) -> Vec<Action>| {
             [0, 1].map(|k| driver.prepare(&format!("{label}.{k}"), &actions(&launches[k])).unwrap())
         };
-        let together = plans(&mut driver, "together", &|l| vec![Action::Together(l.to_vec())]);
+        let together = plans(&mut driver, "together", &|l| {
+            vec![Action::Together(l.iter().cloned().map(Action::Launch).collect())]
+        });
         let in_order = plans(&mut driver, "in_order", &|l| {
             l.iter().cloned().map(Action::Launch).collect()
         });

@@ -440,7 +440,7 @@ impl CudaDriver {
     ) -> Result<()> {
         match action {
             Action::Launch(launch) => self.enqueue(stream, launch),
-            Action::Together(launches) => self.enqueue_together(stream, launches),
+            Action::Together(members) => self.enqueue_together(stream, members, tables),
             Action::Batch(batch) => self.enqueue_batch(stream, batch, tables.next().expect("one table per batch")),
             Action::Memset {
                 buffer,
@@ -451,15 +451,28 @@ impl CudaDriver {
         }
     }
 
-    /// Enqueues a group of launches in no order among themselves
-    /// ([`Action::Together`]): the first on `stream`, each other on a side
-    /// stream after what `stream` holds so far, and `stream` then waits for
-    /// them. Under capture the events become the graph's edges, so the group
-    /// is parallel branches of the plan's graph.
-    fn enqueue_together(&self, stream: &CudaStream, launches: &[Launch]) -> Result<()> {
-        let Some((first, others)) = launches.split_first() else {
+    /// Enqueues a group of launches or batches in no order among
+    /// themselves ([`Action::Together`]): the first on `stream`, each other
+    /// on a side stream after what `stream` holds so far, and `stream` then
+    /// waits for them. Under capture the events become the graph's edges, so
+    /// the group is parallel branches of the plan's graph. The batches take
+    /// `tables` in the group's order.
+    fn enqueue_together<'t>(
+        &self,
+        stream: &CudaStream,
+        members: &[Action],
+        tables: &mut impl Iterator<Item = &'t BatchTable>,
+    ) -> Result<()> {
+        let Some((first, others)) = members.split_first() else {
             return Ok(());
         };
+        // Each member's table, taken in the group's order before the
+        // members are enqueued in another.
+        let mut own: Vec<Option<&'t BatchTable>> = members
+            .iter()
+            .map(|a| matches!(a, Action::Batch(_)).then(|| tables.next().expect("one table per batch")))
+            .collect();
+        let first_table = own.remove(0);
         let sides = &self.side[..others.len().min(SIDE_STREAMS)];
         let fork = |e| cuda_error("fork a group of launches", e);
         if !others.is_empty() {
@@ -467,11 +480,11 @@ impl CudaDriver {
             for side in sides {
                 side.wait(&self.fork).map_err(fork)?;
             }
-            for (launch, side) in others.iter().zip(sides.iter().cycle()) {
-                self.enqueue(side, launch)?;
+            for ((member, table), side) in others.iter().zip(own).zip(sides.iter().cycle()) {
+                self.enqueue_action(side, member, &mut table.into_iter())?;
             }
         }
-        self.enqueue(stream, first)?;
+        self.enqueue_action(stream, first, &mut first_table.into_iter())?;
         let join = |e| cuda_error("join a group of launches", e);
         for (side, event) in sides.iter().zip(&self.joins) {
             event.record(side).map_err(join)?;
@@ -500,8 +513,13 @@ impl CudaDriver {
 
     /// Every batch's argument table of `actions`, uploaded.
     fn batch_tables_of(&self, actions: &[Action]) -> Result<Vec<BatchTable>> {
+        // In the order `enqueue_action` takes them: a group's in the group's.
         actions
             .iter()
+            .flat_map(|a| match a {
+                Action::Together(members) => members.iter().collect(),
+                other => vec![other],
+            })
             .filter_map(|a| match a {
                 Action::Batch(batch) => Some(batch),
                 _ => None,

@@ -109,6 +109,21 @@ impl EmuDriver {
         self.call(launch.kernel.cuda_name(), launch, 1, &mut slots)
     }
 
+    /// One action of a replayed plan; a group's members in order.
+    fn run_action(&mut self, action: &Action) -> Result<()> {
+        match action {
+            Action::Launch(launch) => self.run(launch),
+            Action::Together(members) => members.iter().try_for_each(|a| self.run_action(a)),
+            Action::Batch(batch) => self.run_batch(batch),
+            Action::Memset {
+                buffer,
+                byte_offset,
+                bytes,
+                value,
+            } => self.memset_async(*buffer, *byte_offset, *bytes, *value),
+        }
+    }
+
     /// Runs a batch the check has passed through its `_batch` entry, members
     /// on the grid's z layers.
     fn run_batch(&mut self, batch: &BatchLaunch) -> Result<()> {
@@ -326,20 +341,7 @@ impl Driver for EmuDriver {
     }
     fn replay(&mut self, plan: PlanId) -> Result<()> {
         let actions = self.plans.replay(plan, BACKEND, |id| self.size_of(id))?;
-        for action in actions.iter() {
-            match action {
-                Action::Launch(launch) => self.run(launch)?,
-                Action::Together(launches) => launches.iter().try_for_each(|l| self.run(l))?,
-                Action::Batch(batch) => self.run_batch(batch)?,
-                Action::Memset {
-                    buffer,
-                    byte_offset,
-                    bytes,
-                    value,
-                } => self.memset_async(*buffer, *byte_offset, *bytes, *value)?,
-            }
-        }
-        Ok(())
+        actions.iter().try_for_each(|a| self.run_action(a))
     }
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {
         self.plans.release(plan, BACKEND)

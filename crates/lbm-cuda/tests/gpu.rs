@@ -1058,7 +1058,7 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         .interval(0)
         .iter()
         .filter_map(|s| match &s.action {
-            Action::Together(launches) => Some(launches.iter().map(|l| l.kernel).collect()),
+            Action::Together(members) => Some(members.iter().flat_map(Action::launches).map(|l| l.kernel).collect()),
             _ => None,
         })
         .collect();

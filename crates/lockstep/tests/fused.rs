@@ -132,6 +132,12 @@ fn a_fused_batch_launches_each_kernel_once_per_hop_for_every_member() {
     );
     assert!(kernels.contains(&Kernel::RestrictToParent) && kernels.contains(&Kernel::AccumulateExchange));
     assert_eq!(log.count(EventKind::Replay), 10, "one replay per interval");
+    assert!(alone_log.count(EventKind::Together) > 0);
+    assert_eq!(
+        log.count(EventKind::Together),
+        alone_log.count(EventKind::Together),
+        "each group of a member's launches is a group of batches"
+    );
     let rendered = log.render();
     assert!(
         rendered

@@ -232,8 +232,9 @@ pub enum Event {
     Replay {
         plan: u32,
     },
-    /// The next `launches` launches of a replay are one group that a device
-    /// may run side by side ([`lbm_core::device::Action::Together`]).
+    /// The next `launches` launches (or batches) of a replay are one group
+    /// that a device may run side by side
+    /// ([`lbm_core::device::Action::Together`]).
     Together {
         launches: usize,
     },

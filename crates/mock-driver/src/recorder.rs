@@ -349,39 +349,42 @@ impl Recorder {
             Ok(actions) => actions,
             Err(e) => return self.outcome(EventKind::Replay, Err(e)),
         };
-        for action in actions.iter() {
-            match action {
-                Action::Launch(launch) => self.replay_launch(launch)?,
-                Action::Together(launches) => {
-                    self.log.push(Event::Together {
-                        launches: launches.len(),
-                    });
-                    launches.iter().try_for_each(|l| self.replay_launch(l))?;
-                }
-                Action::Batch(batch) => {
-                    let first = batch.first();
-                    let args = self.named_args(first);
-                    self.log.push(Event::BatchLaunch {
-                        kernel: first.kernel,
-                        members: batch.members(),
-                        grid: first.grid,
-                        block: first.block,
-                        args,
-                    });
-                    let result = self
-                        .fault()
-                        .and_then(|()| batch.launches.iter().try_for_each(|l| self.execute(l)));
-                    self.outcome(EventKind::Launch, result)?;
-                }
-                Action::Memset {
-                    buffer,
-                    byte_offset,
-                    bytes,
-                    value,
-                } => self.memset(*buffer, *byte_offset, *bytes, *value)?,
+        actions.iter().try_for_each(|a| self.replay_action(a))
+    }
+
+    /// Logs and runs one action of a replayed plan: a group as its line,
+    /// then each of its members.
+    fn replay_action(&mut self, action: &Action) -> Result<()> {
+        match action {
+            Action::Launch(launch) => self.replay_launch(launch),
+            Action::Together(members) => {
+                self.log.push(Event::Together {
+                    launches: members.len(),
+                });
+                members.iter().try_for_each(|a| self.replay_action(a))
             }
+            Action::Batch(batch) => {
+                let first = batch.first();
+                let args = self.named_args(first);
+                self.log.push(Event::BatchLaunch {
+                    kernel: first.kernel,
+                    members: batch.members(),
+                    grid: first.grid,
+                    block: first.block,
+                    args,
+                });
+                let result = self
+                    .fault()
+                    .and_then(|()| batch.launches.iter().try_for_each(|l| self.execute(l)));
+                self.outcome(EventKind::Launch, result)
+            }
+            Action::Memset {
+                buffer,
+                byte_offset,
+                bytes,
+                value,
+            } => self.memset(*buffer, *byte_offset, *bytes, *value),
         }
-        Ok(())
     }
 
     pub(crate) fn release_plan(&mut self, plan: PlanId) -> Result<()> {

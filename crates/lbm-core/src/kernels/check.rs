@@ -124,11 +124,17 @@ pub fn check_actions(
 
 /// [`check_launch`] for a launch, [`check_batch`] for a batch, and for a
 /// memset that its range lies inside the buffer.
-fn check_action(action: &Action, backend: &'static str, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
+fn check_action(action: &Action, backend: &'static str, size_of: &dyn Fn(BufferId) -> Option<usize>) -> Result<()> {
     match action {
         Action::Launch(launch) => check_launch(launch, size_of),
         Action::Batch(batch) => check_batch(batch, size_of),
-        Action::Together(launches) => launches.iter().try_for_each(|l| check_launch(l, &size_of)),
+        Action::Together(members) => members.iter().try_for_each(|a| match a {
+            Action::Launch(_) | Action::Batch(_) => check_action(a, backend, size_of),
+            Action::Memset { .. } | Action::Together(_) => Err(Error::NotAvailable {
+                what: "a memset or a group inside a group".into(),
+                reason: "a group holds only launches and batches, which a device may run side by side",
+            }),
+        }),
         Action::Memset {
             buffer,
             byte_offset,

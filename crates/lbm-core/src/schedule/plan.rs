@@ -320,7 +320,7 @@ impl Builder<'_> {
                 1 => self.push(name, group.pop().expect("one launch")),
                 _ => self.steps.push(PlanStep {
                     name,
-                    action: Action::Together(group),
+                    action: Action::Together(group.into_iter().map(Action::Launch).collect()),
                 }),
             }
         }

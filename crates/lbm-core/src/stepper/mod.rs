@@ -355,11 +355,11 @@ impl<D: Driver> Stepper<D> {
             // one, the exchange): the bulk never reads the halo column, so it
             // goes with the head, and the rest, which does or follows what
             // does, begins the tail in the group's order.
-            if let Action::Together(launches) = tail[0].clone() {
-                let bulk = launches[0].kernel == Kernel::StreamCollideBulk;
-                let (to_head, to_tail) = launches.split_at(bulk as usize);
-                head.extend(to_head.iter().cloned().map(Action::Launch));
-                tail.splice(0..1, to_tail.iter().cloned().map(Action::Launch));
+            if let Action::Together(members) = tail[0].clone() {
+                let bulk = matches!(&members[0], Action::Launch(l) if l.kernel == Kernel::StreamCollideBulk);
+                let (to_head, to_tail) = members.split_at(bulk as usize);
+                head.extend(to_head.iter().cloned());
+                tail.splice(0..1, to_tail.iter().cloned());
             }
             (head, tail)
         });
