@@ -80,11 +80,25 @@ pub struct CpuDriver {
     events: u32,
     /// What [`Driver::batch_members`] answers (0 stands for 1).
     batch_members: usize,
+    /// Whether a group's members run last first ([`CpuDriver::reversing_groups`]).
+    reverse_groups: bool,
 }
 
 impl CpuDriver {
     pub fn new() -> Self {
         CpuDriver::default()
+    }
+
+    /// A driver that runs each group ([`Action::Together`]) last member
+    /// first. A group promises that its members touch different bytes, so
+    /// a plan computes the same bits in either order; a member that reads
+    /// what another writes shows as a difference (the tests of the plan's
+    /// groups).
+    pub fn reversing_groups() -> Self {
+        CpuDriver {
+            reverse_groups: true,
+            ..CpuDriver::default()
+        }
     }
 
     /// A driver that answers [`Driver::batch_members`] with `members`: a
@@ -179,7 +193,10 @@ impl CpuDriver {
     fn run_action(&mut self, action: &Action) -> Result<()> {
         match action {
             Action::Launch(launch) => self.execute(launch),
-            Action::Together(members) => members.iter().try_for_each(|a| self.run_action(a)),
+            Action::Together(members) => match self.reverse_groups {
+                false => members.iter().try_for_each(|a| self.run_action(a)),
+                true => members.iter().rev().try_for_each(|a| self.run_action(a)),
+            },
             Action::Batch(batch) => self.execute_batch(batch),
             Action::Memset {
                 buffer,

@@ -7,11 +7,16 @@
 //!    the bulk and the general kernel on large patches),
 //!    `accumulate_exchange` when it has body links, and on a refined patch
 //!    `accumulate_fine_flux`, the mass the hop moves across the interface;
-//! 2. if level `l + 1` exists, twice: `fill_ghost` on every child patch (parent
-//!    at t and t+1 are the parent's `current` and `spare`; the first child hop
-//!    uses t, the second t + 1/2), then `hop(l + 1)`; after both child hops:
-//!    `restrict_to_parent` of every child into the parent's `spare`, then
-//!    `correct_interface_mass` (reflux) on the parent cells around it;
+//!    in the first of a patch's two hops per parent hop, also the parent's
+//!    `fill_ghost` for the second (into `spare`'s ghost band, which nothing
+//!    else in the hop touches);
+//! 2. if level `l + 1` exists: `fill_ghost` on every child patch (parent at
+//!    t and t+1 are the parent's `current` and `spare`; the first child hop
+//!    uses t, the second t + 1/2, filled beside the first as above), then
+//!    `hop(l + 1)` twice; after both child hops, per child, one group of
+//!    `restrict_to_parent` into the covered cells of the parent's `spare`
+//!    and `correct_interface_mass` (reflux) on the ring of parent cells
+//!    around them;
 //! 3. swap `current` and `spare` of level `l` (host handles only).
 //!
 //! Each interval starts with zeroing the raw-exchange integral (when observed)
@@ -108,7 +113,7 @@ impl HopPlan {
                 let update = UpdateBoundaryState::new(inlet.state.into(), inlet.table.map(Into::into), &spec.amplitude);
                 builder.push("L0.update_boundary_state".into(), update.launch());
             }
-            builder.hop(0);
+            builder.hop(0, &[]);
             builder.steps
         });
         HopPlan { intervals }
@@ -238,7 +243,9 @@ impl Builder<'_> {
         )
     }
 
-    fn hop(&mut self, level: usize) {
+    /// `hop(level)`; `beside[i]`, when given, joins patch `i`'s update group
+    /// (the parent's fill of the ghost band for the patch's next hop).
+    fn hop(&mut self, level: usize, beside: &[Launch]) {
         let inputs = self.inputs;
         let hierarchy = inputs.hierarchy;
         let physics = inputs.physics[level];
@@ -315,6 +322,7 @@ impl Builder<'_> {
                     .launch(),
                 );
             }
+            group.extend(beside.get(patch.index).cloned());
             let name = format!("{}.stream_collide", patch.name());
             match group.len() {
                 1 => self.push(name, group.pop().expect("one launch")),
@@ -326,36 +334,46 @@ impl Builder<'_> {
         }
         if level + 1 < hierarchy.n_levels() {
             let child_physics = inputs.physics[level + 1];
-            for sub in 0..2 {
-                for child in &hierarchy.levels[level + 1] {
-                    let parent = &hierarchy.levels[level][child.parent.expect("refined patches have parents")];
-                    let sides = inputs.sides[level + 1][child.index];
-                    let launch = FillGhost {
-                        coarse_t: self.current(parent),
-                        coarse_t1: self.spare(parent),
-                        fine_dst: self.current(child),
-                        coarse: parent.layout,
-                        coarse_active: parent.active,
-                        fine: child.layout,
-                        active_offset: child_offset(child, parent),
-                        // The parent's sides the child touches are the same walls.
-                        sides,
-                        alpha: 0.5 * sub as f32,
-                        tau_plus: child_physics.relaxation.tau_plus as f32,
-                        tau_minus: child_physics.relaxation.tau_minus as f32,
-                        coarse_force: physics.force,
-                    }
-                    .launch();
-                    self.push(format!("{}.fill_ghost.{sub}", child.name()), launch);
+            // The ghost band for each child hop, interpolated between the
+            // parent's t (alpha 0) and t + 1 (alpha 1/2), written into the
+            // buffer that hop pulls from: `current` for the first, `spare`
+            // (the first hop's destination) for the second.
+            let fill = |this: &Self, child: &Patch, sub: usize| {
+                let parent = &hierarchy.levels[level][child.parent.expect("refined patches have parents")];
+                FillGhost {
+                    coarse_t: this.current(parent),
+                    coarse_t1: this.spare(parent),
+                    fine_dst: [this.current(child), this.spare(child)][sub],
+                    coarse: parent.layout,
+                    coarse_active: parent.active,
+                    fine: child.layout,
+                    active_offset: child_offset(child, parent),
+                    // The parent's sides the child touches are the same walls.
+                    sides: inputs.sides[level + 1][child.index],
+                    alpha: 0.5 * sub as f32,
+                    tau_plus: child_physics.relaxation.tau_plus as f32,
+                    tau_minus: child_physics.relaxation.tau_minus as f32,
+                    coarse_force: physics.force,
                 }
-                self.hop(level + 1);
+                .launch()
+            };
+            for child in &hierarchy.levels[level + 1] {
+                let launch = fill(self, child, 0);
+                self.push(format!("{}.fill_ghost.0", child.name()), launch);
             }
+            // The second fill writes only the ghost band of the first hop's
+            // destination, which that hop (writing the active cells) and
+            // everything else in it leave alone, and reads only the parent:
+            // it joins each child's first update group.
+            let second: Vec<Launch> = hierarchy.levels[level + 1].iter().map(|c| fill(self, c, 1)).collect();
+            self.hop(level + 1, &second);
+            self.hop(level + 1, &[]);
             for child in &hierarchy.levels[level + 1] {
                 let parent = &hierarchy.levels[level][child.parent.expect("refined patches have parents")];
                 let [ox, oy] = child_offset(child, parent);
                 let sides = inputs.sides[level + 1][child.index];
                 let covered = Rect::new(ox, oy, ox + child.rect.width(), oy + child.rect.height());
-                let launch = RestrictToParent {
+                let restrict = RestrictToParent {
                     fine_src: self.current(child),
                     coarse_dst: self.spare(parent),
                     fine: child.layout,
@@ -368,8 +386,7 @@ impl Builder<'_> {
                     coarse_force: physics.force,
                 }
                 .launch();
-                self.push(format!("{}.restrict_to_parent", child.name()), launch);
-                let launch = CorrectInterfaceMass {
+                let reflux = CorrectInterfaceMass {
                     coarse_t: self.current(parent),
                     coarse_t1: self.spare(parent),
                     flux: self.flux(child),
@@ -379,7 +396,14 @@ impl Builder<'_> {
                     kinds: sides.kinds,
                 }
                 .launch();
-                self.push(format!("{}.correct_interface_mass", child.name()), launch);
+                // Restriction writes the covered cells of the parent's
+                // `spare`; the reflux reads the parent's `current` and writes
+                // only the ring around them (siblings keep a gap of a parent
+                // cell, so no ring is another child's covered cell): one group.
+                self.steps.push(PlanStep {
+                    name: format!("{}.restrict_to_parent", child.name()),
+                    action: Action::Together(vec![Action::Launch(restrict), Action::Launch(reflux)]),
+                });
             }
         }
         self.parity[level] ^= 1;
