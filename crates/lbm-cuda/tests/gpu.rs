@@ -1054,6 +1054,8 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
     // skipping a span around the cylinder, the general kernel over the rim
     // and those spans, the momentum exchange and the interface flux; each
     // of level 2's four hops (a patch too small to split) with its flux.
+    // The first of each pair of hops also fills the ghost band for the
+    // second, and each restriction is grouped with its reflux correction.
     let groups: Vec<Vec<Kernel>> = plan
         .interval(0)
         .iter()
@@ -1062,21 +1064,17 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
             _ => None,
         })
         .collect();
-    use Kernel::{AccumulateExchange as E, AccumulateFineFlux as F, StreamCollide as G, StreamCollideBulk as B};
-    let level_1 = vec![B, G, E, F];
-    let level_2 = vec![G, F];
-    assert_eq!(
-        groups,
-        [
-            vec![B, G],
-            level_1.clone(),
-            level_2.clone(),
-            level_2.clone(),
-            level_1,
-            level_2.clone(),
-            level_2
-        ]
-    );
+    use Kernel::{
+        AccumulateExchange as E, AccumulateFineFlux as F, CorrectInterfaceMass as C, FillGhost as H,
+        RestrictToParent as R, StreamCollide as G, StreamCollideBulk as B,
+    };
+    let level_2 = [vec![G, F, H], vec![G, F], vec![R, C]];
+    let expected: Vec<Vec<Kernel>> = [vec![vec![B, G], vec![B, G, E, F, H]], level_2.to_vec()]
+        .into_iter()
+        .chain([vec![vec![B, G, E, F]], level_2.to_vec(), vec![vec![R, C]]])
+        .flatten()
+        .collect();
+    assert_eq!(groups, expected);
     check_stepper_runs(split_channel_lattice);
 }
 
