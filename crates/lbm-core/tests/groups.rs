@@ -6,31 +6,16 @@
 
 use lbm_core::case::Case;
 use lbm_core::device::Action;
-use lbm_core::lattice::Moments;
 use lbm_core::{CpuDriver, ExecConfig, Stepper};
 
-/// A flow that varies everywhere (x and y in base cells), so that no two
-/// orders can agree by the fluid being at rest.
-fn initial_flow(_level: usize, x: f64, y: f64) -> Moments {
-    let (tx, ty) = (std::f64::consts::TAU * x / 37.0, std::f64::consts::TAU * y / 23.0);
-    Moments {
-        delta_rho: (0.01 * tx.sin() * ty.cos()) as f32,
-        ux: (0.03 + 0.01 * ty.sin()) as f32,
-        uy: (0.01 * tx.cos()) as f32,
-    }
-}
+mod common;
+
+use common::{initial_flow, population_bits};
 
 /// Every population of every patch, ghost bands included, and each body's
 /// raw exchange, as bits.
 fn state(stepper: &Stepper<CpuDriver>, bodies: usize) -> (Vec<Vec<u32>>, Vec<String>) {
-    let hierarchy = stepper.hierarchy();
-    let fields = hierarchy
-        .patches()
-        .map(|p| {
-            let f = stepper.download(p.level, p.index).expect("download");
-            f.iter().map(|v| v.to_bits()).collect()
-        })
-        .collect();
+    let fields = population_bits(stepper);
     let bodies = (0..bodies)
         .map(|b| format!("{:?}", stepper.read_raw_exchange(b).expect("exchange")))
         .collect();

@@ -4,6 +4,8 @@
 use lbm_core::case::Case;
 use lbm_core::{CpuDriver, Error, ExecConfig, Stepper};
 
+mod common;
+
 /// The DFG 2D-1 channel: two refinement levels, a parabolic inlet with its
 /// ramp, a cylinder with an exchange window.
 fn dfg() -> (lbm_core::LatticeConfig, ExecConfig) {
@@ -20,14 +22,7 @@ fn dfg() -> (lbm_core::LatticeConfig, ExecConfig) {
 
 /// Every patch's populations and the window's record, as bits.
 fn state(stepper: &Stepper<CpuDriver>) -> (Vec<Vec<u32>>, String) {
-    let hierarchy = stepper.hierarchy();
-    let fields = hierarchy
-        .patches()
-        .map(|p| {
-            let f = stepper.download(p.level, p.index).expect("download");
-            f.iter().map(|v| v.to_bits()).collect()
-        })
-        .collect();
+    let fields = common::population_bits(stepper);
     let window = format!("{:?}", stepper.read_exchange_window(0).expect("window"));
     (fields, window)
 }

@@ -11,6 +11,10 @@ use lbm_core::lattice::Moments;
 use lbm_core::split::Split;
 use lbm_core::{Boundary, CpuDriver, Error, ExecConfig, Kernel, LatticeConfig, Stepper};
 
+mod common;
+
+use common::initial_flow;
+
 fn cylinder(center: [f64; 2], radius: f64, level: usize) -> Body {
     Body {
         shape: Shape::Circle { center, radius },
@@ -61,15 +65,6 @@ fn periodic_channel() -> LatticeConfig {
     lattice.wall_velocity[3] = [0.03, 0.0];
     lattice.bodies = vec![cylinder([40.0, 15.5], 3.5, 0)];
     lattice
-}
-
-fn initial_flow(_level: usize, x: f64, y: f64) -> Moments {
-    let (tx, ty) = (std::f64::consts::TAU * x / 48.0, std::f64::consts::TAU * y / 40.0);
-    Moments {
-        delta_rho: (0.01 * tx.sin() * ty.cos()) as f32,
-        ux: (0.03 + 0.01 * ty.sin()) as f32,
-        uy: (0.01 * tx.cos()) as f32,
-    }
 }
 
 fn exec(tiles: Vec<Option<[u32; 2]>>) -> ExecConfig {
