@@ -47,9 +47,8 @@ __device__ __forceinline__ Moments parent_moments(const float* __restrict__ coar
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
         const float a = coarse_t[(size_t)i * plane + index];
-        // At alpha 0, t alone: t + 1 is not read, so the fill may run while
-        // the parent's update writes it (cpu::parent_moments).
-        f[i] = alpha == 0.0f ? a : a + alpha * (coarse_t1[(size_t)i * plane + index] - a);
+        const float b = coarse_t1[(size_t)i * plane + index];
+        f[i] = a + alpha * (b - a);
     }
     return reflect_crossed(moments(f, -force_x, -force_y), sides, crossed_x, crossed_y);
 }

@@ -41,8 +41,7 @@ pub struct FillGhost {
     /// The parent's sides as the stencil sees them: walls where the fine patch
     /// touches the domain's boundary, interfaces elsewhere (never reached).
     pub sides: PatchSides,
-    /// Weight of `coarse_t1` in the time interpolation (0 or 1/2); at 0,
-    /// `coarse_t1` is not read.
+    /// Weight of `coarse_t1` in the time interpolation (0 or 1/2).
     pub alpha: f32,
     /// The fine level's relaxation times τ⁺ and τ⁻.
     pub tau_plus: f32,
@@ -378,14 +377,10 @@ fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: i32, y: i32) -> Mome
     let (x, y, crossed) = mirrored_cell(&k.sides, &k.coarse_active, x, y);
     let plane = k.coarse.plane_cells();
     let index = k.coarse.index(x, y);
-    // At alpha 0, t alone: t + 1 is not read, so the fill may run while the
-    // parent's update writes it (the plan groups the two).
     let f: [f32; Q] = std::array::from_fn(|i| {
         let a = t0[i * plane + index];
-        match k.alpha == 0.0 {
-            true => a,
-            false => a + k.alpha * (t1[i * plane + index] - a),
-        }
+        let b = t1[i * plane + index];
+        a + k.alpha * (b - a)
     });
     let m = lattice::moments(&f, [-k.coarse_force[0], -k.coarse_force[1]]);
     reflect_crossed(m, &k.sides, crossed)

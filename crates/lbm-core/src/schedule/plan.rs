@@ -7,15 +7,16 @@
 //!    the bulk and the general kernel on large patches),
 //!    `accumulate_exchange` when it has body links, and on a refined patch
 //!    `accumulate_fine_flux`, the mass the hop moves across the interface;
-//!    the first `fill_ghost` of each of its children (the parent at t, its
-//!    `current`, into the child's `current` ghost band); and in the first of
-//!    a patch's two hops per parent hop, the parent's `fill_ghost` for the
-//!    second (at t + 1/2, between the parent's `current` and `spare`, into
-//!    the patch's `spare` ghost band, which nothing else in the hop touches);
-//! 2. if level `l + 1` exists: `hop(l + 1)` twice; then, per child, one
-//!    group of `restrict_to_parent` into the covered cells of the parent's
-//!    `spare` and `correct_interface_mass` (reflux) on the ring of parent
-//!    cells around them;
+//!    in the first of a patch's two hops per parent hop, also the parent's
+//!    `fill_ghost` for the second (into `spare`'s ghost band, which nothing
+//!    else in the hop touches);
+//! 2. if level `l + 1` exists: `fill_ghost` on every child patch (parent at
+//!    t and t+1 are the parent's `current` and `spare`; the first child hop
+//!    uses t, the second t + 1/2, filled beside the first as above), then
+//!    `hop(l + 1)` twice; after both child hops, per child, one group of
+//!    `restrict_to_parent` into the covered cells of the parent's `spare`
+//!    and `correct_interface_mass` (reflux) on the ring of parent cells
+//!    around them;
 //! 3. swap `current` and `spare` of level `l` (host handles only).
 //!
 //! Each interval starts with zeroing the raw-exchange integral (when observed)
@@ -242,33 +243,6 @@ impl Builder<'_> {
         )
     }
 
-    /// The ghost band of `child` (a patch of level `level + 1`) for its
-    /// first (`sub` 0) or second hop of the parent's hop: interpolated
-    /// between the parent's t (`current`, alpha 0) and t + 1 (`spare`,
-    /// alpha 1/2), written into the buffer that hop pulls from (`current`,
-    /// or the first hop's destination, `spare`).
-    fn fill_ghost(&self, level: usize, child: &Patch, sub: usize) -> Launch {
-        let inputs = self.inputs;
-        let parent = &inputs.hierarchy.levels[level][child.parent.expect("refined patches have parents")];
-        let child_physics = inputs.physics[level + 1];
-        FillGhost {
-            coarse_t: self.current(parent),
-            coarse_t1: self.spare(parent),
-            fine_dst: [self.current(child), self.spare(child)][sub],
-            coarse: parent.layout,
-            coarse_active: parent.active,
-            fine: child.layout,
-            active_offset: child_offset(child, parent),
-            // The parent's sides the child touches are the same walls.
-            sides: inputs.sides[level + 1][child.index],
-            alpha: 0.5 * sub as f32,
-            tau_plus: child_physics.relaxation.tau_plus as f32,
-            tau_minus: child_physics.relaxation.tau_minus as f32,
-            coarse_force: inputs.physics[level].force,
-        }
-        .launch()
-    }
-
     /// `hop(level)`; `beside[i]`, when given, joins patch `i`'s update group
     /// (the parent's fill of the ghost band for the patch's next hop).
     fn hop(&mut self, level: usize, beside: &[Launch]) {
@@ -349,15 +323,6 @@ impl Builder<'_> {
                 );
             }
             group.extend(beside.get(patch.index).cloned());
-            // The first ghost fill of each child (alpha 0) reads only this
-            // patch's `current`, which its update reads too, and writes only
-            // the child's ghost band: it joins the update.
-            if level + 1 < hierarchy.n_levels() {
-                let children = hierarchy.levels[level + 1]
-                    .iter()
-                    .filter(|c| c.parent == Some(patch.index));
-                group.extend(children.map(|c| self.fill_ghost(level, c, 0)));
-            }
             let name = format!("{}.stream_collide", patch.name());
             match group.len() {
                 1 => self.push(name, group.pop().expect("one launch")),
@@ -368,14 +333,39 @@ impl Builder<'_> {
             }
         }
         if level + 1 < hierarchy.n_levels() {
+            let child_physics = inputs.physics[level + 1];
+            // The ghost band for each child hop, interpolated between the
+            // parent's t (alpha 0) and t + 1 (alpha 1/2), written into the
+            // buffer that hop pulls from: `current` for the first, `spare`
+            // (the first hop's destination) for the second.
+            let fill = |this: &Self, child: &Patch, sub: usize| {
+                let parent = &hierarchy.levels[level][child.parent.expect("refined patches have parents")];
+                FillGhost {
+                    coarse_t: this.current(parent),
+                    coarse_t1: this.spare(parent),
+                    fine_dst: [this.current(child), this.spare(child)][sub],
+                    coarse: parent.layout,
+                    coarse_active: parent.active,
+                    fine: child.layout,
+                    active_offset: child_offset(child, parent),
+                    // The parent's sides the child touches are the same walls.
+                    sides: inputs.sides[level + 1][child.index],
+                    alpha: 0.5 * sub as f32,
+                    tau_plus: child_physics.relaxation.tau_plus as f32,
+                    tau_minus: child_physics.relaxation.tau_minus as f32,
+                    coarse_force: physics.force,
+                }
+                .launch()
+            };
+            for child in &hierarchy.levels[level + 1] {
+                let launch = fill(self, child, 0);
+                self.push(format!("{}.fill_ghost.0", child.name()), launch);
+            }
             // The second fill writes only the ghost band of the first hop's
             // destination, which that hop (writing the active cells) and
             // everything else in it leave alone, and reads only the parent:
             // it joins each child's first update group.
-            let second: Vec<Launch> = hierarchy.levels[level + 1]
-                .iter()
-                .map(|c| self.fill_ghost(level, c, 1))
-                .collect();
+            let second: Vec<Launch> = hierarchy.levels[level + 1].iter().map(|c| fill(self, c, 1)).collect();
             self.hop(level + 1, &second);
             self.hop(level + 1, &[]);
             for child in &hierarchy.levels[level + 1] {
