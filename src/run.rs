@@ -511,16 +511,20 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     let mut state = found.run.run;
     state.segments += 1;
     if let Some(resumes) = manifest["resumes"].as_array_mut() {
-        resumes.push(serde_json::json!({
+        let mut entry = serde_json::json!({
             "from_interval": state.done,
             "checkpoint": found.path.strip_prefix(dir).unwrap_or(&found.path),
             "backend": backend,
             "device": &devices[0],
             "devices": &devices,
-            "halo_transport": engine.halo_transport(),
             "command_line": std::env::args().collect::<Vec<_>>(),
             "started_utc": utc_now(),
-        }));
+        });
+        // As in the manifest itself: only a split has halos to move.
+        if let Some(transport) = engine.halo_transport() {
+            entry["halo_transport"] = transport.into();
+        }
+        resumes.push(entry);
     }
     write_json(&manifest_path, &manifest)?;
     engine.restore(&found.snapshot)?;

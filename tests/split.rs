@@ -186,6 +186,16 @@ fn a_split_run_writes_what_one_device_writes_and_resumes_split() {
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["devices"].as_array().unwrap().len(), 2, "{manifest}");
+    // The CPU's slabs move halos through the host; CUDA's through NCCL, or
+    // by copies where the library is missing.
+    let transports: &[&str] = match backend().as_str() {
+        "cpu" => &["host"],
+        _ => &["nccl", "device"],
+    };
+    assert!(
+        transports.iter().any(|t| manifest["halo_transport"] == *t),
+        "{manifest}"
+    );
     // Three slabs stopped at the wall limit, resumed split until complete.
     let (_, _, walled) = setup("split-wall");
     let limit = wall_limit().to_string();
@@ -203,6 +213,19 @@ fn a_split_run_writes_what_one_device_writes_and_resumes_split() {
         assert!(rounds < 40, "no progress");
     }
     assert_identical(straight(), &walled);
+    let read = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+    };
+    let walled_manifest = read(&walled);
+    let resumes = walled_manifest["resumes"].as_array().unwrap();
+    assert!(
+        resumes
+            .iter()
+            .all(|r| r["halo_transport"] == manifest["halo_transport"]),
+        "{walled_manifest}"
+    );
+    let one = read(straight());
+    assert!(one.get("halo_transport").is_none(), "one device moves no halos: {one}");
     std::fs::remove_dir_all(root).unwrap();
     let _ = std::fs::remove_dir_all(walled.parent().unwrap());
 }

@@ -18,12 +18,12 @@
 //!   head (up to the base grid's bulk update, which never reads the halo
 //!   column) runs; only the tail waits for the halo
 //!   ([`Stepper::step_in_parts`]). The intervals of a `step(n)` are all
-//!   enqueued before any is waited for;
-//!   With a collective library attached ([`Split::use_collective`]: NCCL on
-//!   CUDA, what `lbm run --devices` attaches when the library is found), the
-//!   copies become one group of sends and receives per interval, each send
-//!   on its sender's exchange stream after its packs and each receive on its
-//!   receiver's before its unpacks; the library orders the two ends;
+//!   enqueued before any is waited for. With a collective library attached
+//!   ([`Split::use_collective`]: NCCL on CUDA, what `lbm run --devices`
+//!   attaches when the library is found), the copies become one group of
+//!   sends and receives per interval, each send on its sender's exchange
+//!   stream after its packs and each receive on its receiver's before its
+//!   unpacks; the library orders the two ends;
 //! - **host** otherwise (the CPU backend, the mock): after each interval, a
 //!   download and an upload through the two drivers, in process.
 //!

@@ -72,7 +72,7 @@ fn batch_words(batch: &BatchLaunch, pointer: impl Fn(BufferId) -> Result<u64>) -
 }
 
 pub use driver::{CudaDriver, PlanMode, device_available, device_names, driver_library_present};
-pub use nccl::{Nccl, nccl_library_present};
+pub use nccl::Nccl;
 
 /// Every kernel of `kernels/`, compiled for sm_90 into one PTX module.
 pub const PTX: &str = include_str!("../../../kernels/lbm.ptx");

@@ -42,7 +42,7 @@ fn nccl_error(operation: impl Into<String>, e: result::NcclError) -> Error {
 }
 
 /// Whether NCCL's library can be loaded (cudarc panics on a call without it).
-pub fn nccl_library_present() -> bool {
+fn nccl_library_present() -> bool {
     // SAFETY: only tries to load the library; no NCCL call is made.
     unsafe { sys::is_culib_present() }
 }
@@ -79,11 +79,6 @@ impl Nccl {
         Ok(Some(Nccl {
             ranks: ordinals.into_iter().zip(comms).collect(),
         }))
-    }
-
-    /// The devices of the communicator, in rank order.
-    pub fn devices(&self) -> Vec<usize> {
-        self.ranks.iter().map(|r| r.0).collect()
     }
 
     /// The rank of `device` and its communicator.
