@@ -11,9 +11,10 @@
 // compute its own sixteen.
 //
 // `restrict_to_parent` (fine to coarse) overwrites every parent cell the fine
-// active region covers with the mass- and momentum-weighted average of its 2x2
-// fine cells, the gradients across that block rebuilt with the parent's tau+
-// and tau-. One block per tile of LBM_RESTRICT_TILE^2 covered parent cells
+// active region covers, except those of the hole, with the mass- and
+// momentum-weighted average of its 2x2 fine cells, the gradients across that
+// block rebuilt with the parent's tau+ and tau-. A tile wholly inside the hole
+// returns at once. One block per tile of LBM_RESTRICT_TILE^2 covered parent cells
 // (a 2D grid over the covered region), one thread per parent cell: the block
 // first takes the moments of every fine cell its cells' stencils reach into
 // shared memory, once each, then each thread combines its 4x4 fine cells.
@@ -247,7 +248,9 @@ LBM_KERNEL(restrict_to_parent)(const float* __restrict__ fine_src, float* __rest
                                               unsigned int coarse_ny, unsigned int coarse_tile_x,
                                               unsigned int coarse_tile_y, unsigned int covered_x0,
                                               unsigned int covered_y0, unsigned int covered_x1,
-                                              unsigned int covered_y1, unsigned int fine_active_origin,
+                                              unsigned int covered_y1, unsigned int hole_x0, unsigned int hole_y0,
+                                              unsigned int hole_x1, unsigned int hole_y1,
+                                              unsigned int fine_active_origin,
                                               unsigned int side_kinds, float tangential_x_min,
                                               float tangential_x_max, float tangential_y_min,
                                               float tangential_y_max, float tau_plus, float tau_minus,
@@ -277,6 +280,10 @@ LBM_KERNEL(restrict_to_parent)(const float* __restrict__ fine_src, float* __rest
     const unsigned int left_y = by0 < covered_y1 ? covered_y1 - by0 : 0u;
     const unsigned int tile_w = left_x < LBM_RESTRICT_TILE ? left_x : LBM_RESTRICT_TILE;
     const unsigned int tile_h = left_y < LBM_RESTRICT_TILE ? left_y : LBM_RESTRICT_TILE;
+    // A tile wholly inside the hole has nothing to write (uniform branch).
+    if (bx0 >= hole_x0 && bx0 + tile_w <= hole_x1 && by0 >= hole_y0 && by0 + tile_h <= hole_y1) {
+        return;
+    }
     const unsigned int load_w = 2 * tile_w + 2;
     const unsigned int load_h = 2 * tile_h + 2;
     // Fine cell of tile entry (0, 0): one before the block's first 2x2 block.
@@ -316,6 +323,9 @@ LBM_KERNEL(restrict_to_parent)(const float* __restrict__ fine_src, float* __rest
     }
     const unsigned int cx = bx0 + lx;
     const unsigned int cy = by0 + ly;
+    if (cx >= hole_x0 && cx < hole_x1 && cy >= hole_y0 && cy < hole_y1) {
+        return;
+    }
     // The 2x2 block and the ring of fine cells around it, for the curvature,
     // read from the tile where they are used rather than copied into
     // registers: fewer registers, more blocks in flight.

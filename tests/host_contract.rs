@@ -522,7 +522,7 @@ fn close_frees_every_buffer_and_then_refuses() {
     stepper.check_health(DIVERGED).expect("a check prepares its plans");
     let allocated = handle.count(EventKind::Alloc);
     let prepared = handle.count(EventKind::Prepare);
-    assert_eq!(prepared, 4, "two intervals and two health checks");
+    assert_eq!(prepared, 6, "two intervals, two settles and two health checks");
     handle.clear_log();
     stepper.close().expect("close");
     assert_eq!(handle.count(EventKind::Free), allocated);
@@ -545,10 +545,11 @@ fn downloaded(events: &[Event]) -> String {
 }
 
 /// `check_health` after 0, 1, 2 and 3 steps: its plans are prepared on the
-/// first check only; each check resets every result to 0xFF bytes, checks
-/// every patch on the buffer `download` reads, waits once and downloads the
-/// results once. A finding (all-zero results: cell 0 of the base is not
-/// finite) leaves the stepper `Ready`.
+/// first check only; each check after a step first settles (one
+/// `restrict_to_parent` per refined patch), resets every result to 0xFF
+/// bytes, checks every patch on the buffer `download` reads, waits once and
+/// downloads the results once. A finding (all-zero results: cell 0 of the
+/// base is not finite) leaves the stepper `Ready`.
 #[test]
 fn a_health_check_reads_the_current_buffers_and_waits_once() {
     let fixture = FOUR_LEVEL;
@@ -564,9 +565,26 @@ fn a_health_check_reads_the_current_buffers_and_waits_once() {
             prepares,
             "{context}"
         );
-        let log = &log[prepares..];
-        let kinds: Vec<EventKind> = log.iter().map(Event::kind).collect();
         let n_patches = fixture.n_levels();
+        let settle = match n {
+            0 => 0,
+            _ => n_patches,
+        };
+        let restrictions = log[prepares..prepares + settle]
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::Launch {
+                        kernel: Kernel::RestrictToParent,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(restrictions, settle.saturating_sub(1), "{context}: the settle");
+        let log = &log[prepares + settle..];
+        let kinds: Vec<EventKind> = log.iter().map(Event::kind).collect();
         let mut want = vec![EventKind::Replay, EventKind::Memset];
         want.extend(std::iter::repeat_n(EventKind::Launch, n_patches));
         want.extend([EventKind::Synchronize, EventKind::Download]);

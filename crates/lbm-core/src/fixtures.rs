@@ -176,6 +176,7 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
             fine,
             coarse,
             covered: Rect::new(6, 0, 14, 8),
+            hole: Rect::new(9, 0, 11, 5),
             fine_active_origin: 4,
             sides: walled,
             tau_plus: 0.625,

@@ -26,7 +26,8 @@
 //! intervals are still queued fails ([`Error::FusedAdvance`]). A member that
 //! closes (or fails and is dropped) leaves the batch: the others go on
 //! without waiting for it, its copies computed but never read. Every other
-//! plan (the health check, the output ring's) runs per member, on its copy.
+//! plan (the health check, the settle, the output ring's) runs per member,
+//! on its copy.
 //!
 //! Every member computes exactly what its own stepper on its own driver
 //! computes: the same kernels on the same arguments, bit for bit.

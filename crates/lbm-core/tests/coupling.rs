@@ -157,6 +157,7 @@ fn errors(n: u32, walled: bool) -> [(f64, f64); 2] {
         fine: fine.layout,
         coarse: coarse.layout,
         covered,
+        hole: Rect::default(),
         fine_active_origin: GHOST,
         sides,
         tau_plus: r0.tau_plus as f32,

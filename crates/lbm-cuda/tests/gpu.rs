@@ -596,6 +596,8 @@ const TILINGS: [&[Option<[u32; 2]>]; 3] = [
 fn coupling_kernels_match_the_cpu_on_plan_geometry() {
     let mut twin = Twin::new();
     let mut rng = Rng(2);
+    // Restrictions without a hole and with one.
+    let mut holes = [0; 2];
     for (tiles, lattice) in TILINGS.into_iter().flat_map(|t| {
         [
             (t, refined_lattice(Vec::new())),
@@ -609,9 +611,11 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
         };
         let plan = Stepper::new(CpuDriver::new(), lattice, exec).unwrap().plan();
         let mut seen = std::collections::BTreeSet::new();
+        // The interval's restrictions leave their holes; the settle's restrict everything.
         for (step, launch) in plan
             .interval(0)
             .iter()
+            .chain(&plan.settle[0])
             .flat_map(|s| s.action.launches().into_iter().map(move |l| (s, l)))
         {
             let what = format!("{} (tiles {tiles:?})", step.name);
@@ -627,6 +631,7 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
                 }
                 Kernel::RestrictToParent => {
                     let mut k = RestrictToParent::decode(launch).unwrap();
+                    holes[(k.hole.cells() > 0) as usize] += 1;
                     let (coarse, fine) = (k.coarse.plane_cells(), k.fine.plane_cells());
                     k.fine_src = twin.buffer("fine_src", &random_populations(&mut rng, fine)).into();
                     k.coarse_dst = twin.buffer("coarse_dst", &vec![f32::NAN; Q * coarse]).into();
@@ -667,6 +672,10 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
         }
         assert_eq!(seen.len(), 4, "the plan lacks a coupling kernel: saw {seen:?}");
     }
+    assert!(
+        holes[0] > 0 && holes[1] > 0,
+        "restrictions without and with a hole: {holes:?}"
+    );
     // A ring of several blocks (4 x 180 + 4 cells), and one of exactly one
     // block's threads and one more, in a row-major and a tiled parent.
     for (tile, covered) in [

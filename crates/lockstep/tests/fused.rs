@@ -11,7 +11,7 @@ use lbm_core::fused::FusedMember;
 use lbm_core::member::{FieldQuantity, FixedSchedule, Member, Statistic, StatsSpec};
 use lbm_core::{CpuDriver, Driver, Error, ExecConfig, Kernel, LatticeConfig, Stepper};
 use lockstep::{LockstepError, LockstepRunner};
-use mock_driver::{EventKind, MockDriver};
+use mock_driver::{Event, EventKind, MockDriver};
 
 /// A channel with an inflow ramp and a refined patch around a cylinder at
 /// `center_x`; `tau` and `velocity` are what the sweep varies.
@@ -118,6 +118,12 @@ fn a_fused_batch_launches_each_kernel_once_per_hop_for_every_member() {
     alone_log.clear_log();
     single.step(10).unwrap();
     let per_member = alone_log.launch_kernels();
+    let settle: Vec<Kernel> = single.plan().settle[0]
+        .iter()
+        .flat_map(|s| s.action.launches())
+        .map(|l| l.kernel)
+        .collect();
+    assert!(!settle.is_empty(), "the member's restriction leaves a hole");
 
     let members = fused(driver);
     log.clear_log();
@@ -125,13 +131,34 @@ fn a_fused_batch_launches_each_kernel_once_per_hop_for_every_member() {
     // The first stop: a diagnostic point at interval 10, as two advances
     // (nine intervals, then the one the norm covers).
     assert_eq!(runner.advance().unwrap(), Some(10));
-    let kernels = log.launch_kernels();
+    let events = log.log();
+    let kernels: Vec<Kernel> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::BatchLaunch { kernel, .. } => Some(*kernel),
+            _ => None,
+        })
+        .collect();
     assert_eq!(
         kernels, per_member,
         "the batch launches what one member launches, once for all three"
     );
     assert!(kernels.contains(&Kernel::RestrictToParent) && kernels.contains(&Kernel::AccumulateExchange));
-    assert_eq!(log.count(EventKind::Replay), 10, "one replay per interval");
+    // The norm reads each member's refined base grid before and after the
+    // interval it covers; each read settles that member on its own copy.
+    let own: Vec<Kernel> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Launch { kernel, .. } => Some(*kernel),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(own, settle.repeat(2 * 3), "two settles of each of the three members");
+    assert_eq!(
+        log.count(EventKind::Replay),
+        10 + 2 * 3,
+        "one replay per interval, one per member's settle"
+    );
     assert!(alone_log.count(EventKind::Together) > 0);
     assert_eq!(
         log.count(EventKind::Together),
@@ -142,9 +169,9 @@ fn a_fused_batch_launches_each_kernel_once_per_hop_for_every_member() {
     assert!(
         rendered
             .lines()
-            .filter(|l| l.contains("launch "))
+            .filter(|l| l.contains("launch ") && !l.contains("launch restrict_to_parent "))
             .all(|l| l.contains("_batch x3")),
-        "every launch is a batch of the three members"
+        "every launch but the settles' is a batch of the three members"
     );
     let first_interval: String = rendered
         .lines()

@@ -165,14 +165,17 @@ fn lockstep_launches_once_per_member_per_kernel_per_hop() {
     let handles: Vec<_> = members.iter().map(|(h, _)| h.clone()).collect();
     handles.iter().for_each(|h| h.clear_log());
     let mut runner = LockstepRunner::new(members.into_iter().map(|(_, m)| m).collect()).unwrap();
+    let settle = plan.settle[0].iter().flat_map(|s| s.action.launches()).count();
+    assert!(settle > 0, "the member's restriction leaves a hole");
     // Up to the first stop (a diagnostic point at interval 2): one plain
-    // interval and the one the norm covers, one replay each.
+    // interval and the one the norm covers, one replay each, and the settle
+    // before each of the norm's two reads.
     assert_eq!(runner.advance().unwrap(), Some(2));
     for (i, h) in handles.iter().enumerate() {
         assert_eq!(
             h.count(EventKind::Replay),
-            2,
-            "member {i}: one replay per interval on its own driver"
+            2 + 2,
+            "member {i}: one replay per interval and per settle on its own driver"
         );
         let kernels = h.launch_kernels();
         assert_eq!(
@@ -182,7 +185,11 @@ fn lockstep_launches_once_per_member_per_kernel_per_hop() {
         );
         for kernel in [Kernel::FillGhost, Kernel::RestrictToParent, Kernel::AccumulateExchange] {
             let count = |k: &[Kernel]| k.iter().filter(|x| **x == kernel).count();
-            assert_eq!(count(&kernels), 2 * count(&planned), "member {i}: {kernel:?}");
+            let settled = match kernel {
+                Kernel::RestrictToParent => 2 * settle,
+                _ => 0,
+            };
+            assert_eq!(count(&kernels), 2 * count(&planned) + settled, "member {i}: {kernel:?}");
         }
     }
     runner.close().unwrap();

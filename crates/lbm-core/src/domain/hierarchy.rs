@@ -26,7 +26,7 @@ pub const PARENT_MARGIN: u32 = 4;
 pub const SIDE_NAMES: [&str; 4] = ["x_min", "x_max", "y_min", "y_max"];
 
 /// A half-open rectangle of cells `[x0, x1) x [y0, y1)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rect {
     pub x0: u32,
     pub y0: u32,

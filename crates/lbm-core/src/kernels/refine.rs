@@ -244,6 +244,10 @@ pub struct RestrictToParent {
     pub coarse: Layout,
     /// The parent cells the fine active region covers, parent allocation coordinates.
     pub covered: Rect,
+    /// The covered cells left as they are, parent allocation coordinates
+    /// (empty for none): during a step, the deep cells that nothing reads
+    /// (`crate::schedule::plan::restriction_hole`).
+    pub hole: Rect,
     /// Fine allocation coordinates of the first active cell (the ghost width).
     pub fine_active_origin: u32,
     /// The fine patch's sides: its stencil reads mirror images of fine active
@@ -272,6 +276,10 @@ impl KernelArgs for RestrictToParent {
         "covered_y0",
         "covered_x1",
         "covered_y1",
+        "hole_x0",
+        "hole_y0",
+        "hole_x1",
+        "hole_y1",
         "fine_active_origin",
         "side_kinds",
         "tangential_x_min",
@@ -289,6 +297,7 @@ impl KernelArgs for RestrictToParent {
         push_layout(&mut args, &self.fine);
         push_layout(&mut args, &self.coarse);
         push_rect(&mut args, &self.covered);
+        push_rect(&mut args, &self.hole);
         args.push(Arg::U32(self.fine_active_origin));
         push_sides(&mut args, &self.sides);
         args.extend([
@@ -308,6 +317,7 @@ impl KernelArgs for RestrictToParent {
             fine: r.layout()?,
             coarse: r.layout()?,
             covered: r.rect()?,
+            hole: r.rect()?,
             fine_active_origin: r.u32()?,
             sides: r.patch_sides()?,
             tau_plus: r.f32()?,
@@ -333,6 +343,12 @@ impl KernelArgs for RestrictToParent {
             return Err(LaunchProblem::Shape(format!(
                 "covered region {c} is not inside the {}x{} parent",
                 self.coarse.nx, self.coarse.ny
+            )));
+        }
+        let h = self.hole;
+        if h.cells() > 0 && (h.x0 < c.x0 || h.y0 < c.y0 || h.x1 > c.x1 || h.y1 > c.y1) {
+            return Err(LaunchProblem::Shape(format!(
+                "hole {h} is not inside the covered region {c}"
             )));
         }
         let reach = |n: u32| self.fine_active_origin as u64 + 2 * n as u64;
@@ -557,24 +573,42 @@ fn rebuild_post_collision(
 /// Weights of the 4-point Lagrange interpolation at the midpoint, `lagrange4(0.5)`.
 const CENTRE4: [f32; 4] = [-1.0 / 16.0, 9.0 / 16.0, 9.0 / 16.0, -1.0 / 16.0];
 
-/// Fine-to-coarse coupling of every covered parent cell: the mass- and
-/// momentum-weighted average of its 2x2 fine cells, with the gradients of that
-/// block doubled into parent lattice units and rebuilt with the parent's τ⁺, τ⁻.
+/// Whether every covered parent cell (`0..n` from the covered region's
+/// edge) whose restriction stencil reaches stencil entry `i` (fine cell `i - 1`
+/// from the fine active origin) lies in `hole` (the same offsets).
+fn only_in_hole(i: u32, n: u32, hole: [u32; 2]) -> bool {
+    // Parent cell p reads entries 2p to 2p + 3.
+    let first = i.saturating_sub(2) / 2;
+    let last = (i / 2).min(n.saturating_sub(1));
+    first >= hole[0] && last < hole[1]
+}
+
+/// Fine-to-coarse coupling of every covered parent cell outside the hole: the
+/// mass- and momentum-weighted average of its 2x2 fine cells, with the
+/// gradients of that block doubled into parent lattice units and rebuilt with
+/// the parent's τ⁺, τ⁻.
 pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]) {
     let fine_plane = k.fine.plane_cells();
     let fine_force = [0.5 * k.coarse_force[0], 0.5 * k.coarse_force[1]];
     let cov = k.covered;
+    let hole = k.hole;
     let g = k.fine_active_origin;
     let fine_active = Rect::new(g, g, k.fine.nx - g, k.fine.ny - g);
     // Each fine cell feeds up to sixteen parent cells' stencils: take the
     // moments of the covered fine cells and the ring around them once (the
     // same arithmetic as the device's, which takes them once per block, so
-    // the same bits), row-major from fine cell (g - 1, g - 1).
+    // the same bits), row-major from fine cell (g - 1, g - 1); those that
+    // only cells of the hole would read are not taken.
     let reach = [2 * cov.width() + 2, 2 * cov.height() + 2];
+    let hole_x = [hole.x0.saturating_sub(cov.x0), hole.x1.saturating_sub(cov.x0)];
+    let hole_y = [hole.y0.saturating_sub(cov.y0), hole.y1.saturating_sub(cov.y0)];
     let moments: Vec<Moments> = (0..reach[1])
         .into_par_iter()
         .flat_map_iter(|j| (0..reach[0]).map(move |i| (i, j)))
         .map(|(i, j)| {
+            if only_in_hole(i, cov.width(), hole_x) && only_in_hole(j, cov.height(), hole_y) {
+                return Moments::default();
+            }
             let index = k.fine.index(g - 1 + i, g - 1 + j);
             lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]])
         })
@@ -582,6 +616,9 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
     par_row_bands(coarse, &k.coarse, |first, rows, band| {
         for cy in first.max(cov.y0)..(first + rows).min(cov.y1) {
             for cx in cov.x0..cov.x1 {
+                if hole.contains(cx, cy) {
+                    continue;
+                }
                 let fx0 = k.fine_active_origin + 2 * (cx - cov.x0);
                 let fy0 = k.fine_active_origin + 2 * (cy - cov.y0);
                 // The 2x2 block and the ring of fine cells around it, for the

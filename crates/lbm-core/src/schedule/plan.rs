@@ -22,6 +22,16 @@
 //! Each interval starts with zeroing the raw-exchange integral (when observed)
 //! and, when a side is an inlet, `update_boundary_state`.
 //!
+//! Restriction inside an interval writes only the covered cells that the
+//! interval reads back ([`restriction_holes`]): `fill_ghost` reads the
+//! parent's t + 1 two cells deep into the covered region, which its update
+//! computes from t three cells deep, and the parent's streaming and the
+//! reflux read one cell deep. The deeper cells evolve on the parent's own
+//! update and nothing reads them until the settle plan (`HopPlan::settle`)
+//! restricts every covered cell again, finest level first, before the
+//! stepper's state is read; what a read sees is what restricting every
+//! covered cell every interval gives, bit for bit.
+//!
 //! Level 0 takes one hop per interval, so its ping-pong parity alternates and the
 //! plan is built for both parities; every finer level takes an even number of
 //! hops and starts each interval on the same buffer. The plan is data: it is
@@ -34,8 +44,8 @@ use serde::Serialize;
 
 use crate::config::{Boundary, InletSpec, LevelPhysics};
 use crate::device::{Action, BufferId, BufferRef, Launch};
-use crate::domain::hierarchy::{GHOST, Hierarchy, Patch, Rect};
-use crate::domain::sides::PatchSides;
+use crate::domain::hierarchy::{GHOST, Hierarchy, PARENT_MARGIN, Patch, Rect};
+use crate::domain::sides::{PatchSides, is_interface};
 use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::{AccumulateExchange, blocks_per_slot};
@@ -79,23 +89,35 @@ pub(crate) struct PlanInputs<'a> {
     pub accumulate: bool,
 }
 
-/// One base interval as a flat list of steps, for each parity of level 0.
+/// Covered parent cells from an interface side that every interval
+/// restricts: `fill_ghost` reads the parent's t + 1 to depth 2 (its 4x4
+/// stencil around the floor of the ghost cell nearest the patch), and the
+/// update computes depth 2 at t + 1 from depth 3 at t.
+pub const RESTRICT_BAND: u32 = 3;
+
+/// One base interval as a flat list of steps, for each parity of level 0,
+/// and the settle plan that completes its restrictions, for the parity of
+/// the interval that comes next (empty when no restriction leaves a hole).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HopPlan {
     pub intervals: [Vec<PlanStep>; 2],
+    pub settle: [Vec<PlanStep>; 2],
 }
 
 impl HopPlan {
     pub(crate) fn build(inputs: &PlanInputs, resources: &Resources) -> HopPlan {
+        let holes = restriction_holes(inputs.hierarchy, inputs.sides);
+        let builder = |step_count: u64| Builder {
+            inputs,
+            resources,
+            holes: &holes,
+            steps: Vec::new(),
+            parity: (0..inputs.hierarchy.n_levels())
+                .map(|l| parity_at_interval_start(l, step_count))
+                .collect(),
+        };
         let intervals = [0, 1].map(|step_count| {
-            let mut builder = Builder {
-                inputs,
-                resources,
-                steps: Vec::new(),
-                parity: (0..inputs.hierarchy.n_levels())
-                    .map(|l| parity_at_interval_start(l, step_count))
-                    .collect(),
-            };
+            let mut builder = builder(step_count);
             if inputs.zero_interval {
                 for acc in &resources.accumulators {
                     builder.steps.push(PlanStep {
@@ -116,7 +138,12 @@ impl HopPlan {
             builder.hop(0, &[]);
             builder.steps
         });
-        HopPlan { intervals }
+        let holes_left = holes.iter().flatten().any(|h| h.cells() > 0);
+        let settle = [0, 1].map(|step_count| match holes_left {
+            true => builder(step_count).settle(),
+            false => Vec::new(),
+        });
+        HopPlan { intervals, settle }
     }
 
     /// The steps of the interval that starts at `step_count`.
@@ -129,6 +156,56 @@ impl HopPlan {
     pub fn actions(&self, step_count: u64) -> Vec<Action> {
         self.interval(step_count).iter().map(|s| s.action.clone()).collect()
     }
+
+    /// The actions of the settle plan after `step_count` completed intervals.
+    pub fn settle_actions(&self, step_count: u64) -> Vec<Action> {
+        self.settle[parity_at_interval_start(0, step_count)]
+            .iter()
+            .map(|s| s.action.clone())
+            .collect()
+    }
+}
+
+/// The covered cells each patch's restriction leaves to the settle plan
+/// (parent allocation coordinates), indexed like `hierarchy.levels` (empty on
+/// level 0 and where it restricts everything): the covered region less
+/// [`RESTRICT_BAND`] cells from each interface side.
+///
+/// Where the parent is itself refined, its own restriction reads its fine
+/// cells up to `2 RESTRICT_BAND + 1` from an interface side, and those must
+/// be current at the end of its hop: a child's hole begins
+/// [`PARENT_MARGIN`] + [`RESTRICT_BAND`] cells from there at the nearest,
+/// which the assertion below keeps beyond them (and a parent too narrow for
+/// a hole of its own holds no child wide enough for one).
+pub fn restriction_holes(hierarchy: &Hierarchy, sides: &[Vec<PatchSides>]) -> Vec<Vec<Rect>> {
+    const _: () = assert!(PARENT_MARGIN + RESTRICT_BAND > 2 * RESTRICT_BAND);
+    let level_holes = |(level, patches): (usize, &Vec<Patch>)| -> Vec<Rect> {
+        patches
+            .iter()
+            .map(|child| match child.parent {
+                None => Rect::default(),
+                Some(parent) => {
+                    let covered = covered_by(child, &hierarchy.levels[level - 1][parent]);
+                    let kinds = sides[level][child.index].kinds;
+                    let inset = |side: usize| if is_interface(kinds, side) { RESTRICT_BAND } else { 0 };
+                    let hole = Rect::new(
+                        covered.x0 + inset(0),
+                        covered.y0 + inset(2),
+                        covered.x1.saturating_sub(inset(1)),
+                        covered.y1.saturating_sub(inset(3)),
+                    );
+                    if hole.cells() > 0 { hole } else { Rect::default() }
+                }
+            })
+            .collect()
+    };
+    hierarchy.levels.iter().enumerate().map(level_holes).collect()
+}
+
+/// The parent cells a child's active region covers, parent allocation coordinates.
+fn covered_by(child: &Patch, parent: &Patch) -> Rect {
+    let [ox, oy] = child_offset(child, parent);
+    Rect::new(ox, oy, ox + child.rect.width(), oy + child.rect.height())
 }
 
 /// The population buffer of a patch that holds its state after `step_count`
@@ -181,6 +258,8 @@ pub(crate) fn health_steps(
 struct Builder<'a> {
     inputs: &'a PlanInputs<'a>,
     resources: &'a Resources,
+    /// [`restriction_holes`].
+    holes: &'a [Vec<Rect>],
     steps: Vec<PlanStep>,
     parity: Vec<usize>,
 }
@@ -241,6 +320,51 @@ impl Builder<'_> {
             }
             .launch(),
         )
+    }
+
+    /// `restrict_to_parent` of `child` from `fine_src` into `coarse_dst`,
+    /// leaving `hole`.
+    fn restriction(&self, child: &Patch, fine_src: BufferRef, coarse_dst: BufferRef, hole: Rect) -> Launch {
+        let level = child.level;
+        let parent = &self.inputs.hierarchy.levels[level - 1][child.parent.expect("refined patches have parents")];
+        let physics = self.inputs.physics[level - 1];
+        RestrictToParent {
+            fine_src,
+            coarse_dst,
+            fine: child.layout,
+            coarse: parent.layout,
+            covered: covered_by(child, parent),
+            hole,
+            fine_active_origin: GHOST,
+            sides: self.inputs.sides[level][child.index],
+            tau_plus: physics.relaxation.tau_plus as f32,
+            tau_minus: physics.relaxation.tau_minus as f32,
+            coarse_force: physics.force,
+        }
+        .launch()
+    }
+
+    /// The settle plan: every covered cell restricted from the child's
+    /// current populations into the parent's, finest level first, so that
+    /// each restriction reads a settled child.
+    fn settle(&self) -> Vec<PlanStep> {
+        let hierarchy = self.inputs.hierarchy;
+        (1..hierarchy.n_levels())
+            .rev()
+            .flat_map(|level| &hierarchy.levels[level])
+            .map(|child| {
+                let parent = &hierarchy.levels[child.level - 1][child.parent.expect("refined patches have parents")];
+                PlanStep {
+                    name: format!("{}.settle", child.name()),
+                    action: Action::Launch(self.restriction(
+                        child,
+                        self.current(child),
+                        self.current(parent),
+                        Rect::default(),
+                    )),
+                }
+            })
+            .collect()
     }
 
     /// `hop(level)`; `beside[i]`, when given, joins patch `i`'s update group
@@ -370,22 +494,10 @@ impl Builder<'_> {
             self.hop(level + 1, &[]);
             for child in &hierarchy.levels[level + 1] {
                 let parent = &hierarchy.levels[level][child.parent.expect("refined patches have parents")];
-                let [ox, oy] = child_offset(child, parent);
                 let sides = inputs.sides[level + 1][child.index];
-                let covered = Rect::new(ox, oy, ox + child.rect.width(), oy + child.rect.height());
-                let restrict = RestrictToParent {
-                    fine_src: self.current(child),
-                    coarse_dst: self.spare(parent),
-                    fine: child.layout,
-                    coarse: parent.layout,
-                    covered,
-                    fine_active_origin: GHOST,
-                    sides,
-                    tau_plus: physics.relaxation.tau_plus as f32,
-                    tau_minus: physics.relaxation.tau_minus as f32,
-                    coarse_force: physics.force,
-                }
-                .launch();
+                let covered = covered_by(child, parent);
+                let hole = self.holes[level + 1][child.index];
+                let restrict = self.restriction(child, self.current(child), self.spare(parent), hole);
                 let reflux = CorrectInterfaceMass {
                     coarse_t: self.current(parent),
                     coarse_t1: self.spare(parent),

@@ -8,6 +8,12 @@
 //! download says the stepper failed. Device errors surfacing at the single wait
 //! are not attributed to an interval; `step(1)` repeatedly localises one.
 //!
+//! Every read sees each covered cell restricted from its child, as if every
+//! interval restricted all of them: the intervals restrict only the cells
+//! they read back, and the first read after a step that needs the rest (a
+//! refined patch's populations, a snapshot, a health check, `with_device`)
+//! enqueues the settle plan first (`HopPlan::settle`).
+//!
 //! Construction runs in one direction: the configuration is checked, the
 //! resources are allocated, the plan is built from them and prepared on the
 //! driver (where every launch is checked once). The stepper does no physics
@@ -45,6 +51,9 @@ use crate::schedule::resources::Resources;
 /// level-0 parity): what a fused batch's member drivers fuse
 /// (`crate::fused`).
 pub const INTERVAL_PLANS: [&str; 2] = ["interval.even", "interval.odd"];
+
+/// The labels of the settle plans (`HopPlan::settle`), by level-0 parity.
+const SETTLE_PLANS: [&str; 2] = ["settle.even", "settle.odd"];
 
 /// The complete changing state of a stepper between intervals; see
 /// [`Stepper::snapshot`].
@@ -169,6 +178,11 @@ struct State {
     parts: Option<[[PlanId; 2]; 2]>,
     /// The health check's plans, once a check has prepared them.
     health: Option<health::HealthPlans>,
+    /// The settle plans by level-0 parity, when a restriction leaves a hole.
+    settle: Option<[PlanId; 2]>,
+    /// Whether every covered cell holds its restriction (the settle plan
+    /// has run since the last interval, or none is needed).
+    settled: bool,
     status: Status,
     step_count: u64,
     /// Intervals enqueued by `begin_step` and not yet waited for.
@@ -217,6 +231,22 @@ impl<D: Driver> Stepper<D> {
                 return Err(e);
             }
         };
+        let settle = match plan.settle[0].is_empty() {
+            true => None,
+            false => match prepare_pair(
+                &mut driver,
+                SETTLE_PLANS,
+                &[plan.settle_actions(0), plan.settle_actions(1)],
+            ) {
+                Ok(settle) => Some(settle),
+                Err(e) => {
+                    // As above.
+                    let _ = prepared.iter().try_for_each(|p| driver.release_plan(*p));
+                    let _ = resources.release(&mut driver);
+                    return Err(e);
+                }
+            },
+        };
         let stepper = Stepper {
             inner: Mutex::new(Inner {
                 driver,
@@ -230,6 +260,8 @@ impl<D: Driver> Stepper<D> {
                     prepared,
                     parts: None,
                     health: None,
+                    settle,
+                    settled: true,
                     status: Status::Ready,
                     step_count: 0,
                     in_flight: 0,
@@ -292,8 +324,9 @@ impl<D: Driver> Stepper<D> {
         inner.state.require_ready("initialize")?;
         let Inner { driver, state } = &mut *inner;
         let result = observe::upload_state(driver, state, &init);
-        if result.is_err() {
-            state.fail();
+        match result {
+            Ok(()) => state.settled = true,
+            Err(_) => state.fail(),
         }
         result
     }
@@ -318,6 +351,7 @@ impl<D: Driver> Stepper<D> {
         let Inner { driver, state } = &mut *inner;
         state.status = Status::Advancing;
         state.exchange_valid = false;
+        state.settled = false;
         state.in_flight = n;
         let enqueued =
             (0..n).try_for_each(|k| driver.replay(state.prepared[parity_at_interval_start(0, state.step_count + k)]));
@@ -408,6 +442,7 @@ impl<D: Driver> Stepper<D> {
         if state.status == Status::Ready {
             state.status = Status::Advancing;
             state.exchange_valid = false;
+            state.settled = false;
             state.in_flight = 0;
         }
         let parity = parity_at_interval_start(0, state.step_count + state.in_flight);
@@ -579,6 +614,7 @@ impl<D: Driver> Stepper<D> {
         let mut inner = self.lock();
         inner.state.require_ready("take a snapshot")?;
         let Inner { driver, state } = &mut *inner;
+        state.settle(driver)?;
         let mut buffers = Vec::with_capacity(state.resources.state.len());
         for b in &state.resources.state {
             let mut bytes = vec![0u8; b.bytes];
@@ -635,6 +671,7 @@ impl<D: Driver> Stepper<D> {
             }
         }
         state.step_count = snapshot.step_count;
+        state.settled = true;
         state.window_start = snapshot.window_start;
         state.window_valid = snapshot.window_start.is_some();
         state.exchange_valid = false;
@@ -652,7 +689,9 @@ impl<D: Driver> Stepper<D> {
         let mut inner = self.lock();
         inner.state.require_ready("check health")?;
         let Inner { driver, state } = &mut *inner;
-        let result = health::check_health(driver, state, limit);
+        let result = state
+            .settle(driver)
+            .and_then(|()| health::check_health(driver, state, limit));
         if result.is_err() {
             state.fail();
         }
@@ -661,7 +700,8 @@ impl<D: Driver> Stepper<D> {
 
     /// Runs `work` with the driver between intervals, for outputs that share
     /// the stepper's device and main stream (the output ring): `view` builds
-    /// the launches that read the current state. A failure fails the stepper.
+    /// the launches that read the current state, settled first. A failure
+    /// fails the stepper.
     pub fn with_device<R, E: From<Error>>(
         &self,
         work: impl FnOnce(&mut D, &DeviceView<'_>) -> std::result::Result<R, E>,
@@ -669,6 +709,7 @@ impl<D: Driver> Stepper<D> {
         let mut inner = self.lock();
         inner.state.require_ready("work on its device")?;
         let Inner { driver, state } = &mut *inner;
+        state.settle(driver)?;
         let result = work(driver, &DeviceView { state });
         if result.is_err() {
             state.fail();
@@ -698,6 +739,7 @@ impl<D: Driver> Stepper<D> {
             .prepared
             .iter()
             .chain(state.parts.iter().flatten().flatten())
+            .chain(state.settle.iter().flatten())
             .chain(health.iter().flat_map(|h| &h.prepared))
             .try_for_each(|p| driver.release_plan(*p));
         let buffers = state.resources.release(driver);
@@ -727,6 +769,24 @@ fn prepare_pair<D: Driver>(driver: &mut D, labels: [&str; 2], actions: &[Vec<Act
 }
 
 impl State {
+    /// Enqueues the settle plan unless every covered cell holds its
+    /// restriction already; a failure fails the stepper.
+    fn settle<D: Driver>(&mut self, driver: &mut D) -> Result<()> {
+        let Some(plans) = self.settle.filter(|_| !self.settled) else {
+            return Ok(());
+        };
+        match driver.replay(plans[parity_at_interval_start(0, self.step_count)]) {
+            Ok(()) => {
+                self.settled = true;
+                Ok(())
+            }
+            Err(e) => {
+                self.fail();
+                Err(e)
+            }
+        }
+    }
+
     fn require_ready(&self, action: &'static str) -> Result<()> {
         match self.status {
             Status::Ready => Ok(()),

@@ -123,6 +123,15 @@ pub(super) fn download_current<D: Driver>(
     patch: usize,
 ) -> Result<Vec<f32>> {
     let plane = patch_of(state, level, patch)?.layout.plane_cells();
+    // A patch with children holds restricted cells, which may wait for the settle.
+    let refined = state
+        .hierarchy
+        .levels
+        .get(level + 1)
+        .is_some_and(|children| children.iter().any(|c| c.parent == Some(patch)));
+    if refined {
+        state.settle(driver)?;
+    }
     let mut f = vec![0.0f32; Q * plane];
     let buffer: BufferId = current_buffer(&state.resources, level, patch, state.step_count);
     if let Err(e) = driver.download(buffer, 0, bytemuck::cast_slice_mut(&mut f)) {
