@@ -13,8 +13,8 @@
 // `restrict_to_parent` (fine to coarse) overwrites every parent cell the fine
 // active region covers, except those of the hole, with the mass- and
 // momentum-weighted average of its 2x2 fine cells, the gradients across that
-// block rebuilt with the parent's tau+ and tau-. A tile wholly inside the hole
-// returns at once. One block per tile of LBM_RESTRICT_TILE^2 covered parent cells
+// block rebuilt with the parent's tau+ and tau-. The tiles wholly inside the
+// hole are not launched. One block per tile of LBM_RESTRICT_TILE^2 covered parent cells
 // (a 2D grid over the covered region), one thread per parent cell: the block
 // first takes the moments of every fine cell its cells' stencils reach into
 // shared memory, once each, then each thread combines its 4x4 fine cells.
@@ -242,6 +242,31 @@ LBM_KERNEL(fill_ghost)(const float* __restrict__ coarse_t, const float* __restri
 #undef M
 }
 
+// Tiles of LBM_RESTRICT_TILE cells over [c0, c1), at least one:
+// RestrictToParent::shape.
+__device__ __forceinline__ unsigned int restrict_tiles(unsigned int c0, unsigned int c1) {
+    const unsigned int n = (c1 - c0 + LBM_RESTRICT_TILE - 1) / LBM_RESTRICT_TILE;
+    return n > 0 ? n : 1u;
+}
+
+// lbm_core::kernels::refine::inner_tiles: the tiles [first, last) over [c0, c1)
+// that lie wholly inside the hole's [h0, h1), the last one (perhaps partial)
+// where the hole reaches c1.
+__device__ __forceinline__ void inner_tiles(unsigned int c0, unsigned int c1, unsigned int h0, unsigned int h1,
+                                            unsigned int tiles, unsigned int* first, unsigned int* last) {
+    *first = 0;
+    *last = 0;
+    if (h1 <= h0) {
+        return;
+    }
+    const unsigned int a = (h0 - c0 + LBM_RESTRICT_TILE - 1) / LBM_RESTRICT_TILE;
+    const unsigned int b = h1 == c1 ? tiles : (h1 - c0) / LBM_RESTRICT_TILE;
+    if (b > a) {
+        *first = a;
+        *last = b;
+    }
+}
+
 LBM_KERNEL(restrict_to_parent)(const float* __restrict__ fine_src, float* __restrict__ coarse_dst,
                                               unsigned int fine_nx, unsigned int fine_ny, unsigned int fine_tile_x,
                                               unsigned int fine_tile_y, unsigned int coarse_nx,
@@ -272,18 +297,50 @@ LBM_KERNEL(restrict_to_parent)(const float* __restrict__ fine_src, float* __rest
     const float fine_force_x = 0.5f * coarse_force_x;
     const float fine_force_y = 0.5f * coarse_force_y;
     const size_t fine_plane = plane_cells(fine);
-    const unsigned int bx0 = covered_x0 + blockIdx.x * LBM_RESTRICT_TILE;
-    const unsigned int by0 = covered_y0 + blockIdx.y * LBM_RESTRICT_TILE;
+    // The tiles wholly inside the hole are not launched: block b is the
+    // b-th of the others, row by row (RestrictToParent::shape counts them).
+    const unsigned int tiles_x = restrict_tiles(covered_x0, covered_x1);
+    const unsigned int tiles_y = restrict_tiles(covered_y0, covered_y1);
+    unsigned int inner_x0;
+    unsigned int inner_x1;
+    unsigned int inner_y0;
+    unsigned int inner_y1;
+    inner_tiles(covered_x0, covered_x1, hole_x0, hole_x1, tiles_x, &inner_x0, &inner_x1);
+    inner_tiles(covered_y0, covered_y1, hole_y0, hole_y1, tiles_y, &inner_y0, &inner_y1);
+    if (inner_x0 == inner_x1 || inner_y0 == inner_y1) {
+        inner_x0 = inner_x1 = inner_y0 = inner_y1 = 0;
+    }
+    const unsigned int inner_w = inner_x1 - inner_x0;
+    const unsigned int below = inner_y0 * tiles_x;
+    const unsigned int beside = (inner_y1 - inner_y0) * (tiles_x - inner_w);
+    unsigned int tx;
+    unsigned int ty;
+    if (blockIdx.x < below) {
+        tx = blockIdx.x % tiles_x;
+        ty = blockIdx.x / tiles_x;
+    } else if (blockIdx.x - below < beside) {
+        const unsigned int k = blockIdx.x - below;
+        const unsigned int m = tiles_x - inner_w;
+        tx = k % m;
+        tx += tx >= inner_x0 ? inner_w : 0u;
+        ty = inner_y0 + k / m;
+    } else {
+        const unsigned int k = blockIdx.x - below - beside;
+        tx = k % tiles_x;
+        ty = inner_y1 + k / tiles_x;
+    }
+    // The one block of a region wholly inside its hole (uniform branch).
+    if (ty >= tiles_y) {
+        return;
+    }
+    const unsigned int bx0 = covered_x0 + tx * LBM_RESTRICT_TILE;
+    const unsigned int by0 = covered_y0 + ty * LBM_RESTRICT_TILE;
     // The block's parent cells inside the covered region; a tile on its far
     // edge loads only the fine cells its own stencils reach.
     const unsigned int left_x = bx0 < covered_x1 ? covered_x1 - bx0 : 0u;
     const unsigned int left_y = by0 < covered_y1 ? covered_y1 - by0 : 0u;
     const unsigned int tile_w = left_x < LBM_RESTRICT_TILE ? left_x : LBM_RESTRICT_TILE;
     const unsigned int tile_h = left_y < LBM_RESTRICT_TILE ? left_y : LBM_RESTRICT_TILE;
-    // A tile wholly inside the hole has nothing to write (uniform branch).
-    if (bx0 >= hole_x0 && bx0 + tile_w <= hole_x1 && by0 >= hole_y0 && by0 + tile_h <= hole_y1) {
-        return;
-    }
     const unsigned int load_w = 2 * tile_w + 2;
     const unsigned int load_h = 2 * tile_h + 2;
     // Fine cell of tile entry (0, 0): one before the block's first 2x2 block.

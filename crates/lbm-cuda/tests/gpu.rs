@@ -634,9 +634,19 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
                     holes[(k.hole.cells() > 0) as usize] += 1;
                     let (coarse, fine) = (k.coarse.plane_cells(), k.fine.plane_cells());
                     k.fine_src = twin.buffer("fine_src", &random_populations(&mut rng, fine)).into();
-                    k.coarse_dst = twin.buffer("coarse_dst", &vec![f32::NAN; Q * coarse]).into();
-                    twin.launch(&k.launch());
-                    twin.compare_f32(&what, k.coarse_dst.id, Q * coarse);
+                    // The plan's hole, then a random one (its tiles left out
+                    // of the grid where whole), one from a corner to the
+                    // far sides, and the whole covered region.
+                    let c = k.covered;
+                    let (x0, y0) = (c.x0 + rng.below(c.width()), c.y0 + rng.below(c.height()));
+                    let (x1, y1) = (x0 + 1 + rng.below(c.x1 - x0), y0 + 1 + rng.below(c.y1 - y0));
+                    let corner = Rect::new(c.x0 + c.width() / 3, c.y0 + c.height() / 2, c.x1, c.y1);
+                    for hole in [k.hole, Rect::new(x0, y0, x1, y1), corner, c] {
+                        k.hole = hole;
+                        k.coarse_dst = twin.buffer("coarse_dst", &vec![f32::NAN; Q * coarse]).into();
+                        twin.launch(&k.launch());
+                        twin.compare_f32(&format!("{what} hole {hole}"), k.coarse_dst.id, Q * coarse);
+                    }
                 }
                 Kernel::AccumulateFineFlux => {
                     let mut k = AccumulateFineFlux::decode(launch).unwrap();

@@ -233,9 +233,9 @@ fn parent_floor(start: i64, f: u32) -> i64 {
 pub const RESTRICT_TILE: u32 = 16;
 const _: () = assert!(RESTRICT_TILE * RESTRICT_TILE == BLOCK_THREADS);
 
-/// `restrict_to_parent`: a 2D grid of blocks over the covered parent cells,
-/// one tile of [`RESTRICT_TILE`]² cells per block, one thread per cell; the
-/// block shares its fine cells' moments.
+/// `restrict_to_parent`: a block per tile of [`RESTRICT_TILE`]² covered
+/// parent cells (but the tiles wholly inside the hole), one thread per cell;
+/// the block shares its fine cells' moments.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RestrictToParent {
     pub fine_src: BufferRef,
@@ -326,11 +326,13 @@ impl KernelArgs for RestrictToParent {
         })
     }
 
+    /// The covered cells outside the hole (a hole is empty or inside the
+    /// covered region: `check_shape`).
     fn work_items(&self) -> usize {
-        self.covered.cells()
+        self.covered.cells().saturating_sub(self.hole.cells())
     }
 
-    /// The kernel maps its 2D grid onto tiles of the covered region.
+    /// The kernel maps its grid onto the tiles of the covered region outside the hole.
     fn required_shape(&self) -> Option<ExactShape> {
         Some(self.shape())
     }
@@ -346,9 +348,11 @@ impl KernelArgs for RestrictToParent {
             )));
         }
         let h = self.hole;
-        if h.cells() > 0 && (h.x0 < c.x0 || h.y0 < c.y0 || h.x1 > c.x1 || h.y1 > c.y1) {
+        // The empty hole, or one inside the covered region (whose tiles the
+        // grid leaves out).
+        if h != Rect::default() && (h.x0 < c.x0 || h.y0 < c.y0 || h.x1 > c.x1 || h.y1 > c.y1) {
             return Err(LaunchProblem::Shape(format!(
-                "hole {h} is not inside the covered region {c}"
+                "hole {h} is neither empty (0, 0, 0, 0) nor inside the covered region {c}"
             )));
         }
         let reach = |n: u32| self.fine_active_origin as u64 + 2 * n as u64;
@@ -374,15 +378,32 @@ impl KernelArgs for RestrictToParent {
 }
 
 impl RestrictToParent {
-    /// One block per tile of the covered region, at least one each way (an
-    /// empty region's block has nothing to do).
+    /// One block per tile of the covered region (at least one each way)
+    /// but those wholly inside the hole, at least one block (an empty
+    /// region's, or one wholly inside its hole, has nothing to do).
     fn shape(&self) -> ExactShape {
+        let (c, h) = (self.covered, self.hole);
         let tiles = |n: u32| n.div_ceil(RESTRICT_TILE).max(1);
+        let (tx, ty) = (tiles(c.width()), tiles(c.height()));
+        let [x0, x1] = inner_tiles(c.x0, c.x1, h.x0, h.x1, tx);
+        let [y0, y1] = inner_tiles(c.y0, c.y1, h.y0, h.y1, ty);
         ExactShape {
-            grid: [tiles(self.covered.width()), tiles(self.covered.height()), 1],
+            grid: [(tx * ty - (x1 - x0) * (y1 - y0)).max(1), 1, 1],
             block: [BLOCK_THREADS, 1, 1],
         }
     }
+}
+
+/// The tiles `[first, last)` of [`RESTRICT_TILE`] cells over `[c0, c1)`
+/// (`tiles` of them) that lie wholly inside the hole's `[h0, h1)`, the last
+/// one (perhaps partial) where the hole reaches `c1`; `[0, 0)` for none.
+fn inner_tiles(c0: u32, c1: u32, h0: u32, h1: u32, tiles: u32) -> [u32; 2] {
+    if h1 <= h0 {
+        return [0, 0];
+    }
+    let first = (h0 - c0).div_ceil(RESTRICT_TILE);
+    let last = if h1 == c1 { tiles } else { (h1 - c0) / RESTRICT_TILE };
+    if last > first { [first, last] } else { [0, 0] }
 }
 
 /// Mixed-in-time moments of a parent cell, with the physical velocity (the
