@@ -16,9 +16,12 @@
 // its flux slot; the last of the blocks to arrive (an arrival counter, as in
 // exchange.cu) sums the slots as one block of 256 threads would have: each
 // thread its strided slots in f64, then a fixed tree, so the result is the
-// same run to run and whatever the number of blocks. Why: one block doing the
-// whole ring was latency-bound (93 us on a 2600-cell ring at 640 cells per
-// diameter).
+// same run to run and whatever the number of blocks. A ring of one block is
+// corrected by that block in the same launch (`phase` LBM_REFLUX_WHOLE); a
+// longer one in two launches, the sum (LBM_REFLUX_SUM: the last block leaves
+// the share in the arrival buffer's second word) and the share taken out by
+// one thread per ring cell (LBM_REFLUX_APPLY). Why: the last block alone
+// applying a 2600-cell ring took 42 us at 640 cells per diameter.
 //
 // Both mirror lbm_core::kernels::reflux::{accumulate_fine_flux, correct_interface_mass}
 // per cell, and the CPU sums the ring in this kernel's order
@@ -106,11 +109,16 @@ LBM_KERNEL(accumulate_fine_flux)(const float* __restrict__ fine, float* __restri
     flux[t] += 0.25f * net;
 }
 
+// `phase` of correct_interface_mass (lbm_core::kernels::reflux::RefluxPhase).
+#define LBM_REFLUX_WHOLE 0u
+#define LBM_REFLUX_SUM 1u
+#define LBM_REFLUX_APPLY 2u
+
 LBM_KERNEL(correct_interface_mass)(const float* __restrict__ coarse_t, float* __restrict__ coarse_t1,
                                                   float* flux, unsigned int* arrivals, unsigned int nx,
                                                   unsigned int ny, unsigned int tile_x, unsigned int tile_y,
                                                   unsigned int x0, unsigned int y0, unsigned int x1,
-                                                  unsigned int y1, unsigned int side_kinds) {
+                                                  unsigned int y1, unsigned int side_kinds, unsigned int phase) {
     __shared__ double partial[LBM_BLOCK_THREADS];
     __shared__ bool last;
     // The host launches ceil(ring / LBM_BLOCK_THREADS) blocks, at least one, of
@@ -127,9 +135,29 @@ LBM_KERNEL(correct_interface_mass)(const float* __restrict__ coarse_t, float* __
         return;
     }
 
+    const unsigned int own = blockIdx.x * LBM_BLOCK_THREADS + tid;
+    // The share the sum left, taken out of this thread's ring cell (the
+    // arithmetic of the whole launch's last block), and its slot zeroed.
+    if (phase == LBM_REFLUX_APPLY) {
+        if (own < n_ring) {
+            const float share = __uint_as_float(arrivals[1]);
+            unsigned int x;
+            unsigned int y;
+            ring_cell(x0, y0, x1, y1, side_kinds, own, &x, &y);
+            const size_t index = cell_index(layout, x, y);
+            float f[LBM_Q];
+            read_cell(coarse_t1, plane, index, f);
+#pragma unroll
+            for (int i = 0; i < LBM_Q; ++i) {
+                f[i] -= share * lbm_w(i);
+            }
+            write_cell(coarse_t1, plane, index, f);
+            flux[own] = 0.0f;
+        }
+        return;
+    }
     // Each ring cell's excess, left in its flux slot: the slot's f32 plus the
     // parent's net flux, the very f32 sum the one-block order adds in f64.
-    const unsigned int own = blockIdx.x * LBM_BLOCK_THREADS + tid;
     if (own < n_ring) {
         unsigned int x;
         unsigned int y;
@@ -178,6 +206,13 @@ LBM_KERNEL(correct_interface_mass)(const float* __restrict__ coarse_t, float* __
         __syncthreads();
     }
     const float share = (float)(partial[0] / (double)n_ring);
+    if (phase == LBM_REFLUX_SUM) {
+        if (tid == 0) {
+            arrivals[1] = __float_as_uint(share);
+            atomicExch(arrivals, 0u);
+        }
+        return;
+    }
 
     // The flux slots are zeroed in a loop of their own: a volatile store
     // between the ring cells' updates would keep their loads from overlapping.

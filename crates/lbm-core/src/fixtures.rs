@@ -21,7 +21,7 @@ use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, WallDistan
 use crate::kernels::moments::SaveMoments;
 use crate::kernels::producer::{ProduceChunked, ProducePrefix, ProduceRecord, ProduceStatic, RingTarget};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
-use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
+use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass, RefluxPhase};
 use crate::lattice::{Collision, Q, Relaxation};
 
 /// A periodic `n` x `n` grid on a driver: two population buffers (`src`
@@ -199,6 +199,7 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
             coarse,
             covered: Rect::new(6, 0, 14, 8),
             kinds: walled.kinds,
+            phase: RefluxPhase::Whole,
         }
         .launch(),
         AccumulateExchange {

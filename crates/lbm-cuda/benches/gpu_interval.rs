@@ -3,8 +3,9 @@
 //! interval (`Stepper::step`) in the same process. A step alone runs as it
 //! does on the interval's critical path (after the one before it, with the
 //! launch gap between them); a group's members run side by side as in the
-//! interval. The sum of the steps against the interval shows what the
-//! interval's own concurrency hides. Prints a table; writes no records (a
+//! interval, and each member of a group is also timed alone. The sum of the
+//! steps against the interval shows what the interval's own concurrency
+//! hides. Prints a table; writes no records (a
 //! share is not a rate). Prints a skip notice without a CUDA device.
 //!
 //! Run: `cargo xtask gpu-pack`, then on the GPU machine
@@ -13,6 +14,7 @@
 use std::time::Instant;
 
 use lbm_core::case::Case;
+use lbm_core::device::Action;
 use lbm_core::{Driver, ExecConfig, Stepper};
 use lbm_cuda::CudaDriver;
 
@@ -78,24 +80,35 @@ fn main() {
         let plan = stepper.plan();
         // Level 0's even parity: every step of an interval once.
         let steps = plan.interval(0).to_vec();
-        let times: Vec<f64> = stepper
+        // Each step, and each member of a group alone.
+        let timed = |driver: &mut CudaDriver, label: &str, action: &Action| -> lbm_core::Result<f64> {
+            let copies = vec![action.clone(); COPIES];
+            let plan = driver.prepare(&format!("gpu_interval.{label}"), &copies)?;
+            let t = median(|| {
+                driver.synchronize().unwrap();
+                let start = Instant::now();
+                driver.replay(plan).unwrap();
+                driver.synchronize().unwrap();
+                start.elapsed().as_secs_f64()
+            }) / COPIES as f64;
+            driver.release_plan(plan)?;
+            Ok(t)
+        };
+        let times: Vec<(f64, Vec<f64>)> = stepper
             .with_device(|driver: &mut CudaDriver, _| {
                 steps
                     .iter()
                     .map(|step| {
-                        let copies = vec![step.action.clone(); COPIES];
-                        let plan = driver.prepare(&format!("gpu_interval.{}", step.name), &copies)?;
-                        let t = median(|| {
-                            driver.synchronize().unwrap();
-                            let start = Instant::now();
-                            driver.replay(plan).unwrap();
-                            driver.synchronize().unwrap();
-                            start.elapsed().as_secs_f64()
-                        }) / COPIES as f64;
-                        driver.release_plan(plan)?;
-                        Ok(t)
+                        let members = match &step.action {
+                            Action::Together(members) => members
+                                .iter()
+                                .map(|m| timed(driver, &step.name, m))
+                                .collect::<lbm_core::Result<Vec<f64>>>()?,
+                            _ => Vec::new(),
+                        };
+                        Ok((timed(driver, &step.name, &step.action)?, members))
                     })
-                    .collect::<lbm_core::Result<Vec<f64>>>()
+                    .collect::<lbm_core::Result<Vec<_>>>()
             })
             .unwrap();
         let updates = stepper.hierarchy().cell_updates_per_interval();
@@ -107,7 +120,7 @@ fn main() {
         );
         println!("| step | launches | us alone | share of the interval |");
         println!("| --- | ---: | ---: | ---: |");
-        for (step, t) in steps.iter().zip(&times) {
+        for (step, (t, members)) in steps.iter().zip(&times) {
             println!(
                 "| `{}` | {} | {:.1} | {:.1}% |",
                 step.name,
@@ -115,13 +128,36 @@ fn main() {
                 t * 1e6,
                 100.0 * t / interval
             );
+            let Action::Together(actions) = &step.action else {
+                continue;
+            };
+            for (action, t) in actions.iter().zip(members) {
+                let kernel = action.launches().first().map_or("?", |l| l.kernel.cuda_name());
+                println!(
+                    "| &nbsp;&nbsp;{kernel} alone | 1 | {:.1} | {:.1}% |",
+                    t * 1e6,
+                    100.0 * t / interval
+                );
+            }
         }
-        let sum: f64 = times.iter().sum();
+        let sum: f64 = times.iter().map(|(t, _)| t).sum();
         println!(
             "| all steps one after the other | | {:.1} | {:.1}% |",
             sum * 1e6,
             100.0 * sum / interval
         );
+        // The settle plan, which a read after a step replays (not part of the interval).
+        for step in &plan.settle[0] {
+            let t = stepper
+                .with_device(|driver: &mut CudaDriver, _| timed(driver, &step.name, &step.action))
+                .unwrap();
+            println!(
+                "| (read) `{}` | 1 | {:.1} | {:.1}% |",
+                step.name,
+                t * 1e6,
+                100.0 * t / interval
+            );
+        }
         stepper.close().unwrap();
     }
 }

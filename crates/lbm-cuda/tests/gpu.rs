@@ -40,7 +40,7 @@ use lbm_core::kernels::lbm::{
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::{ProduceChunked, RingControl};
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent};
-use lbm_core::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
+use lbm_core::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass, RefluxPhase};
 use lbm_core::lattice::{self, Collision, Moments, Q};
 use lbm_core::split::Split;
 use lbm_core::{
@@ -665,7 +665,9 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
                     k.coarse_t = twin.buffer("coarse_t", &random_populations(&mut rng, plane)).into();
                     k.coarse_t1 = twin.buffer("coarse_t1", &random_populations(&mut rng, plane)).into();
                     k.flux = twin.buffer("flux", &garbage(&mut rng, n_ring)).into();
-                    let arrivals = twin.buffer("arrivals", &[0u32]);
+                    // An apply finds the share a sum left.
+                    let share = rng.range(-1e-3, 1e-3).to_bits();
+                    let arrivals = twin.buffer("arrivals", &[0u32, share]);
                     k.arrivals = arrivals.into();
                     twin.launch(&k.launch());
                     // The ring's sum is taken in one order on both sides,
@@ -673,8 +675,9 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
                     let (cpu, gpu) = twin.download::<f32>(k.coarse_t1.id, Q * plane);
                     assert_bitwise(&what, &cpu, &gpu);
                     twin.compare_f32(&format!("{what} flux"), k.flux.id, n_ring);
-                    let (_, counter) = twin.download::<u32>(arrivals, 1);
-                    assert_eq!(counter, [0], "{what}: the last block resets the arrival counter");
+                    let (cpu, gpu) = twin.download::<u32>(arrivals, 2);
+                    assert_eq!(cpu, gpu, "{what}: the arrival buffer");
+                    assert_eq!(gpu[0], 0, "{what}: the last block resets the arrival counter");
                 }
                 _ => continue,
             }
@@ -686,39 +689,49 @@ fn coupling_kernels_match_the_cpu_on_plan_geometry() {
         holes[0] > 0 && holes[1] > 0,
         "restrictions without and with a hole: {holes:?}"
     );
-    // A ring of several blocks (4 x 180 + 4 cells), and one of exactly one
-    // block's threads and one more, in a row-major and a tiled parent.
+    // A ring of several blocks (4 x 180 + 4 cells), of exactly one block's
+    // threads and of one more, and of one block, in a row-major and a tiled
+    // parent.
     for (tile, covered) in [
         ([200, 200], Rect::new(10, 10, 190, 190)),
         ([8, 8], Rect::new(10, 10, 73, 73)),
         ([200, 200], Rect::new(10, 10, 73, 74)),
+        ([8, 8], Rect::new(10, 10, 40, 31)),
     ] {
         let coarse = Layout { nx: 200, ny: 200, tile };
         let plane = coarse.plane_cells();
         let kinds = [lbm_core::domain::sides::PatchSide::Interface; 4];
         let n_ring = ring_cells(&covered, kinds);
         let twin_buffer = |twin: &mut Twin, rng: &mut Rng, name| twin.buffer(name, &random_populations(rng, plane));
-        let k = CorrectInterfaceMass {
+        let mut k = CorrectInterfaceMass {
             coarse_t: twin_buffer(&mut twin, &mut rng, "coarse_t").into(),
             coarse_t1: twin_buffer(&mut twin, &mut rng, "coarse_t1").into(),
             flux: twin.buffer("flux", &garbage(&mut rng, n_ring)).into(),
-            arrivals: twin.buffer("arrivals", &[0u32]).into(),
+            arrivals: twin.buffer("arrivals", &[0u32, 0]).into(),
             coarse,
             covered,
             kinds,
+            phase: RefluxPhase::Whole,
         };
-        let what = format!("correct_interface_mass on a ring of {n_ring} cells, tile {tile:?}");
-        assert_eq!(
-            k.launch().grid[0] as usize,
-            n_ring.div_ceil(BLOCK_THREADS as usize),
-            "{what}"
-        );
-        for _ in 0..2 {
-            twin.launch(&k.launch());
-            let (cpu, gpu) = twin.download::<f32>(k.coarse_t1.id, Q * plane);
-            assert_bitwise(&what, &cpu, &gpu);
-            twin.compare_f32(&format!("{what} flux"), k.flux.id, n_ring);
-            assert_eq!(twin.download::<u32>(k.arrivals.id, 1).1, [0], "{what}");
+        let phases = RefluxPhase::of_ring(&covered, kinds);
+        assert_eq!(phases.len() > 1, n_ring > BLOCK_THREADS as usize);
+        for round in 0..2 {
+            for phase in phases {
+                k.phase = *phase;
+                let what = format!("correct_interface_mass {phase:?} on a ring of {n_ring} cells, tile {tile:?}");
+                let blocks = match phase {
+                    RefluxPhase::Whole => 1,
+                    _ => n_ring.div_ceil(BLOCK_THREADS as usize),
+                };
+                assert_eq!(k.launch().grid[0] as usize, blocks, "{what}");
+                twin.launch(&k.launch());
+                let (cpu, gpu) = twin.download::<f32>(k.coarse_t1.id, Q * plane);
+                assert_bitwise(&format!("{what}, round {round}"), &cpu, &gpu);
+                twin.compare_f32(&format!("{what} flux"), k.flux.id, n_ring);
+                let (cpu, gpu) = twin.download::<u32>(k.arrivals.id, 2);
+                assert_eq!(cpu, gpu, "{what}: the arrival buffer");
+                assert_eq!(gpu[0], 0, "{what}: the last block resets the arrival counter");
+            }
         }
     }
 }

@@ -97,14 +97,43 @@ pub struct CorrectInterfaceMass {
     pub coarse_t: BufferRef,
     pub coarse_t1: BufferRef,
     pub flux: BufferRef,
-    /// One u32 counting the blocks that have left their excess; zero between
-    /// launches (the last block resets it).
+    /// [`REFLUX_ARRIVAL_WORDS`] u32: the blocks that have left their excess
+    /// (zero between launches: the last block resets it), and the share the
+    /// sum leaves for the apply (f32 bits).
     pub arrivals: BufferRef,
     pub coarse: Layout,
     /// Covered parent cells, parent allocation coordinates.
     pub covered: Rect,
     /// The fine patch's sides; the ring lies beyond its interfaces only.
     pub kinds: [PatchSide; 4],
+    pub phase: RefluxPhase,
+}
+
+/// The words of `correct_interface_mass`'s arrival buffer.
+pub const REFLUX_ARRIVAL_WORDS: usize = 2;
+
+/// Which part of the correction a `correct_interface_mass` launch does: a
+/// ring of one block, all of it; a longer one, the sum and then the apply
+/// (one launch each), so that every block takes the share out of its own
+/// cells instead of the last one taking it out of all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefluxPhase {
+    /// The excess, the sum, the share taken out and the slots zeroed (one block).
+    Whole = 0,
+    /// The excess and the sum; the share left in the arrival buffer.
+    Sum = 1,
+    /// The share taken out of each ring cell and the slots zeroed.
+    Apply = 2,
+}
+
+impl RefluxPhase {
+    /// The launches, in order, that correct the ring around `covered`.
+    pub fn of_ring(covered: &Rect, kinds: [PatchSide; 4]) -> &'static [RefluxPhase] {
+        match ring_cells(covered, kinds) <= BLOCK_THREADS as usize {
+            true => &[RefluxPhase::Whole],
+            false => &[RefluxPhase::Sum, RefluxPhase::Apply],
+        }
+    }
 }
 
 impl KernelArgs for CorrectInterfaceMass {
@@ -123,6 +152,7 @@ impl KernelArgs for CorrectInterfaceMass {
         "x1",
         "y1",
         "side_kinds",
+        "phase",
     ];
 
     fn launch(&self) -> Launch {
@@ -135,6 +165,7 @@ impl KernelArgs for CorrectInterfaceMass {
         push_layout(&mut args, &self.coarse);
         push_rect(&mut args, &self.covered);
         args.push(Arg::U32(PatchSide::pack(self.kinds)));
+        args.push(Arg::U32(self.phase as u32));
         self.shape().launch(Kernel::CorrectInterfaceMass, args)
     }
 
@@ -148,6 +179,21 @@ impl KernelArgs for CorrectInterfaceMass {
             coarse: r.layout()?,
             covered: r.rect()?,
             kinds: r.side_kinds()?,
+            phase: match r.u32()? {
+                0 => RefluxPhase::Whole,
+                1 => RefluxPhase::Sum,
+                2 => RefluxPhase::Apply,
+                value => {
+                    return Err(crate::error::Error::Launch {
+                        kernel: Self::KERNEL,
+                        problem: LaunchProblem::ArgValue {
+                            param: "phase",
+                            value,
+                            accepted: "0 (whole), 1 (sum) or 2 (apply)",
+                        },
+                    });
+                }
+            },
         })
     }
 
@@ -178,6 +224,12 @@ impl KernelArgs for CorrectInterfaceMass {
                 self.coarse.nx, self.coarse.ny
             )));
         }
+        let n_ring = ring_cells(&c, self.kinds);
+        if self.phase == RefluxPhase::Whole && n_ring > BLOCK_THREADS as usize {
+            return Err(LaunchProblem::Shape(format!(
+                "a ring of {n_ring} cells takes more than one block: a sum and an apply, not one whole correction"
+            )));
+        }
         Ok(())
     }
 
@@ -187,13 +239,27 @@ impl KernelArgs for CorrectInterfaceMass {
             BufferUse::read("coarse_t", self.coarse_t, f, 4),
             BufferUse::read_write("coarse_t1", self.coarse_t1, f, 4),
             BufferUse::read_write("flux", self.flux, ring_cells(&self.covered, self.kinds) * 4, 4),
-            BufferUse::read_write("arrivals", self.arrivals, 4, 4),
+            BufferUse::read_write("arrivals", self.arrivals, REFLUX_ARRIVAL_WORDS * 4, 4),
         ]
     }
 
     fn run_on_host(&self, views: &mut HostViews) {
-        let (t1, flux) = views.writes.get2("coarse_t1", "flux");
-        correct_interface_mass(self, views.reads.get("coarse_t"), t1, flux);
+        match self.phase {
+            RefluxPhase::Whole => {
+                let (t1, flux) = views.writes.get2("coarse_t1", "flux");
+                let share = interface_share(self, views.reads.get("coarse_t"), flux);
+                apply_interface_share(self, share, t1, flux);
+            }
+            RefluxPhase::Sum => {
+                let share = interface_share(self, views.reads.get("coarse_t"), views.writes.get("flux"));
+                views.writes.get::<f32>("arrivals")[1] = share;
+            }
+            RefluxPhase::Apply => {
+                let share = views.writes.get::<f32>("arrivals")[1];
+                let (t1, flux) = views.writes.get2("coarse_t1", "flux");
+                apply_interface_share(self, share, t1, flux);
+            }
+        }
     }
 }
 
@@ -247,14 +313,18 @@ pub fn accumulate_fine_flux(k: &AccumulateFineFlux, fine: &[f32], flux: &mut [f3
 /// uniform flow that the coupling already carries exactly. The sum is taken in
 /// the kernel's order (`kernels::reduce`: the block's threads over strided
 /// ring slots, then its tree), so the share is the kernel's bit for bit. The
-/// flux slots are reset for the next hop.
-pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f32], flux: &mut [f32]) {
+/// flux slots are reset for the next hop ([`apply_interface_share`], in the
+/// same launch or the next: [`RefluxPhase`]).
+///
+/// Here: each ring cell's excess, left in its flux slot as the kernel leaves
+/// it, and the share of their sum per ring cell (0 without a ring).
+fn interface_share(k: &CorrectInterfaceMass, t0: &[f32], flux: &mut [f32]) -> f32 {
     let layout = k.coarse;
     let plane = layout.plane_cells();
     let cov = k.covered;
     let n_ring = ring_cells(&cov, k.kinds);
     if n_ring == 0 {
-        return;
+        return 0.0;
     }
     let mut excess = BlockSum::<1>::new();
     for (slot, fine_flux) in flux.iter_mut().enumerate().take(n_ring) {
@@ -269,16 +339,25 @@ pub fn correct_interface_mass(k: &CorrectInterfaceMass, t0: &[f32], t1: &mut [f3
             let n = layout.index(nx as u32, ny as u32);
             coarse_net += t0[OPP[j] * plane + n] - t0[j * plane + index];
         }
-        excess.add(slot, [(coarse_net + *fine_flux) as f64]);
-        *fine_flux = 0.0;
+        *fine_flux += coarse_net;
+        excess.add(slot, [*fine_flux as f64]);
     }
     let [excess] = excess.total();
-    let share = (excess / n_ring as f64) as f32;
-    for slot in 0..n_ring {
-        let (x, y) = ring_cell(&cov, k.kinds, slot);
+    (excess / n_ring as f64) as f32
+}
+
+/// `share` taken out of every ring cell of `t1`, spread over the populations
+/// by weight, and the flux slots zeroed.
+fn apply_interface_share(k: &CorrectInterfaceMass, share: f32, t1: &mut [f32], flux: &mut [f32]) {
+    let layout = k.coarse;
+    let plane = layout.plane_cells();
+    let n_ring = ring_cells(&k.covered, k.kinds);
+    for (slot, fine_flux) in flux.iter_mut().enumerate().take(n_ring) {
+        let (x, y) = ring_cell(&k.covered, k.kinds, slot);
         let index = layout.index(x, y);
         for (i, w) in W.iter().enumerate() {
             t1[i * plane + index] -= share * w;
         }
+        *fine_flux = 0.0;
     }
 }

@@ -52,7 +52,7 @@ use crate::kernels::exchange::{AccumulateExchange, blocks_per_slot};
 use crate::kernels::health::{CheckHealth, HEALTH_WORDS};
 use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, WallDistances};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
-use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass};
+use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass, RefluxPhase};
 
 use super::resources::Resources;
 
@@ -498,24 +498,37 @@ impl Builder<'_> {
                 let covered = covered_by(child, parent);
                 let hole = self.holes[level + 1][child.index];
                 let restrict = self.restriction(child, self.current(child), self.spare(parent), hole);
-                let reflux = CorrectInterfaceMass {
-                    coarse_t: self.current(parent),
-                    coarse_t1: self.spare(parent),
-                    flux: self.flux(child),
-                    arrivals: self.reflux_arrivals(child),
-                    coarse: parent.layout,
-                    covered,
-                    kinds: sides.kinds,
-                }
-                .launch();
+                let reflux = |phase| {
+                    CorrectInterfaceMass {
+                        coarse_t: self.current(parent),
+                        coarse_t1: self.spare(parent),
+                        flux: self.flux(child),
+                        arrivals: self.reflux_arrivals(child),
+                        coarse: parent.layout,
+                        covered,
+                        kinds: sides.kinds,
+                        phase,
+                    }
+                    .launch()
+                };
+                let launches: Vec<Launch> = RefluxPhase::of_ring(&covered, sides.kinds)
+                    .iter()
+                    .map(|phase| reflux(*phase))
+                    .collect();
                 // Restriction writes the covered cells of the parent's
                 // `spare`; the reflux reads the parent's `current` and writes
                 // only the ring around them (siblings keep a gap of a parent
-                // cell, so no ring is another child's covered cell): one group.
+                // cell, so no ring is another child's covered cell): one group,
+                // and the apply of a longer ring's share after it.
+                let mut launches = launches.into_iter();
+                let first = launches.next().expect("a reflux launch at least");
                 self.steps.push(PlanStep {
                     name: format!("{}.restrict_to_parent", child.name()),
-                    action: Action::Together(vec![Action::Launch(restrict), Action::Launch(reflux)]),
+                    action: Action::Together(vec![Action::Launch(restrict), Action::Launch(first)]),
                 });
+                for launch in launches {
+                    self.push(format!("{}.correct_interface_mass", child.name()), launch);
+                }
             }
         }
         self.parity[level] ^= 1;

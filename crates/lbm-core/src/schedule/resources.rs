@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::kernels::exchange::{EXCHANGE_WORDS, arrivals_bytes, partials_bytes};
 use crate::kernels::health::HEALTH_WORDS;
 use crate::kernels::lbm::{boundary_cells, bulk_interior, bulk_skip, bulk_skip_bytes, wall_distance_words};
+use crate::kernels::reflux::REFLUX_ARRIVAL_WORDS;
 use crate::lattice::Q;
 use crate::ledger::MemoryLedger;
 
@@ -37,7 +38,7 @@ fn flux_bytes(patch: &Patch, sides: PatchSides) -> Option<usize> {
 }
 
 /// Bytes of a refined patch's `correct_interface_mass` arrival counter: one u32.
-const REFLUX_ARRIVAL_BYTES: usize = 4;
+const REFLUX_ARRIVAL_BYTES: usize = REFLUX_ARRIVAL_WORDS * 4;
 
 /// Bytes of a patch's wall-distance table of `cells` cells.
 fn wall_distance_bytes(cells: usize) -> usize {
