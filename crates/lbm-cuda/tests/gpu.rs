@@ -295,7 +295,8 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 ([1e-4, -5e-5], true),
             ] {
                 let flag_bytes = body_flags(&mut rng, &layout);
-                let src = twin.buffer("src", &random_populations(&mut rng, plane));
+                let src_values = random_populations(&mut rng, plane);
+                let src = twin.buffer("src", &src_values);
                 let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
                 let flags = twin.buffer("flags", &flag_bytes);
                 let (table, wall_cells) = random_wall_table(&mut rng, plane, 2 * plane / 3);
@@ -372,14 +373,24 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 }
                 // The split update of a row-major patch: the bulk kernel, then
                 // the general one over the boundary cells, gives the whole
-                // update's bits on both backends.
+                // update's bits on both backends, where the destination's
+                // solid cells already hold the source's, as a stepper's two
+                // buffers do (neither kernel copies the solid cells of a row's
+                // span around a body).
                 let Some(interior) = bulk_interior(&layout, active) else {
                     continue;
                 };
                 let boundary = boundary_cells(&flag_bytes, &layout, active);
                 let cells = twin.buffer("cells.boundary", &boundary);
-                let skip = twin.buffer("skip", &bulk_skip(&boundary, active, &interior));
-                let dst_split = twin.buffer("dst.split", &vec![f32::NAN; Q * plane]);
+                let skip = twin.buffer("skip", &bulk_skip(&flag_bytes, &layout, active, &interior));
+                let mut solid_copied = vec![f32::NAN; Q * plane];
+                for (x, y) in (interior.y0..interior.y1).flat_map(|y| (interior.x0..interior.x1).map(move |x| (x, y))) {
+                    let c = layout.index(x, y);
+                    if flag_bytes[c] == FLAG_SOLID {
+                        (0..Q).for_each(|i| solid_copied[i * plane + c] = src_values[i * plane + c]);
+                    }
+                }
+                let dst_split = twin.buffer("dst.split", &solid_copied);
                 let bulk = StreamCollideBulk {
                     src: src.into(),
                     dst: dst_split.into(),

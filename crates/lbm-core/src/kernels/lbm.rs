@@ -502,38 +502,51 @@ pub fn bulk_interior(layout: &Layout, active: &Rect) -> Option<Rect> {
 
 /// The cells [`StreamCollideBulk`] leaves to the general kernel, ascending
 /// as [`CellList`] numbers them: the rim of the active region (its sides'
-/// rules) and, in each interior row, every cell from the first to the last
-/// that is not fluid or has a neighbour that is not (copies and the bodies'
-/// bounce-back), which the bulk kernel skips ([`bulk_skip`]).
+/// rules) and the fluid cells of each interior row's [`body_span`], which
+/// the bulk kernel skips ([`bulk_skip`]). Neither kernel writes the solid
+/// cells of a span: the general kernel would copy them unchanged, and a
+/// body's cells hold the same populations in both buffers, as nothing
+/// writes them after the initial state (a parent's cells under a child's
+/// patch, which restriction writes, are settled before any read:
+/// `HopPlan::settle`).
 pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect) -> Vec<u32> {
     let a = *active;
     let mut cells = Vec::new();
-    let near_solid = |x: u32, y: u32| {
-        C.iter().any(|c| {
-            let (nx, ny) = ((x as i64 - c[0] as i64) as u32, (y as i64 - c[1] as i64) as u32);
-            flags[layout.index(nx, ny)] != FLAG_FLUID
-        })
-    };
     for y in a.y0..a.y1 {
         if y == a.y0 || y + 1 == a.y1 {
             cells.extend((a.x0..a.x1).map(|x| cell_number(&a, x, y)));
             continue;
         }
         cells.push(cell_number(&a, a.x0, y));
-        // One span per row, from the first cell beside a solid one to the
-        // last: the bulk kernel skips it whole ([`bulk_skip`]), so the two
-        // kernels write different cells and may run side by side.
-        let inner = a.x0 + 1..a.x1.saturating_sub(1).max(a.x0 + 1);
-        let first = inner.clone().find(|&x| near_solid(x, y));
-        let last = inner.rev().find(|&x| near_solid(x, y));
-        if let (Some(first), Some(last)) = (first, last) {
-            cells.extend((first..=last).map(|x| cell_number(&a, x, y)));
+        if let Some([first, last]) = body_span(flags, layout, &a, y) {
+            cells.extend(
+                (first..=last)
+                    .filter(|&x| flags[layout.index(x, y)] == FLAG_FLUID)
+                    .map(|x| cell_number(&a, x, y)),
+            );
         }
         if a.x1 > a.x0 + 1 {
             cells.push(cell_number(&a, a.x1 - 1, y));
         }
     }
     cells
+}
+
+/// The span `[first, last]` of interior row `y` (the active region less its
+/// rim) from the first cell that is solid or has a solid neighbour to the
+/// last, where there is one. One span per row: the bulk kernel skips it
+/// whole, so the two kernels write different cells and may run side by side.
+fn body_span(flags: &[u8], layout: &Layout, active: &Rect, y: u32) -> Option<[u32; 2]> {
+    let near_solid = |x: u32| {
+        C.iter().any(|c| {
+            let (nx, ny) = ((x as i64 - c[0] as i64) as u32, (y as i64 - c[1] as i64) as u32);
+            flags[layout.index(nx, ny)] != FLAG_FLUID
+        })
+    };
+    let inner = active.x0 + 1..active.x1.saturating_sub(1).max(active.x0 + 1);
+    let first = inner.clone().find(|&x| near_solid(x))?;
+    let last = inner.rev().find(|&x| near_solid(x))?;
+    Some([first, last])
 }
 
 /// Cells of one aligned 128-byte line, where the bulk kernel starts each row's
@@ -735,24 +748,20 @@ pub fn bulk_skip_bytes(interior: &Rect) -> usize {
     interior.height() as usize * 2 * 4
 }
 
-/// The skip table of [`StreamCollideBulk`] for `interior` from the list of
-/// [`boundary_cells`]: each row's listed cells inside `interior`, as one span
-/// `[xa, xb)` from the first to one past the last (the list holds every cell
-/// between them), `[x1, x1)` where the row has none.
-pub fn bulk_skip(cells: &[u32], active: &Rect, interior: &Rect) -> Vec<u32> {
-    let mut skip: Vec<[u32; 2]> = vec![[interior.x1, interior.x1]; interior.height() as usize];
-    for &c in cells {
-        let (x, y) = (active.x0 + c % active.width(), active.y0 + c / active.width());
-        if !interior.contains(x, y) {
-            continue;
-        }
-        let span = &mut skip[(y - interior.y0) as usize];
-        *span = match span[0] < span[1] {
-            true => [span[0].min(x), span[1].max(x + 1)],
-            false => [x, x + 1],
-        };
-    }
-    skip.into_iter().flatten().collect()
+/// The skip table of [`StreamCollideBulk`] for `interior`: each row's
+/// [`body_span`] inside `interior` as `[xa, xb)`, `[x1, x1)` where the row
+/// has none.
+pub fn bulk_skip(flags: &[u8], layout: &Layout, active: &Rect, interior: &Rect) -> Vec<u32> {
+    (interior.y0..interior.y1)
+        .flat_map(|y| {
+            let span = (y > active.y0 && y + 1 < active.y1)
+                .then(|| body_span(flags, layout, active, y))
+                .flatten()
+                .map(|[first, last]| [first.max(interior.x0), (last + 1).min(interior.x1)])
+                .filter(|[xa, xb]| xa < xb);
+            span.unwrap_or([interior.x1, interior.x1])
+        })
+        .collect()
 }
 
 /// The population arriving at (x, y) in direction `i`, from the neighbour

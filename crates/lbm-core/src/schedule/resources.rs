@@ -463,7 +463,7 @@ impl Resources {
                 let skip = match bodies_near(patch, lattice).is_empty() {
                     true => None,
                     false => {
-                        let table = bulk_skip(&cells, &patch.active, &bulk);
+                        let table = bulk_skip(&mask, &patch.layout, &patch.active, &bulk);
                         Some(self.upload(driver, format!("{name}.bulk_skip"), bytemuck::cast_slice(&table))?)
                     }
                 };
@@ -583,8 +583,10 @@ mod tests {
                 };
                 assert!(within, "{name}: {label} estimated {guess}, allocated {bytes}");
             }
+            // The boundary lists are bounded by each row's span around a
+            // body, whose own solid cells the list leaves out: the slack.
             let ratio = estimated.total() as f64 / allocated.total() as f64;
-            assert!((ratio - 1.0).abs() < 0.001, "{name}: {ratio}");
+            assert!((0.999..1.002).contains(&ratio), "{name}: {ratio}");
             for level in 0..hierarchy.n_levels() {
                 assert!(allocated.level(level) > 0 && estimated.level(level) > 0, "{name}");
             }
