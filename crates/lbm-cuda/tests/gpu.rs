@@ -1097,8 +1097,8 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
     // skipping a span around the cylinder, the general kernel over the rim
     // and those spans, the momentum exchange and the interface flux; each
     // of level 2's four hops (a patch too small to split) with its flux.
-    // The first of each pair of hops also fills the ghost band for the
-    // second, and each restriction is grouped with its reflux correction.
+    // Both fills of a pair of hops are one group before it, and each
+    // restriction is grouped with its reflux correction.
     let groups: Vec<Vec<Kernel>> = plan
         .interval(0)
         .iter()
@@ -1111,8 +1111,8 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         AccumulateExchange as E, AccumulateFineFlux as F, CorrectInterfaceMass as C, FillGhost as H,
         RestrictToParent as R, StreamCollide as G, StreamCollideBulk as B,
     };
-    let level_2 = [vec![G, F, H], vec![G, F], vec![R, C]];
-    let expected: Vec<Vec<Kernel>> = [vec![vec![B, G], vec![B, G, E, F, H]], level_2.to_vec()]
+    let level_2 = [vec![H, H], vec![G, F], vec![G, F], vec![R, C]];
+    let expected: Vec<Vec<Kernel>> = [vec![vec![B, G], vec![H, H], vec![B, G, E, F]], level_2.to_vec()]
         .into_iter()
         .chain([vec![vec![B, G, E, F]], level_2.to_vec(), vec![vec![R, C]]])
         .flatten()

@@ -7,13 +7,12 @@
 //!    the bulk and the general kernel on large patches),
 //!    `accumulate_exchange` when it has body links, and on a refined patch
 //!    `accumulate_fine_flux`, the mass the hop moves across the interface;
-//!    in the first of a patch's two hops per parent hop, also the parent's
-//!    `fill_ghost` for the second (into `spare`'s ghost band, which nothing
-//!    else in the hop touches);
-//! 2. if level `l + 1` exists: `fill_ghost` on every child patch (parent at
-//!    t and t+1 are the parent's `current` and `spare`; the first child hop
-//!    uses t, the second t + 1/2, filled beside the first as above), then
-//!    `hop(l + 1)` twice; after both child hops, per child, one group of
+//! 2. if level `l + 1` exists: per child patch, one group of both its
+//!    `fill_ghost`s (parent at t and t+1 are the parent's `current` and
+//!    `spare`; the first child hop uses t, filled into the child's
+//!    `current`, the second t + 1/2, into its `spare`, whose ghost band
+//!    nothing in the first hop touches), then `hop(l + 1)` twice; after
+//!    both child hops, per child, one group of
 //!    `restrict_to_parent` into the covered cells of the parent's `spare`
 //!    and `correct_interface_mass` (reflux) on the ring of parent cells
 //!    around them;
@@ -135,7 +134,7 @@ impl HopPlan {
                 let update = UpdateBoundaryState::new(inlet.state.into(), inlet.table.map(Into::into), &spec.amplitude);
                 builder.push("L0.update_boundary_state".into(), update.launch());
             }
-            builder.hop(0, &[]);
+            builder.hop(0);
             builder.steps
         });
         let holes_left = holes.iter().flatten().any(|h| h.cells() > 0);
@@ -367,9 +366,8 @@ impl Builder<'_> {
             .collect()
     }
 
-    /// `hop(level)`; `beside[i]`, when given, joins patch `i`'s update group
-    /// (the parent's fill of the ghost band for the patch's next hop).
-    fn hop(&mut self, level: usize, beside: &[Launch]) {
+    /// `hop(level)`.
+    fn hop(&mut self, level: usize) {
         let inputs = self.inputs;
         let hierarchy = inputs.hierarchy;
         let physics = inputs.physics[level];
@@ -446,7 +444,6 @@ impl Builder<'_> {
                     .launch(),
                 );
             }
-            group.extend(beside.get(patch.index).cloned());
             let name = format!("{}.stream_collide", patch.name());
             match group.len() {
                 1 => self.push(name, group.pop().expect("one launch")),
@@ -481,17 +478,18 @@ impl Builder<'_> {
                 }
                 .launch()
             };
+            // Both fills read only the parent and write different buffers'
+            // ghost bands: one group, a stage of small kernels side by side
+            // (the second beside the first hop's update was not hidden by it).
             for child in &hierarchy.levels[level + 1] {
-                let launch = fill(self, child, 0);
-                self.push(format!("{}.fill_ghost.0", child.name()), launch);
+                let both = [0, 1].map(|sub| Action::Launch(fill(self, child, sub)));
+                self.steps.push(PlanStep {
+                    name: format!("{}.fill_ghost", child.name()),
+                    action: Action::Together(both.to_vec()),
+                });
             }
-            // The second fill writes only the ghost band of the first hop's
-            // destination, which that hop (writing the active cells) and
-            // everything else in it leave alone, and reads only the parent:
-            // it joins each child's first update group.
-            let second: Vec<Launch> = hierarchy.levels[level + 1].iter().map(|c| fill(self, c, 1)).collect();
-            self.hop(level + 1, &second);
-            self.hop(level + 1, &[]);
+            self.hop(level + 1);
+            self.hop(level + 1);
             for child in &hierarchy.levels[level + 1] {
                 let parent = &hierarchy.levels[level][child.parent.expect("refined patches have parents")];
                 let sides = inputs.sides[level + 1][child.index];
