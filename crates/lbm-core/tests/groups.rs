@@ -4,13 +4,12 @@
 //! last member first (`CpuDriver::reversing_groups`). A member that read what
 //! another writes would show as a difference.
 
-use lbm_core::case::Case;
 use lbm_core::device::Action;
-use lbm_core::{CpuDriver, ExecConfig, Stepper};
+use lbm_core::{CpuDriver, Stepper};
 
 mod common;
 
-use common::{initial_flow, population_bits};
+use common::{CASE_FILES, case_file, initial_flow, observed_case, population_bits};
 
 /// Every population of every patch, ghost bands included, and each body's
 /// raw exchange, as bits.
@@ -26,27 +25,9 @@ fn state(stepper: &Stepper<CpuDriver>, bodies: usize) -> (Vec<Vec<u32>>, Vec<Str
 /// `intervals` intervals in both orders; the number of groups its interval
 /// holds.
 fn both_orders(case: &str, resolution: Option<u32>, intervals: u64) -> usize {
-    let text =
-        std::fs::read_to_string(format!("{}/../../cases/{case}", env!("CARGO_MANIFEST_DIR"))).expect("the case file");
-    let text = text
-        .lines()
-        .map(|l| match (resolution, l.trim_start().starts_with("resolution =")) {
-            (Some(r), true) => format!("resolution = {r}"),
-            _ => l.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let resolved = Case::from_toml(&text)
-        .and_then(|c| c.resolve())
-        .expect("the case resolves");
-    let exec = ExecConfig {
-        tiles: resolved.tiles.clone(),
-        observe_raw_exchange: true,
-        ..ExecConfig::default()
-    };
-    let bodies = resolved.lattice.bodies.len();
-    let forward = Stepper::new(CpuDriver::new(), resolved.lattice.clone(), exec.clone()).unwrap();
-    let reversed = Stepper::new(CpuDriver::reversing_groups(), resolved.lattice, exec).unwrap();
+    let (lattice, exec, bodies) = observed_case(&case_file(case, resolution));
+    let forward = Stepper::new(CpuDriver::new(), lattice.clone(), exec.clone()).unwrap();
+    let reversed = Stepper::new(CpuDriver::reversing_groups(), lattice, exec).unwrap();
     forward.initialize(initial_flow).unwrap();
     reversed.initialize(initial_flow).unwrap();
     forward.step(intervals).unwrap();
@@ -66,14 +47,7 @@ fn both_orders(case: &str, resolution: Option<u32>, intervals: u64) -> usize {
 
 #[test]
 fn every_case_computes_the_same_bits_with_its_groups_reversed() {
-    for case in [
-        "cavity-re100.toml",
-        "dfg-2d1.toml",
-        "dfg-2d2.toml",
-        "naca0012.toml",
-        "square-obstacle.toml",
-        "tandem-cylinders.toml",
-    ] {
+    for case in CASE_FILES {
         let groups = both_orders(case, None, 4);
         assert!(groups > 0, "{case}: its interval has groups");
     }

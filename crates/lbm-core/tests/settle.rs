@@ -5,27 +5,18 @@
 //! same bits: a restriction that left out a cell some later interval reads
 //! would show as a difference.
 
-use lbm_core::case::Case;
-use lbm_core::{CpuDriver, ExecConfig, Stepper};
+use lbm_core::{CpuDriver, Stepper};
 
 mod common;
 
-use common::{initial_flow, population_bits};
+use common::{CASE_FILES, case_file, initial_flow, observed_case, population_bits};
 
 /// `text` (a case file), `intervals` intervals read after each and read
 /// once; whether the plan leaves cells to the settle plan at all.
 fn settled_every_interval_and_once(name: &str, text: &str, intervals: u64) -> bool {
-    let resolved = Case::from_toml(text)
-        .and_then(|c| c.resolve())
-        .expect("the case resolves");
-    let exec = ExecConfig {
-        tiles: resolved.tiles.clone(),
-        observe_raw_exchange: true,
-        ..ExecConfig::default()
-    };
-    let bodies = resolved.lattice.bodies.len();
-    let each = Stepper::new(CpuDriver::new(), resolved.lattice.clone(), exec.clone()).unwrap();
-    let once = Stepper::new(CpuDriver::new(), resolved.lattice, exec).unwrap();
+    let (lattice, exec, bodies) = observed_case(text);
+    let each = Stepper::new(CpuDriver::new(), lattice.clone(), exec.clone()).unwrap();
+    let once = Stepper::new(CpuDriver::new(), lattice, exec).unwrap();
     each.initialize(initial_flow).unwrap();
     once.initialize(initial_flow).unwrap();
     for _ in 0..intervals {
@@ -47,22 +38,11 @@ fn settled_every_interval_and_once(name: &str, text: &str, intervals: u64) -> bo
     !each.plan().settle[0].is_empty()
 }
 
-fn case_file(case: &str) -> String {
-    std::fs::read_to_string(format!("{}/../../cases/{case}", env!("CARGO_MANIFEST_DIR"))).expect("the case file")
-}
-
 #[test]
 fn every_case_reads_the_same_bits_settled_every_interval_or_once() {
-    for case in [
-        "cavity-re100.toml",
-        "dfg-2d1.toml",
-        "dfg-2d2.toml",
-        "naca0012.toml",
-        "square-obstacle.toml",
-        "tandem-cylinders.toml",
-    ] {
+    for case in CASE_FILES {
         assert!(
-            settled_every_interval_and_once(case, &case_file(case), 6),
+            settled_every_interval_and_once(case, &case_file(case, None), 6),
             "{case}: some restriction leaves a hole"
         );
     }
@@ -75,7 +55,7 @@ fn every_case_reads_the_same_bits_settled_every_interval_or_once() {
 fn a_patch_near_its_parents_interface_keeps_what_the_parent_restriction_reads() {
     // DFG 2D-1 at 10 base cells per diameter: level 1 from x = 0.05 m, in
     // cells of 0.005 m; level 2 from 4 of them further.
-    let text = case_file("dfg-2d1.toml").replace("[[0.1, 0.0, 0.45, 0.41]]", "[[0.07, 0.0, 0.45, 0.41]]");
+    let text = case_file("dfg-2d1.toml", None).replace("[[0.1, 0.0, 0.45, 0.41]]", "[[0.07, 0.0, 0.45, 0.41]]");
     assert!(text.contains("0.07, 0.0, 0.45"), "the case file has the patch to move");
     assert!(settled_every_interval_and_once("dfg-2d1 near", &text, 6));
 }

@@ -536,7 +536,7 @@ pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect) -> Vec<u32> 
 /// rim) from the first cell that is solid or has a solid neighbour to the
 /// last, where there is one. One span per row: the bulk kernel skips it
 /// whole, so the two kernels write different cells and may run side by side.
-fn body_span(flags: &[u8], layout: &Layout, active: &Rect, y: u32) -> Option<[u32; 2]> {
+pub fn body_span(flags: &[u8], layout: &Layout, active: &Rect, y: u32) -> Option<[u32; 2]> {
     let near_solid = |x: u32| {
         C.iter().any(|c| {
             let (nx, ny) = ((x as i64 - c[0] as i64) as u32, (y as i64 - c[1] as i64) as u32);
