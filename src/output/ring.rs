@@ -141,6 +141,10 @@ impl OutputRing {
     /// Sends this interval's fields (when `fields`) and exchange windows
     /// through the ring and returns them.
     pub fn observe<D: Driver>(&mut self, stepper: &Stepper<D>, fields: bool) -> Result<Observation, AppError> {
+        // The fields read every covered cell; the windows only the ledgers.
+        if fields {
+            stepper.settle()?;
+        }
         stepper.with_device(|driver, view| {
             let step = view.step_count();
             let mut sources = Vec::new();

@@ -11,8 +11,9 @@
 //! Every read sees each covered cell restricted from its child, as if every
 //! interval restricted all of them: the intervals restrict only the cells
 //! they read back, and the first read after a step that needs the rest (a
-//! refined patch's populations, a snapshot, a health check, `with_device`)
-//! enqueues the settle plan first (`HopPlan::settle`).
+//! refined patch's populations, a snapshot, a health check) enqueues the
+//! settle plan first (`HopPlan::settle`); work through `with_device` that
+//! reads the populations calls [`Stepper::settle`] before it.
 //!
 //! Construction runs in one direction: the configuration is checked, the
 //! resources are allocated, the plan is built from them and prepared on the
@@ -108,9 +109,14 @@ impl DeviceView<'_> {
     }
 
     /// One `save_moments` per patch, in hierarchy order, of its current
-    /// populations into `arena` at `offsets[k]` bytes (the k-th patch).
+    /// populations into `arena` at `offsets[k]` bytes (the k-th patch); the
+    /// stepper must be settled ([`Stepper::settle`]).
     pub fn moments_launches(&self, arena: BufferId, offsets: &[usize]) -> Vec<Launch> {
         let state = self.state;
+        debug_assert!(
+            state.settled || state.settle.is_none(),
+            "the populations are read after Stepper::settle"
+        );
         state
             .hierarchy
             .patches()
@@ -698,10 +704,20 @@ impl<D: Driver> Stepper<D> {
         result
     }
 
+    /// Enqueues the settle plan unless every covered cell already holds its
+    /// restriction, so that work through [`Stepper::with_device`] may read
+    /// the populations ([`DeviceView::moments_launches`]).
+    pub fn settle(&self) -> Result<()> {
+        let mut inner = self.lock();
+        inner.state.require_ready("settle")?;
+        let Inner { driver, state } = &mut *inner;
+        state.settle(driver)
+    }
+
     /// Runs `work` with the driver between intervals, for outputs that share
     /// the stepper's device and main stream (the output ring): `view` builds
-    /// the launches that read the current state, settled first. A failure
-    /// fails the stepper.
+    /// the launches that read the current state ([`Stepper::settle`] first
+    /// where they read the populations). A failure fails the stepper.
     pub fn with_device<R, E: From<Error>>(
         &self,
         work: impl FnOnce(&mut D, &DeviceView<'_>) -> std::result::Result<R, E>,
@@ -709,7 +725,6 @@ impl<D: Driver> Stepper<D> {
         let mut inner = self.lock();
         inner.state.require_ready("work on its device")?;
         let Inner { driver, state } = &mut *inner;
-        state.settle(driver)?;
         let result = work(driver, &DeviceView { state });
         if result.is_err() {
             state.fail();
