@@ -126,18 +126,14 @@ impl<'a> ArgReader<'a> {
     pub(super) fn rect(&mut self) -> Result<Rect> {
         Ok(Rect::new(self.u32()?, self.u32()?, self.u32()?, self.u32()?))
     }
+    /// The error for `param`'s `value`, which is not among those `accepted`.
+    pub(super) fn value_error(&self, param: &'static str, value: u32, accepted: &'static str) -> Error {
+        arg_error(LaunchProblem::ArgValue { param, value, accepted }, self.kernel)
+    }
     pub(super) fn side_kinds(&mut self) -> Result<[PatchSide; 4]> {
         let packed = self.u32()?;
-        PatchSide::unpack(packed).map_err(|value| {
-            arg_error(
-                LaunchProblem::ArgValue {
-                    param: "side_kinds",
-                    value,
-                    accepted: "four 2-bit side codes 0..=2, x-min lowest",
-                },
-                self.kernel,
-            )
-        })
+        PatchSide::unpack(packed)
+            .map_err(|value| self.value_error("side_kinds", value, "four 2-bit side codes 0..=2, x-min lowest"))
     }
     pub(super) fn patch_sides(&mut self) -> Result<PatchSides> {
         Ok(PatchSides {

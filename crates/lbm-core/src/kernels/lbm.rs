@@ -748,18 +748,14 @@ pub fn bulk_skip_bytes(interior: &Rect) -> usize {
     interior.height() as usize * 2 * 4
 }
 
-/// The skip table of [`StreamCollideBulk`] for `interior`: each row's
-/// [`body_span`] inside `interior` as `[xa, xb)`, `[x1, x1)` where the row
-/// has none.
+/// The skip table of [`StreamCollideBulk`] for `interior` ([`bulk_interior`]
+/// of `active`): each row's [`body_span`] as `[xa, xb)`, `[x1, x1)` where
+/// the row has none.
 pub fn bulk_skip(flags: &[u8], layout: &Layout, active: &Rect, interior: &Rect) -> Vec<u32> {
     (interior.y0..interior.y1)
-        .flat_map(|y| {
-            let span = (y > active.y0 && y + 1 < active.y1)
-                .then(|| body_span(flags, layout, active, y))
-                .flatten()
-                .map(|[first, last]| [first.max(interior.x0), (last + 1).min(interior.x1)])
-                .filter(|[xa, xb]| xa < xb);
-            span.unwrap_or([interior.x1, interior.x1])
+        .flat_map(|y| match body_span(flags, layout, active, y) {
+            Some([first, last]) => [first, last + 1],
+            None => [interior.x1, interior.x1],
         })
         .collect()
 }

@@ -246,7 +246,7 @@ pub struct RestrictToParent {
     pub covered: Rect,
     /// The covered cells left as they are, parent allocation coordinates
     /// (empty for none): during a step, the deep cells that nothing reads
-    /// (`crate::schedule::plan::restriction_hole`).
+    /// (`crate::schedule::plan::restriction_holes`).
     pub hole: Rect,
     /// Fine allocation coordinates of the first active cell (the ghost width).
     pub fine_active_origin: u32,

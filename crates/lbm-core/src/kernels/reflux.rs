@@ -183,16 +183,7 @@ impl KernelArgs for CorrectInterfaceMass {
                 0 => RefluxPhase::Whole,
                 1 => RefluxPhase::Sum,
                 2 => RefluxPhase::Apply,
-                value => {
-                    return Err(crate::error::Error::Launch {
-                        kernel: Self::KERNEL,
-                        problem: LaunchProblem::ArgValue {
-                            param: "phase",
-                            value,
-                            accepted: "0 (whole), 1 (sum) or 2 (apply)",
-                        },
-                    });
-                }
+                value => return Err(r.value_error("phase", value, "0 (whole), 1 (sum) or 2 (apply)")),
             },
         })
     }
@@ -359,5 +350,43 @@ fn apply_interface_share(k: &CorrectInterfaceMass, share: f32, t1: &mut [f32], f
             t1[i * plane + index] -= share * w;
         }
         *fine_flux = 0.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::BufferId;
+
+    /// Every phase comes back from its launch; any other value of `phase`
+    /// is refused, naming the parameter and what it accepts.
+    #[test]
+    fn the_phase_round_trips_and_anything_else_is_refused() {
+        let buffer = |id| BufferRef::from(BufferId(id));
+        let k = CorrectInterfaceMass {
+            coarse_t: buffer(0),
+            coarse_t1: buffer(1),
+            flux: buffer(2),
+            arrivals: buffer(3),
+            coarse: Layout {
+                nx: 40,
+                ny: 40,
+                tile: [40, 40],
+            },
+            covered: Rect::new(10, 10, 30, 30),
+            kinds: [PatchSide::Interface; 4],
+            phase: RefluxPhase::Whole,
+        };
+        for phase in [RefluxPhase::Whole, RefluxPhase::Sum, RefluxPhase::Apply] {
+            let k = CorrectInterfaceMass { phase, ..k.clone() };
+            assert_eq!(CorrectInterfaceMass::decode(&k.launch()).unwrap(), k);
+        }
+        let mut launch = k.launch();
+        *launch.args.last_mut().expect("the phase is the last argument") = Arg::U32(3);
+        let message = CorrectInterfaceMass::decode(&launch).unwrap_err().to_string();
+        assert!(
+            message.contains("phase") && message.contains("0 (whole), 1 (sum) or 2 (apply)"),
+            "{message}"
+        );
     }
 }

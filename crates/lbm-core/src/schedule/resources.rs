@@ -72,8 +72,8 @@ pub fn bulk_region(patch: &Patch, members: usize) -> Option<Rect> {
 /// Bytes of a split patch's boundary cells at most: its rim and, in each
 /// interior row, the span from the first to the last cell within two cells
 /// of a body's bounds (`bounds` in the patch's storage cells). The list
-/// holds, per row, the span from the first to the last cell beside an
-/// outline or inside it, so this bounds it from above.
+/// holds, per row, the fluid cells of the span from the first to the last
+/// cell beside an outline or inside it, so this bounds it from above.
 fn boundary_cell_bytes(patch: &Patch, bulk: &Rect, bounds: &[[f64; 4]]) -> usize {
     let a = patch.active;
     let rim = a.cells() - bulk.cells();

@@ -114,7 +114,7 @@ impl DeviceView<'_> {
     pub fn moments_launches(&self, arena: BufferId, offsets: &[usize]) -> Vec<Launch> {
         let state = self.state;
         debug_assert!(
-            state.settled || state.settle.is_none(),
+            state.settled || state.settle_plans.is_none(),
             "the populations are read after Stepper::settle"
         );
         state
@@ -185,7 +185,7 @@ struct State {
     /// The health check's plans, once a check has prepared them.
     health: Option<health::HealthPlans>,
     /// The settle plans by level-0 parity, when a restriction leaves a hole.
-    settle: Option<[PlanId; 2]>,
+    settle_plans: Option<[PlanId; 2]>,
     /// Whether every covered cell holds its restriction (the settle plan
     /// has run since the last interval, or none is needed).
     settled: bool,
@@ -237,14 +237,14 @@ impl<D: Driver> Stepper<D> {
                 return Err(e);
             }
         };
-        let settle = match plan.settle[0].is_empty() {
+        let settle_plans = match plan.settle[0].is_empty() {
             true => None,
             false => match prepare_pair(
                 &mut driver,
                 SETTLE_PLANS,
                 &[plan.settle_actions(0), plan.settle_actions(1)],
             ) {
-                Ok(settle) => Some(settle),
+                Ok(plans) => Some(plans),
                 Err(e) => {
                     // As above.
                     let _ = prepared.iter().try_for_each(|p| driver.release_plan(*p));
@@ -266,7 +266,7 @@ impl<D: Driver> Stepper<D> {
                     prepared,
                     parts: None,
                     health: None,
-                    settle,
+                    settle_plans,
                     settled: true,
                     status: Status::Ready,
                     step_count: 0,
@@ -754,7 +754,7 @@ impl<D: Driver> Stepper<D> {
             .prepared
             .iter()
             .chain(state.parts.iter().flatten().flatten())
-            .chain(state.settle.iter().flatten())
+            .chain(state.settle_plans.iter().flatten())
             .chain(health.iter().flat_map(|h| &h.prepared))
             .try_for_each(|p| driver.release_plan(*p));
         let buffers = state.resources.release(driver);
@@ -787,7 +787,7 @@ impl State {
     /// Enqueues the settle plan unless every covered cell holds its
     /// restriction already; a failure fails the stepper.
     fn settle<D: Driver>(&mut self, driver: &mut D) -> Result<()> {
-        let Some(plans) = self.settle.filter(|_| !self.settled) else {
+        let Some(plans) = self.settle_plans.filter(|_| !self.settled) else {
             return Ok(());
         };
         match driver.replay(plans[parity_at_interval_start(0, self.step_count)]) {
