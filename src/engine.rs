@@ -10,7 +10,7 @@ use lbm_core::domain::hierarchy::Hierarchy;
 use lbm_core::ledger::{ExchangeRecord, MemoryLedger};
 use lbm_core::split::Split;
 use lbm_core::stepper::Fields;
-use lbm_core::{Driver, ExecConfig, LatticeConfig, Snapshot, Stepper, Unhealthy};
+use lbm_core::{CoveredCells, Driver, ExecConfig, LatticeConfig, Snapshot, Stepper, Unhealthy};
 
 use crate::AppError;
 use crate::backend::Device;
@@ -193,7 +193,12 @@ impl Rings {
     /// whole domain, through every stepper's ring: a split's base grid is
     /// its slabs' side by side, each patch comes from the slab holding it,
     /// and each body's forces are the slabs' sum.
-    pub fn observe<D: Driver>(&mut self, engine: &Engine<D>, fields: bool, done: u64) -> Result<Observed, AppError> {
+    pub fn observe<D: Driver>(
+        &mut self,
+        engine: &Engine<D>,
+        fields: Option<CoveredCells>,
+        done: u64,
+    ) -> Result<Observed, AppError> {
         let mut records: Vec<ExchangeRecord> = Vec::new();
         let mut parts = Vec::with_capacity(self.rings.len());
         for (ring, stepper) in self.rings.iter_mut().zip(engine.steppers()) {
@@ -212,9 +217,9 @@ impl Rings {
         }
         records.sort_by_key(|r| r.body);
         let fields = match (engine, fields) {
-            (_, false) => Vec::new(),
-            (Engine::One(_), true) => parts.pop().expect("one ring"),
-            (Engine::Split(split), true) => {
+            (_, None) => Vec::new(),
+            (Engine::One(_), Some(_)) => parts.pop().expect("one ring"),
+            (Engine::Split(split), Some(_)) => {
                 let whole = split.hierarchy();
                 let mut placed: Vec<Vec<Option<Fields>>> = whole.levels.iter().map(|l| vec![None; l.len()]).collect();
                 let mut base = Vec::with_capacity(parts.len());

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use lbm_core::case::{Case, LevelParameters, Resolved};
 use lbm_core::ledger::ExchangeRecord;
-use lbm_core::{Driver, ExecConfig};
+use lbm_core::{CoveredCells, Driver, ExecConfig};
 
 use crate::AppError;
 use crate::backend::{BackendChoice, Device, ptx_sha256};
@@ -733,7 +733,7 @@ impl<D: Driver> Session<'_, D> {
         let done = self.state.done;
         if self.pilot.is_some() {
             // A pilot vouches for finite fields at its end, saved or not.
-            let (patches, _) = self.observe(true)?;
+            let (patches, _) = self.observe(Some(CoveredCells::Settled))?;
             let saved = self.resolved.output.save_points.contains(&done);
             if !saved {
                 self.writer.save(done, patches.clone())?;
@@ -769,7 +769,7 @@ impl<D: Driver> Session<'_, D> {
         };
         let done = self.state.done;
         if !saved {
-            let (patches, _) = self.observe(true)?;
+            let (patches, _) = self.observe(Some(CoveredCells::Settled))?;
             self.writer.save(done, patches)?;
         }
         let [x, y] = found.position.map(|v| v * self.resolved.units.dx);
@@ -794,9 +794,12 @@ impl<D: Driver> Session<'_, D> {
 
     /// This interval's fields in physical units (when `fields`) and each
     /// body's exchange window, through the output ring.
-    fn observe(&mut self, fields: bool) -> Result<(Arc<Vec<fields::PatchFields>>, Vec<ExchangeRecord>), AppError> {
+    fn observe(
+        &mut self,
+        fields: Option<CoveredCells>,
+    ) -> Result<(Arc<Vec<fields::PatchFields>>, Vec<ExchangeRecord>), AppError> {
         let observed = self.rings.observe(&self.engine, fields, self.state.done)?;
-        let patches = match fields {
+        let patches = match fields.is_some() {
             true => {
                 let mut lattice = observed.fields.into_iter();
                 let bodies = &self.resolved.lattice.bodies;
@@ -1017,8 +1020,16 @@ impl<D: Driver> Session<'_, D> {
             .sampling()
             .is_some_and(|sample| done % sample == 0 || done == resolved.steps);
         let saving = done == next_save;
+        // A save point writes and checks every cell; a probe or a line
+        // samples the uncovered cells and their covered neighbours, which
+        // every interval leaves exact, so it needs no settle.
+        let fields = match (saving, sampling && !plan.probes.is_empty()) {
+            (true, _) => Some(CoveredCells::Settled),
+            (false, true) => Some(CoveredCells::Band),
+            (false, false) => None,
+        };
         let (patches, records) = match sampling || saving {
-            true => self.observe(saving || !plan.probes.is_empty())?,
+            true => self.observe(fields)?,
             false => (Arc::new(Vec::new()), Vec::new()),
         };
         if sampling {

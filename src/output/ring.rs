@@ -28,7 +28,7 @@ use lbm_core::domain::hierarchy::Rect;
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::record_bytes;
 use lbm_core::stepper::Fields;
-use lbm_core::{BufferId, Driver, Stepper, WindowBuffer};
+use lbm_core::{BufferId, CoveredCells, Driver, Stepper, WindowBuffer};
 use ring_producer::{Ring, RingError, parse_records};
 
 use crate::AppError;
@@ -138,18 +138,23 @@ impl OutputRing {
         &self.windows
     }
 
-    /// Sends this interval's fields (when `fields`) and exchange windows
-    /// through the ring and returns them.
-    pub fn observe<D: Driver>(&mut self, stepper: &Stepper<D>, fields: bool) -> Result<Observation, AppError> {
-        // The fields read every covered cell; the windows only the ledgers.
-        if fields {
+    /// Sends this interval's fields (when `fields` says what they need of
+    /// the covered cells) and exchange windows through the ring and returns
+    /// them.
+    pub fn observe<D: Driver>(
+        &mut self,
+        stepper: &Stepper<D>,
+        fields: Option<CoveredCells>,
+    ) -> Result<Observation, AppError> {
+        // The windows read only the ledgers.
+        if fields == Some(CoveredCells::Settled) {
             stepper.settle()?;
         }
         stepper.with_device(|driver, view| {
             let step = view.step_count();
             let mut sources = Vec::new();
-            if fields {
-                for launch in view.moments_launches(self.arena, &self.offsets) {
+            if let Some(covered) = fields {
+                for launch in view.moments_launches(self.arena, &self.offsets, covered) {
                     driver.launch(&launch)?;
                 }
                 for (k, (offset, active)) in self.offsets.iter().zip(&self.actives).enumerate() {
@@ -178,7 +183,7 @@ impl OutputRing {
                 self.ring.enqueue(driver, &launch, self.tail).map_err(ring_error)?;
             }
             self.drain(driver, step, &mut out)?;
-            let expected = [if fields { self.actives.len() } else { 0 }, self.windows.len()];
+            let expected = [fields.map_or(0, |_| self.actives.len()), self.windows.len()];
             if [out.fields.len(), out.windows.len()] != expected {
                 return Err(AppError::RingRecord {
                     sequence: self.sequence,
@@ -270,7 +275,7 @@ impl OutputRing {
 mod tests {
     use super::*;
     use crate::backend::BackendChoice;
-    use crate::output::fields::{gather, physical};
+    use crate::output::fields::{PatchFields, finest_at, gather, physical};
     use lbm_core::ExecConfig;
     use lbm_core::case::Case;
 
@@ -311,7 +316,7 @@ mod tests {
             stepper.start_exchange_window().unwrap();
             for round in 0..3 {
                 stepper.step(5 + round).unwrap();
-                let observation = ring.observe(&stepper, true).unwrap();
+                let observation = ring.observe(&stepper, Some(CoveredCells::Settled)).unwrap();
                 let hierarchy = stepper.hierarchy();
                 assert_eq!(observation.fields.len(), hierarchy.patches().count());
                 for (f, p) in observation.fields.iter().zip(hierarchy.patches()) {
@@ -349,7 +354,7 @@ mod tests {
                     }
                 }
                 // Windows only: the fields stay on the device.
-                let windows_only = ring.observe(&stepper, false).unwrap();
+                let windows_only = ring.observe(&stepper, None).unwrap();
                 assert!(windows_only.fields.is_empty() && windows_only.windows.len() == 1);
             }
             let stats = ring.stats();
@@ -362,13 +367,64 @@ mod tests {
         }
     }
 
+    /// A probe or a line needs no settle: sampled from fields read without
+    /// it ([`CoveredCells::Band`]) at points a fraction of the finest cell
+    /// apart over the whole domain, crossing every patch edge, they give the
+    /// bits the settled fields give, although the deeper covered cells
+    /// differ.
+    #[test]
+    fn probes_sample_the_same_bits_without_the_settle() {
+        let (stepper, resolved) = stepper();
+        let mut ring = OutputRing::new(&stepper, None).unwrap();
+        stepper.step(40).unwrap();
+        let hierarchy = stepper.hierarchy();
+        let mut read = |covered| {
+            let observation = ring.observe(&stepper, Some(covered)).unwrap();
+            let lattice: Vec<Fields> = observation.fields;
+            let mut patches = lattice.clone().into_iter();
+            let physical = physical(&hierarchy, &resolved.units, &resolved.lattice.bodies, |_, _| {
+                Ok::<_, AppError>(patches.next().unwrap())
+            })
+            .unwrap();
+            (lattice, physical)
+        };
+        let (band_lattice, band) = read(CoveredCells::Band);
+        let (settled_lattice, settled) = read(CoveredCells::Settled);
+        assert!(
+            band_lattice
+                .iter()
+                .zip(&settled_lattice)
+                .any(|(a, b)| bits(a) != bits(b)),
+            "the settle changed no covered cell: the comparison below shows nothing"
+        );
+        let base = &band[0];
+        let step = 0.7 * band.iter().map(|p| p.spacing).fold(f64::INFINITY, f64::min);
+        let [nx, ny] = [0, 1].map(|k| (base.size[k] as f64 * base.spacing / step) as usize);
+        let mut sampled = 0;
+        for (i, j) in (0..nx).flat_map(|i| (0..ny).map(move |j| (i, j))) {
+            let point = [
+                base.origin[0] + (i as f64 + 0.3) * step,
+                base.origin[1] + (j as f64 + 0.6) * step,
+            ];
+            let at = |patches: &[PatchFields]| finest_at(patches, point).and_then(|p| p.sample(point));
+            let (a, b) = (at(&band), at(&settled));
+            assert_eq!(
+                a.map(|v| v.map(f64::to_bits)),
+                b.map(|v| v.map(f64::to_bits)),
+                "point {point:?}"
+            );
+            sampled += a.is_some() as usize;
+        }
+        assert!(sampled > nx * ny / 2, "{sampled} of {} points sampled", nx * ny);
+    }
+
     #[test]
     fn a_ring_too_small_for_one_record_is_refused() {
         let (stepper, _) = stepper();
         let mut ring = OutputRing::new(&stepper, Some(4096)).unwrap();
         stepper.step(1).unwrap();
         let error = ring
-            .observe(&stepper, true)
+            .observe(&stepper, Some(CoveredCells::Settled))
             .err()
             .expect("a patch's record exceeds 4 KiB");
         assert!(error.to_string().contains("output ring"), "{error}");

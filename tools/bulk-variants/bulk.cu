@@ -5,12 +5,18 @@
 // `pairs` with each row's blocks starting at an aligned storage index: what
 // kernels/lbm.cu keeps. The bits of `aligned` are compared with `plain`'s.
 // Then `aligned` with cache operators on its loads, other block sizes and
-// all of L1 as cache, none of which beat it (2026-12-02).
+// all of L1 as cache, none of which beat it (2026-12-02), and `engine`: the
+// shipped kernels/lbm.ptx's stream_collide_bulk, JIT-compiled by the driver
+// as lbm-cuda loads it.
 #include "../../kernels/common.cuh"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 __device__ __forceinline__ void load(const float* __restrict__ src, unsigned int tile_x, unsigned int plane,
                                      unsigned int index, float f[LBM_Q]) {
@@ -111,7 +117,23 @@ ALIGNED_WITH(aligned_lu, __ldlu)
 
 typedef void (*Kernel)(ARGS);
 
+// The engine's own `stream_collide_bulk`, JIT-compiled from the shipped
+// kernels/lbm.ptx as lbm-cuda loads it, or null when that fails (said).
+CUfunction engine_bulk() {
+    cudaFree(0);
+    std::ifstream in("../../kernels/lbm.ptx");
+    std::stringstream ptx;
+    ptx << in.rdbuf();
+    CUmodule module;
+    CUfunction f = nullptr;
+    CUresult r = cuModuleLoadData(&module, ptx.str().c_str());
+    if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&f, module, "stream_collide_bulk");
+    if (r != CUDA_SUCCESS) printf("kernels/lbm.ptx: not loaded (CUresult %d)\n", (int)r);
+    return r == CUDA_SUCCESS ? f : nullptr;
+}
+
 int main() {
+    const CUfunction engine = engine_bulk();
     // Variants 3..: `aligned` with other loads, block sizes and the L1 carveout.
     const char* names[] = {"plain", "pairs", "aligned", "al_cs", "al_nc", "al_lu", "al_128", "al_512", "al_l1max"};
     Kernel kernels[] = {plain, pairs, aligned, aligned_cs, aligned_nc, aligned_lu, aligned, aligned, aligned};
@@ -156,6 +178,25 @@ int main() {
                 printf("n %u %-8s force %d: %.1f G cells/s = %.1f%% of the copy (%s)\n", n, names[v], forced, g,
                        100 * g / copy, cudaGetErrorString(cudaGetLastError()));
             }
+        }
+        // The engine's kernel as shipped, launched as the stepper launches it.
+        for (int forced = 0; engine != nullptr && forced < 2; ++forced) {
+            float* io[2] = {a, b};
+            const unsigned int* skip = nullptr;
+            unsigned int nn = n, one = 1, last = n - 1;
+            float op = 1.6f, om = 1.1f, fx = forced ? 1e-6f : 0.0f, fy = 0.0f;
+            for (int r = 0; r < reps + 3; ++r) {
+                if (r == 3) cudaEventRecord(e0);
+                void* args[] = {&io[r % 2], &io[1 - r % 2], &skip, &nn, &nn, &nn, &nn, &one, &one, &last, &last,
+                                &op, &om, &fx, &fy};
+                cuLaunchKernel(engine, (w + 31 + 255) / 256, h_rows, 1, 256, 1, 1, 0, nullptr, args, nullptr);
+            }
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&ms, e0, e1);
+            const double g = (double)w * h_rows * reps / (ms * 1e-3) / 1e9;
+            printf("n %u %-8s force %d: %.1f G cells/s = %.1f%% of the copy (%s)\n", n, "engine", forced, g,
+                   100 * g / copy, cudaGetErrorString(cudaGetLastError()));
         }
         // Bits: `aligned` against `plain` from the same input, both outputs poisoned first.
         cudaMemcpy(a, h, bytes, cudaMemcpyHostToDevice);

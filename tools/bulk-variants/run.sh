@@ -5,6 +5,6 @@
 # device tool: `bash tools/bulk-variants/run.sh` (the working tree is copied).
 set -e
 cd "$(dirname "$0")"
-nvcc -O3 -arch=sm_90 -fmad=false -prec-div=true -prec-sqrt=true -ftz=false -Xptxas -v -o /tmp/bulk-variants bulk.cu 2>&1 |
+nvcc -O3 -arch=sm_90 -fmad=false -prec-div=true -prec-sqrt=true -ftz=false -Xptxas -v -o /tmp/bulk-variants bulk.cu -lcuda 2>&1 |
   grep -E "registers|spill|Compiling entry" | paste - - - | sed 's/ptxas info    ://g'
 /tmp/bulk-variants

@@ -333,16 +333,17 @@ impl<D: Driver> Shared<D> {
         })
     }
 
-    /// Every member's `actions` as one plan of batches; see the module
-    /// documentation.
-    fn fuse(&self, actions: &[Vec<Action>]) -> Vec<Action> {
+    /// Every member's `actions` as one plan of batches, each with the index
+    /// of the members' action it comes from; see the module documentation.
+    fn fuse(&self, actions: &[Vec<Action>]) -> Vec<(usize, Action)> {
         let mut out = Vec::new();
         for (k, first) in actions[0].iter().enumerate() {
+            let mut push = |action| out.push((k, action));
             match first {
-                Action::Launch(_) => out.push(self.batch_of(actions, |own| &own[k])),
+                Action::Launch(_) => push(self.batch_of(actions, |own| &own[k])),
                 // A group of launches becomes a group of batches, one per
                 // launch: what a member may run side by side, the batch may.
-                Action::Together(members) => out.push(Action::Together(
+                Action::Together(members) => push(Action::Together(
                     (0..members.len())
                         .map(|j| {
                             self.batch_of(actions, |own| match &own[k] {
@@ -360,7 +361,7 @@ impl<D: Driver> Shared<D> {
                 } if *bytes == self.slots[buffer.0 as usize].bytes => {
                     // A whole buffer (an accumulator): every member's copy at once.
                     let slot = &self.slots[buffer.0 as usize];
-                    out.push(Action::Memset {
+                    push(Action::Memset {
                         buffer: slot.device,
                         byte_offset: 0,
                         bytes: slot.stride * self.members,
@@ -368,7 +369,9 @@ impl<D: Driver> Shared<D> {
                     });
                 }
                 Action::Memset { .. } => {
-                    out.extend(actions.iter().enumerate().map(|(m, own)| self.action_of(m, &own[k])))
+                    for (m, own) in actions.iter().enumerate() {
+                        push(self.action_of(m, &own[k]));
+                    }
                 }
                 Action::Batch(_) => unreachable!("a member's plan holding a batch is refused at prepare"),
             }
@@ -448,6 +451,26 @@ impl<D: Driver> MemberDriver<D> {
         // A panic inside the device driver poisons the lock; every later
         // call still gets the device's own answer, so recover the guard.
         self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Calls `f` with the batch's device driver and the fused plan of the
+    /// interval plan `label` (one of [`INTERVAL_PLANS`]) as the device runs
+    /// it, each action with the index of the member's plan step it comes
+    /// from; `None` until every member has prepared that plan. For measuring
+    /// where a fused interval's time goes (the `gpu_interval` bench).
+    pub fn with_fused_plan<R>(&self, label: &str, f: impl FnOnce(&mut D, &[(usize, Action)]) -> R) -> Option<R> {
+        let mut s = self.lock();
+        let all: Vec<Vec<Action>> = s
+            .fusions
+            .iter()
+            .find(|fusion| fusion.label == label && fusion.prepared.is_some())?
+            .actions
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let fused = s.fuse(&all);
+        Some(f(&mut s.device, &fused))
     }
 }
 
@@ -671,7 +694,7 @@ impl<D: Driver> Driver for MemberDriver<D> {
                 s.fusions[index].actions[m] = Some(actions.to_vec());
                 if s.fusions[index].actions.iter().all(Option::is_some) {
                     let all: Vec<Vec<Action>> = s.fusions[index].actions.iter().flatten().cloned().collect();
-                    let fused = s.fuse(&all);
+                    let fused: Vec<Action> = s.fuse(&all).into_iter().map(|(_, a)| a).collect();
                     let prepared = s.device.prepare(&format!("fused.{label}"), &fused)?;
                     s.fusions[index].prepared = Some(prepared);
                 }

@@ -85,4 +85,4 @@ pub use config::{Boundary, DIVERGED_MACH, ExecConfig, LatticeConfig};
 pub use cpu::CpuDriver;
 pub use device::{Arg, BufferId, BufferRef, Driver, Kernel, Launch};
 pub use error::{Error, Result};
-pub use stepper::{DeviceView, HealthProblem, Snapshot, Status, Stepper, Unhealthy, WindowBuffer};
+pub use stepper::{CoveredCells, DeviceView, HealthProblem, Snapshot, Status, Stepper, Unhealthy, WindowBuffer};

@@ -75,6 +75,21 @@ pub enum Status {
     Closed,
 }
 
+/// What a read of a patch's populations between intervals needs of the cells
+/// its children cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoveredCells {
+    /// Every covered cell holds the restriction of the finer level (after
+    /// [`Stepper::settle`]): what a saved field shows.
+    Settled,
+    /// Only the covered cells within `schedule::plan::RESTRICT_BAND` parent
+    /// cells of an interface side must be exact, as every interval leaves
+    /// them; the deeper ones hold the parent's own update. Enough for a read
+    /// of the uncovered cells and their covered neighbours (a probe's or a
+    /// line's bilinear sample on the finest patch holding it).
+    Band,
+}
+
 /// What the outputs may read of a stepper's device state; see
 /// [`Stepper::with_device`].
 pub struct DeviceView<'a> {
@@ -109,12 +124,13 @@ impl DeviceView<'_> {
     }
 
     /// One `save_moments` per patch, in hierarchy order, of its current
-    /// populations into `arena` at `offsets[k]` bytes (the k-th patch); the
-    /// stepper must be settled ([`Stepper::settle`]).
-    pub fn moments_launches(&self, arena: BufferId, offsets: &[usize]) -> Vec<Launch> {
+    /// populations into `arena` at `offsets[k]` bytes (the k-th patch). With
+    /// [`CoveredCells::Settled`] the stepper must be settled
+    /// ([`Stepper::settle`]).
+    pub fn moments_launches(&self, arena: BufferId, offsets: &[usize], covered: CoveredCells) -> Vec<Launch> {
         let state = self.state;
         debug_assert!(
-            state.settled || state.settle_plans.is_none(),
+            covered == CoveredCells::Band || state.settled || state.settle_plans.is_none(),
             "the populations are read after Stepper::settle"
         );
         state
