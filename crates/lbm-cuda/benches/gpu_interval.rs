@@ -18,9 +18,11 @@ use std::time::Instant;
 
 use lbm_core::case::Case;
 use lbm_core::device::Action;
-use lbm_core::member::{FixedSchedule, Member};
-use lbm_core::{Driver, ExecConfig, LatticeConfig, Stepper};
+use lbm_core::member::Member;
+use lbm_core::{Driver, ExecConfig, Stepper};
 use lbm_cuda::CudaDriver;
+
+mod ensemble;
 
 /// The cases: DFG 2D-1 with its three levels at 640 cells per diameter on
 /// the finest (the three-level figure of docs/PERFORMANCE.md), and the
@@ -62,30 +64,6 @@ fn batches() -> Vec<(&'static str, &'static str, Option<f64>, usize)> {
             64,
         ),
     ]
-}
-
-/// `n` members of the case as `gpu_lockstep` builds them, each member's
-/// relaxation a little larger than the one before.
-fn members(text: &str, resolution: Option<f64>, n: usize) -> Vec<(LatticeConfig, ExecConfig)> {
-    let mut case = Case::from_toml(text).unwrap();
-    if let Some(r) = resolution {
-        case.domain.resolution = r;
-        case.flow.lattice_velocity = 0.05;
-    }
-    let resolved = case.resolve().unwrap();
-    (0..n)
-        .map(|k| {
-            let exec = ExecConfig {
-                tiles: resolved.tiles.clone(),
-                observe_window_exchange: !resolved.lattice.bodies.is_empty(),
-                schedule: Some(FixedSchedule::new(INTERVALS, INTERVALS).unwrap()),
-                ..ExecConfig::default()
-            };
-            let mut lattice = resolved.lattice.clone();
-            lattice.tau += 1e-3 * k as f64;
-            (lattice, exec)
-        })
-        .collect()
 }
 
 /// Intervals per timed advance of a whole interval.
@@ -172,7 +150,11 @@ fn main() {
         if !wanted(id) {
             continue;
         }
-        let batch = lbm_core::fused::batch(CudaDriver::new(0).unwrap(), members(text, resolution, n)).unwrap();
+        let batch = lbm_core::fused::batch(
+            CudaDriver::new(0).unwrap(),
+            ensemble::members(text, resolution, n, INTERVALS),
+        )
+        .unwrap();
         let interval = median(|| {
             let start = Instant::now();
             lockstep::advance_together(&batch, INTERVALS).unwrap();

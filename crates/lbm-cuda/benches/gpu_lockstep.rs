@@ -17,15 +17,15 @@ use std::time::Instant;
 
 use bench_record::Group;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
-use lbm_core::case::Case;
 
-use lbm_core::member::{FixedSchedule, Member};
+use lbm_core::member::Member;
 use lbm_core::{Boundary, ExecConfig, LatticeConfig, Stepper};
 use lbm_cuda::CudaDriver;
 
 // Shared with the other GPU benches; this one times the members' advance, not `timed`.
 #[allow(dead_code)]
 mod common;
+mod ensemble;
 
 const GPU_LOCKSTEP: Group = Group {
     name: "gpu_lockstep",
@@ -50,32 +50,6 @@ const GPU_FUSED_UNIFORM: Group = Group {
 
 /// Intervals per timed advance.
 const INTERVALS: u64 = 50;
-
-/// The members' configurations: `n` copies of the case, each member's
-/// viscosity a little larger than the one before (as a sweep would vary it).
-fn configs(text: &str, resolution: Option<f64>, n: usize) -> Vec<(LatticeConfig, ExecConfig)> {
-    let mut case = Case::from_toml(text).unwrap();
-    if let Some(r) = resolution {
-        // Twice the case's lattice velocity keeps the base τ above BGK's
-        // floor at this resolution.
-        case.domain.resolution = r;
-        case.flow.lattice_velocity = 0.05;
-    }
-    let resolved = case.resolve().unwrap();
-    (0..n)
-        .map(|k| {
-            let exec = ExecConfig {
-                tiles: resolved.tiles.clone(),
-                observe_window_exchange: !resolved.lattice.bodies.is_empty(),
-                schedule: Some(FixedSchedule::new(INTERVALS, INTERVALS).unwrap()),
-                ..ExecConfig::default()
-            };
-            let mut lattice = resolved.lattice.clone();
-            lattice.tau += 1e-3 * k as f64;
-            (lattice, exec)
-        })
-        .collect()
-}
 
 /// Advances every member `INTERVALS` as the runner does: all enqueued, then
 /// all waited for, `iters` times.
@@ -110,7 +84,7 @@ fn bench(c: &mut Criterion) {
             64,
         ),
     ] {
-        let configs = configs(text, resolution, n);
+        let configs = ensemble::members(text, resolution, n, INTERVALS);
         let batch: Vec<Stepper<CudaDriver>> = configs
             .iter()
             .map(|(l, e)| Stepper::new(CudaDriver::new(0).unwrap(), l.clone(), e.clone()).unwrap())
