@@ -1,7 +1,6 @@
 //! A snapshot restored into a fresh stepper continues the run bit for bit:
 //! the contract `lbm resume` is built on.
 
-use lbm_core::case::Case;
 use lbm_core::{CpuDriver, Error, ExecConfig, Stepper};
 
 mod common;
@@ -9,15 +8,12 @@ mod common;
 /// The DFG 2D-1 channel: two refinement levels, a parabolic inlet with its
 /// ramp, a cylinder with an exchange window.
 fn dfg() -> (lbm_core::LatticeConfig, ExecConfig) {
-    let resolved = Case::from_toml(include_str!("../../../cases/dfg-2d1.toml"))
-        .and_then(|c| c.resolve())
-        .expect("the case resolves");
+    let (lattice, exec, _) = common::resolved_case(include_str!("../../../cases/dfg-2d1.toml"));
     let exec = ExecConfig {
-        tiles: resolved.tiles.clone(),
         observe_window_exchange: true,
-        ..ExecConfig::default()
+        ..exec
     };
-    (resolved.lattice, exec)
+    (lattice, exec)
 }
 
 /// Every patch's populations and the window's record, as bits.

@@ -86,9 +86,15 @@ fn main() {
         eprintln!("gpu_interval: no CUDA device, nothing measured");
         return;
     }
-    // `cargo bench` passes `--bench` and perhaps a filter: a case id part.
+    // `cargo bench` passes `--bench` and perhaps a filter: part of this
+    // bench's name (`run.sh benches gpu_interval` passes it to every bench),
+    // which selects every case, or part of a case id.
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
-    let wanted = |id: &str| filter.as_ref().is_none_or(|f| id.contains(f.as_str()));
+    let wanted = |id: &str| {
+        filter
+            .as_ref()
+            .is_none_or(|f| "gpu_interval".contains(f.as_str()) || id.contains(f.as_str()))
+    };
     for (id, text) in cases() {
         if !wanted(id) {
             continue;

@@ -53,17 +53,26 @@ pub fn case_file(case: &str, resolution: Option<u32>) -> String {
         .join("\n")
 }
 
-/// A case's lattice and its execution with the raw exchange observed, and
-/// its number of bodies.
-pub fn observed_case(text: &str) -> (LatticeConfig, ExecConfig, usize) {
+/// A case's lattice and its execution (the case's tiles, nothing observed),
+/// and its number of bodies.
+pub fn resolved_case(text: &str) -> (LatticeConfig, ExecConfig, usize) {
     let resolved = Case::from_toml(text)
         .and_then(|c| c.resolve())
         .expect("the case resolves");
     let exec = ExecConfig {
         tiles: resolved.tiles.clone(),
-        observe_raw_exchange: true,
         ..ExecConfig::default()
     };
     let bodies = resolved.lattice.bodies.len();
     (resolved.lattice, exec, bodies)
+}
+
+/// [`resolved_case`] with each body's raw exchange observed.
+pub fn observed_case(text: &str) -> (LatticeConfig, ExecConfig, usize) {
+    let (lattice, exec, bodies) = resolved_case(text);
+    let exec = ExecConfig {
+        observe_raw_exchange: true,
+        ..exec
+    };
+    (lattice, exec, bodies)
 }
