@@ -967,8 +967,12 @@ impl<D: Driver> Session<'_, D> {
         if let Some(limit) = limits.max_wall_seconds {
             // The last checkpoint, and the plots and summary: about what a
             // save point costs; twice that when this chunk ends at one.
+            // Until a save point has been timed, a save is taken to cost what
+            // the checkpoint does (about as many bytes: each level's fields in
+            // two formats against its populations), so that a limit falling
+            // just after the first save point still ends near the limit.
             let saving = done + n == next_save;
-            let save_seconds = self.writer.save_seconds();
+            let save_seconds = self.writer.save_seconds().unwrap_or_else(|| self.checkpoint_reserve());
             let reserve = self.checkpoint_reserve() + save_seconds * if saving { 2.0 } else { 1.0 };
             let left = limit - self.started.elapsed().as_secs_f64() - reserve;
             let fits = match pace.seconds_per_interval {

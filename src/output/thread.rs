@@ -115,9 +115,11 @@ impl WriterThread {
         self.waits
     }
 
-    /// Seconds the thread took over its last save point.
-    pub fn save_seconds(&self) -> f64 {
-        self.save_nanos.load(Ordering::Relaxed) as f64 * 1e-9
+    /// Seconds the thread took over its last save point; `None` until one
+    /// has been written.
+    pub fn save_seconds(&self) -> Option<f64> {
+        let nanos = self.save_nanos.load(Ordering::Relaxed);
+        (nanos > 0).then(|| nanos as f64 * 1e-9)
     }
 }
 
