@@ -119,7 +119,7 @@ impl WriterThread {
     /// has been written.
     pub fn save_seconds(&self) -> Option<f64> {
         let nanos = self.save_nanos.load(Ordering::Relaxed);
-        (nanos > 0).then(|| nanos as f64 * 1e-9)
+        (nanos > 0).then_some(nanos as f64 * 1e-9)
     }
 }
 

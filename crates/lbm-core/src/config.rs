@@ -479,12 +479,19 @@ impl LatticeConfig {
         }
     }
 
-    /// The device memory a run of this configuration allocates, by buffer, as
-    /// [`crate::schedule::estimate`] gives it before anything is allocated;
-    /// refused as [`LatticeConfig::validate`] refuses.
+    /// The memory a run of this configuration allocates on a CUDA device, by
+    /// buffer, as [`crate::schedule::estimate`] gives it before anything is
+    /// allocated; refused as [`LatticeConfig::validate`] refuses. (The CPU
+    /// backend splits smaller patches' updates: a few bytes per rim cell more.)
     pub fn memory_estimate(&self, exec: &ExecConfig) -> Result<MemoryLedger> {
         let (hierarchy, sides) = self.validate_window(&exec.tiles, exec.slab.as_ref())?;
-        Ok(crate::schedule::estimate(&hierarchy, &sides, self, exec))
+        Ok(crate::schedule::estimate(
+            &hierarchy,
+            &sides,
+            self,
+            exec,
+            crate::schedule::BULK_MIN_CELLS,
+        ))
     }
 
     /// Refuses a body on a level the hierarchy lacks, and one that keeps

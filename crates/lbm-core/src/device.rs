@@ -430,6 +430,14 @@ pub trait Driver: Send {
         1
     }
 
+    /// Interior cells (over the batch's members) from which splitting a
+    /// patch's update into the bulk kernel and the general kernel over its
+    /// boundary cells pays on this backend: where a second launch costs
+    /// more than the general kernel loses on the interior below it.
+    fn split_min_cells(&self) -> usize {
+        crate::schedule::BULK_MIN_CELLS
+    }
+
     /// `buffer` as another driver of this process may copy from it on its
     /// own stream ([`Driver::copy_from_peer`]), or `None` for a backend that
     /// moves bytes between drivers only through the host (the default). A
@@ -639,5 +647,8 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     }
     fn batch_members(&self) -> usize {
         (**self).batch_members()
+    }
+    fn split_min_cells(&self) -> usize {
+        (**self).split_min_cells()
     }
 }

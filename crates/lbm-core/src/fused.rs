@@ -765,6 +765,10 @@ impl<D: Driver> Driver for MemberDriver<D> {
         self.lock().members
     }
 
+    fn split_min_cells(&self) -> usize {
+        self.lock().device.split_min_cells()
+    }
+
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {
         let m = self.member;
         let mut s = self.lock();

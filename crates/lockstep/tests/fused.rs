@@ -214,17 +214,15 @@ fn the_runner_refuses_fused_members_as_it_refuses_steppers() {
 fn members_of_another_shape_are_refused_naming_the_member() {
     let mut configs = configs();
     // The cylinder moved: other links and cells beside it, so other buffer
-    // sizes (the wall-distance table is allocated first).
+    // sizes on the patch that holds it (the first the ledger lists: its
+    // boundary list, or its wall-distance table where the update is whole).
     configs[1].0 = channel(0.7, 0.05, 23.6);
     let refused = lbm_core::fused::batch(CpuDriver::new(), configs)
         .err()
         .expect("refused");
     let message = refused.to_string();
     assert!(matches!(refused, Error::FusedShape { member: 1, .. }), "{message}");
-    assert!(
-        message.contains(".wall_distance") && message.contains("lockstep"),
-        "{message}"
-    );
+    assert!(message.contains("`L1.p0.") && message.contains("lockstep"), "{message}");
 
     // A bad member is named too.
     let mut configs = self::configs();

@@ -8,4 +8,4 @@
 pub mod plan;
 pub(crate) mod resources;
 
-pub use resources::estimate;
+pub use resources::{BULK_MIN_CELLS, estimate};

@@ -57,16 +57,17 @@ fn accumulator_bytes(bodies: usize) -> usize {
 
 /// Interior cells, over all members of a fused batch, from which a patch's
 /// update is split into the bulk kernel and the general one over its
-/// boundary cells. Below, one launch over every cell costs less than the
-/// second launch saves: on an H200 a launch costs about 4 microseconds, what
-/// the general kernel spends on 2^16 cells more than the bulk one.
+/// boundary cells on a GPU ([`crate::Driver::split_min_cells`]). Below, one
+/// launch over every cell costs less than the second launch saves: on an
+/// H200 a launch costs about 4 microseconds, what the general kernel spends
+/// on 2^16 cells more than the bulk one.
 pub const BULK_MIN_CELLS: usize = 1 << 16;
 
-/// The bulk region of `patch` when its update is split (see
-/// [`BULK_MIN_CELLS`]), for a fused batch of `members` members (1 for a
-/// stepper of its own).
-pub fn bulk_region(patch: &Patch, members: usize) -> Option<Rect> {
-    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() * members >= BULK_MIN_CELLS)
+/// The bulk region of `patch` when its update is split: for a fused batch
+/// of `members` members (1 for a stepper of its own) whose interior cells
+/// reach `min_cells` ([`crate::Driver::split_min_cells`]).
+pub fn bulk_region(patch: &Patch, members: usize, min_cells: usize) -> Option<Rect> {
+    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() * members >= min_cells)
 }
 
 /// Bytes of a split patch's boundary cells at most: its rim and, in each
@@ -130,11 +131,14 @@ const WALL_CELLS_PER_OUTLINE_CELL: f64 = 1.35;
 /// every buffer but the body links, which are estimated from each body's
 /// outline (about three links per cell of it); a patch is taken to have links
 /// when one of its level's bodies reaches within a cell of its active region.
+/// Patches split their update as a driver whose
+/// [`crate::Driver::split_min_cells`] is `split_min_cells` splits them.
 pub fn estimate(
     hierarchy: &Hierarchy,
     sides: &[Vec<PatchSides>],
     lattice: &LatticeConfig,
     exec: &ExecConfig,
+    split_min_cells: usize,
 ) -> MemoryLedger {
     let mut ledger = MemoryLedger::default();
     let observe = exec.observe_raw_exchange || exec.observe_window_exchange;
@@ -161,7 +165,7 @@ pub fn estimate(
         let scale = 2f64.powi(patch.level as i32);
         let [ax0, ay0, _, _] = patch.global_active().map(|v| v as f64);
         let near = bodies_near(patch, lattice);
-        if let Some(bulk) = bulk_region(patch, 1) {
+        if let Some(bulk) = bulk_region(patch, 1, split_min_cells) {
             if !near.is_empty() {
                 ledger.add(format!("{name}.bulk_skip"), bulk_skip_bytes(&bulk) as u64);
             }
@@ -320,7 +324,7 @@ impl Resources {
     /// Allocates and fills every buffer. On failure what was allocated is
     /// freed again and the allocation's error is returned.
     /// A patch splits its update by the batch's cells ([`bulk_region`]:
-    /// `driver`'s [`Driver::batch_members`]).
+    /// `driver`'s [`Driver::batch_members`] and [`Driver::split_min_cells`]).
     pub fn allocate<D: Driver>(
         driver: &mut D,
         hierarchy: &Hierarchy,
@@ -456,7 +460,7 @@ impl Resources {
         let (mask, owner) = geometry::rasterize(patch, &level_bodies);
         debug_assert_eq!(mask.len(), flag_bytes(patch), "the estimate's flags");
         let flags = self.upload(driver, format!("{name}.flags"), &mask)?;
-        let boundary = match bulk_region(patch, driver.batch_members()) {
+        let boundary = match bulk_region(patch, driver.batch_members(), driver.split_min_cells()) {
             Some(bulk) => {
                 let cells = boundary_cells(&mask, &patch.layout, &patch.active);
                 let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&cells))?;
@@ -540,6 +544,29 @@ mod tests {
     use crate::case::Case;
     use crate::cpu::CpuDriver;
 
+    /// The host splits the update of a patch far below what pays on a GPU:
+    /// the cavity's 64^2 base grid, whole on a CUDA device.
+    #[test]
+    fn the_host_splits_patches_a_gpu_updates_whole() {
+        let text = include_str!("../../../../cases/cavity-re100.toml");
+        let lattice = Case::from_toml(text).unwrap().resolve().unwrap().lattice;
+        let exec = ExecConfig::default();
+        let (hierarchy, sides) = lattice.validate(&exec.tiles).unwrap();
+        let base = hierarchy.base();
+        assert!(bulk_region(base, 1, BULK_MIN_CELLS).is_none());
+        let mut driver = CpuDriver::new();
+        assert!(bulk_region(base, 1, driver.split_min_cells()).is_some());
+        let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec).unwrap();
+        let labels: Vec<String> = resources.memory.entries.keys().cloned().collect();
+        resources.release(&mut driver).unwrap();
+        assert!(
+            labels.contains(&format!("{}.boundary_cells", base.name())),
+            "{labels:?}"
+        );
+        let device = lattice.memory_estimate(&exec).unwrap();
+        assert!(!device.entries.keys().any(|l| l.ends_with(".boundary_cells")));
+    }
+
     /// The estimate against what `allocate` allocates, buffer by buffer.
     #[test]
     fn the_estimate_is_what_is_allocated_but_for_a_few_percent_of_links() {
@@ -560,9 +587,18 @@ mod tests {
                 observe_window_exchange: true,
                 ..ExecConfig::default()
             };
-            let estimated = lattice.memory_estimate(&exec).unwrap();
             let (hierarchy, sides) = lattice.validate(&exec.tiles).unwrap();
             let mut driver = CpuDriver::new();
+            let estimated = estimate(&hierarchy, &sides, &lattice, &exec, driver.split_min_cells());
+            // The CUDA device's estimate, which `lbm check` shows, differs
+            // only in which patches hold a boundary list.
+            let device = lattice.memory_estimate(&exec).unwrap();
+            for (label, bytes) in &device.entries {
+                assert!(
+                    label.ends_with(".boundary_cells") || estimated.entries[label] == *bytes,
+                    "{name}: {label}"
+                );
+            }
             let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec).unwrap();
             let allocated = resources.memory.clone();
             resources.release(&mut driver).unwrap();
