@@ -176,13 +176,40 @@ fn parse_set(arg: &str) -> Result<Sweep, AppError> {
     if values.iter().any(String::is_empty) {
         return Err(flag(arg, "every value non-empty, separated by commas"));
     }
+    let mut parsed: Vec<toml::Value> = Vec::with_capacity(values.len());
     for v in &values {
-        toml_value(v).map_err(|_| flag(arg, &format!("`{v}` is not a TOML value (quote strings)")))?;
+        let value = toml_value(v).map_err(|_| flag(arg, &format!("`{v}` is not a TOML value (quote strings)")))?;
+        // The same value twice would run the same member twice.
+        if let Some(k) = parsed.iter().position(|p| *p == value) {
+            return Err(flag(arg, &format!("each value once (`{v}` repeats `{}`)", values[k])));
+        }
+        parsed.push(value);
     }
     Ok(Sweep {
         key: key.to_owned(),
         values,
     })
+}
+
+/// Refuses a key swept twice, or inside another swept key (`bodies.0` and
+/// `bodies.0.radius`): one would overwrite the other in every member.
+fn check_keys_apart(sweeps: &[Sweep]) -> Result<(), AppError> {
+    let within = |inner: &str, outer: &str| inner.starts_with(&format!("{outer}."));
+    for (k, later) in sweeps.iter().enumerate() {
+        for earlier in &sweeps[..k] {
+            let (a, b) = (earlier.key.as_str(), later.key.as_str());
+            let why = if a == b {
+                format!("each key in one --set only (`{a}` is swept twice)")
+            } else if within(a, b) || within(b, a) {
+                let (inner, outer) = if within(a, b) { (a, b) } else { (b, a) };
+                format!("keys apart from each other (`{inner}` lies within `{outer}`)")
+            } else {
+                continue;
+            };
+            return Err(flag(&format!("{b}=..."), &why));
+        }
+    }
+    Ok(())
 }
 
 fn toml_value(text: &str) -> Result<toml::Value, toml::de::Error> {
@@ -398,6 +425,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .iter()
         .map(|s| parse_set(s))
         .collect::<Result<Vec<_>, _>>()?;
+    check_keys_apart(&sweeps)?;
     let base = crate::check::read_case_text(&options.case)?;
     // The case as written first, its errors naming the file and the key.
     crate::check::read_case(&options.case, options.steps)?;
@@ -867,6 +895,35 @@ mod tests {
         assert_eq!(
             split_values("{ ramp = { duration = 1.0 } }, \"a,b\", [1, 2]"),
             vec!["{ ramp = { duration = 1.0 } }", "\"a,b\"", "[1, 2]"]
+        );
+    }
+
+    #[test]
+    fn a_key_swept_twice_or_within_another_and_a_repeated_value_are_refused() {
+        let sweeps = |args: &[&str]| args.iter().map(|a| parse_set(a).unwrap()).collect::<Vec<_>>();
+        let refused = |args: &[&str]| check_keys_apart(&sweeps(args)).unwrap_err().to_string();
+        let e = refused(&[
+            "fluid.viscosity=1e-3",
+            "flow.lattice_velocity=0.05",
+            "fluid.viscosity=2e-3",
+        ]);
+        assert!(e.contains("`fluid.viscosity` is swept twice"), "{e}");
+        let e = refused(&["bodies.0.radius=0.05,0.06", "bodies.0={ radius = 0.1 }"]);
+        assert!(e.contains("`bodies.0.radius` lies within `bodies.0`"), "{e}");
+        let e = refused(&["bodies.0={ radius = 0.1 }", "bodies.0.radius=0.05"]);
+        assert!(e.contains("`bodies.0.radius` lies within `bodies.0`"), "{e}");
+        // A shared prefix of characters is not a shared table.
+        check_keys_apart(&sweeps(&[
+            "fluid.visc=1",
+            "fluid.viscosity=1,2",
+            "bodies.1.x=1",
+            "bodies.10.x=1",
+        ]))
+        .unwrap();
+        let e = parse_set("fluid.viscosity=1e-3,2e-3,0.001").unwrap_err().to_string();
+        assert!(
+            e.contains("each value once") && e.contains("`0.001` repeats `1e-3`"),
+            "{e}"
         );
     }
 

@@ -270,6 +270,20 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("--shard"), "{}", stderr(&output));
     assert!(!out.exists());
+    // One key in two --set, which would overwrite each other in every member.
+    let output = lbm(&[
+        "sweep",
+        &dfg(),
+        "--set",
+        "fluid.viscosity=1e-3",
+        "--set",
+        "fluid.viscosity=2e-3",
+        "--out",
+        &out_arg,
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("swept twice"), "{}", stderr(&output));
+    assert!(!out.exists());
 }
 
 #[test]
