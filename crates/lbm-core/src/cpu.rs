@@ -474,7 +474,10 @@ impl Driver for CpuDriver {
 
     fn replay(&mut self, plan: PlanId) -> Result<()> {
         let actions = self.plans.replay(plan, BACKEND, |id| self.size_of(id))?;
-        actions.iter().try_for_each(|a| self.run_action(a))
+        // On one of the pool's threads, where each kernel's parallel loop
+        // starts in place: from any other thread every loop is handed to the
+        // pool and waited for, two thread switches per kernel.
+        rayon::scope(|_| actions.iter().try_for_each(|a| self.run_action(a)))
     }
 
     fn release_plan(&mut self, plan: PlanId) -> Result<()> {

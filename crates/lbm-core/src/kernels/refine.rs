@@ -8,7 +8,7 @@
 
 use crate::device::{Arg, BLOCK_THREADS, BufferRef, Kernel, Launch};
 use crate::domain::hierarchy::{GHOST, Layout, Rect};
-use crate::domain::order::{band_cell, band_cells};
+use crate::domain::order::band_cells;
 use crate::domain::sides::{PatchSides, beyond_wall, mirrored_cell, reflect_crossed};
 use crate::error::{LaunchProblem, Result};
 use rayon::prelude::*;
@@ -430,7 +430,6 @@ fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: i32, y: i32) -> Mome
 /// are halved because the fine lattice unit of length is half the parent's.
 /// Band cells beyond a wall side are left as they are: nothing reads them.
 pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
-    let fine_plane = k.fine.plane_cells();
     // Each parent cell feeds up to sixteen ghost cells' stencils: take its
     // moments once (the same arithmetic as the device's, which takes them
     // once per block, so the same bits), over the parent cells under the fine
@@ -442,34 +441,36 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
     let frame = (GHOST / 2 + 4) as i32;
     let in_frame =
         |i: i32, j: i32| i < frame || j < frame || i >= size[0] as i32 - frame || j >= size[1] as i32 - frame;
-    let parent: Vec<Moments> = (0..size[1] as i32)
-        .into_par_iter()
-        .flat_map_iter(|j| (0..size[0] as i32).map(move |i| (i, j)))
-        .map(|(i, j)| {
-            if in_frame(i, j) {
-                parent_moments(k, t0, t1, origin[0] + i, origin[1] + j)
-            } else {
-                Moments::default()
+    let mut parent = vec![Moments::default(); (size[0] * size[1]) as usize];
+    parent
+        .par_chunks_mut(size[0] as usize)
+        .enumerate()
+        .for_each(|(j, row)| {
+            for (i, m) in row.iter_mut().enumerate() {
+                let (i, j) = (i as i32, j as i32);
+                if in_frame(i, j) {
+                    *m = parent_moments(k, t0, t1, origin[0] + i, origin[1] + j);
+                }
             }
-        })
-        .collect();
-    let cells: Vec<(usize, [f32; Q])> = (0..band_cells(&k.fine))
-        .into_par_iter()
-        .filter_map(|cell| {
-            let (fx, fy) = band_cell(&k.fine, GHOST, cell);
-            (!beyond_wall(&k.fine, &k.sides, fx, fy)).then(|| {
-                (
-                    k.fine.index(fx, fy),
-                    ghost_populations(k, &parent, origin, size[0], fx, fy),
-                )
-            })
-        })
-        .collect();
-    for (index, post) in cells {
-        for (i, value) in post.iter().enumerate() {
-            fine[i * fine_plane + index] = *value;
+        });
+    // Written in place, band by band of rows: a band row's cells, or the
+    // GHOST cells at each end of a row between the bands.
+    let (nx, ny) = (k.fine.nx, k.fine.ny);
+    par_row_bands(fine, &k.fine, |first, rows, band| {
+        for fy in first..first + rows {
+            let across = fy < GHOST || fy >= ny - GHOST;
+            let columns = match across {
+                true => [0..nx, nx..nx],
+                false => [0..GHOST, nx - GHOST..nx],
+            };
+            for fx in columns.into_iter().flatten() {
+                if !beyond_wall(&k.fine, &k.sides, fx, fy) {
+                    let post = ghost_populations(k, &parent, origin, size[0], fx, fy);
+                    band.set(k.fine.index(fx, fy), &post);
+                }
+            }
         }
-    }
+    });
 }
 
 /// The fine post-collision populations of ghost cell (fx, fy) from the parent
@@ -623,17 +624,19 @@ pub fn restrict_to_parent(k: &RestrictToParent, fine: &[f32], coarse: &mut [f32]
     let reach = [2 * cov.width() + 2, 2 * cov.height() + 2];
     let hole_x = [hole.x0.saturating_sub(cov.x0), hole.x1.saturating_sub(cov.x0)];
     let hole_y = [hole.y0.saturating_sub(cov.y0), hole.y1.saturating_sub(cov.y0)];
-    let moments: Vec<Moments> = (0..reach[1])
-        .into_par_iter()
-        .flat_map_iter(|j| (0..reach[0]).map(move |i| (i, j)))
-        .map(|(i, j)| {
-            if only_in_hole(i, cov.width(), hole_x) && only_in_hole(j, cov.height(), hole_y) {
-                return Moments::default();
+    let mut moments = vec![Moments::default(); (reach[0] * reach[1]) as usize];
+    moments
+        .par_chunks_mut(reach[0] as usize)
+        .enumerate()
+        .for_each(|(j, row)| {
+            let j = j as u32;
+            for (i, m) in (0u32..).zip(row.iter_mut()) {
+                if !(only_in_hole(i, cov.width(), hole_x) && only_in_hole(j, cov.height(), hole_y)) {
+                    let index = k.fine.index(g - 1 + i, g - 1 + j);
+                    *m = lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]]);
+                }
             }
-            let index = k.fine.index(g - 1 + i, g - 1 + j);
-            lattice::moments(&read_cell(fine, fine_plane, index), [-fine_force[0], -fine_force[1]])
-        })
-        .collect();
+        });
     par_row_bands(coarse, &k.coarse, |first, rows, band| {
         for cy in first.max(cov.y0)..(first + rows).min(cov.y1) {
             for cx in cov.x0..cov.x1 {
