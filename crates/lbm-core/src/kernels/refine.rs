@@ -435,12 +435,19 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
     // once per block, so the same bits), over the parent cells under the fine
     // allocation plus the two-cell reach of the stencil. Only the frame that
     // the band's stencils reach is needed: two cells of reach, the band's
-    // GHOST / 2 cells and two more, from each side; the interior stays unset.
+    // GHOST / 2 cells and two more, from each interface side (the band
+    // beyond a wall side is not filled, and a corner of the band lies in the
+    // strip along y as well); the rest stays unset.
     let origin = k.active_offset.map(|o| o as i32 - GHOST as i32);
     let size = [k.fine.nx / 2 + 4, k.fine.ny / 2 + 4];
     let frame = (GHOST / 2 + 4) as i32;
-    let in_frame =
-        |i: i32, j: i32| i < frame || j < frame || i >= size[0] as i32 - frame || j >= size[1] as i32 - frame;
+    let open = |side: usize| k.sides.is_interface(side);
+    let in_frame = |i: i32, j: i32| {
+        (i < frame && open(0))
+            || (i >= size[0] as i32 - frame && open(1))
+            || (j < frame && open(2))
+            || (j >= size[1] as i32 - frame && open(3))
+    };
     let mut parent = vec![Moments::default(); (size[0] * size[1]) as usize];
     parent
         .par_chunks_mut(size[0] as usize)
