@@ -157,6 +157,11 @@ fn bad_input_is_named_before_any_work() {
             text.replace("x_min = \"wall\"", "x_min = \"symmetry\""),
             "free_slip",
         ),
+        (
+            "outflow-off-x-max",
+            text.replace("x_min = \"wall\"", "x_min = \"outflow\""),
+            "`boundaries.x_min` = outflow",
+        ),
     ] {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, edit).unwrap();

@@ -567,9 +567,10 @@ impl LatticeConfig {
                 _ => true,
             };
             if !allowed {
+                // Named as the case file names the side and its kind.
                 return Err(Error::parameter(
-                    SIDE_NAMES[side],
-                    format!("{boundary:?}"),
+                    &format!("boundaries.{}", SIDE_NAMES[side]),
+                    format!("{boundary:?}").to_lowercase(),
                     "an inlet only on x_min and an outflow only on x_max",
                 ));
             }
