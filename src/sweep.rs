@@ -437,12 +437,17 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .filter(|m| shard.is_none_or(|[k, n]| m.index % n == k))
         .collect();
     let fused = options.mode == SweepMode::Fused;
+    // Every driver opens, and the whole batch's memory is admitted, before
+    // anything is written; a fused batch's members are checked against the
+    // driver that runs them.
+    let mut drivers: Vec<(Box<dyn lbm_core::Driver>, crate::backend::Device)> = Vec::with_capacity(chosen.len());
     if fused {
+        let (driver, device) = options.backend.open(options.device)?;
         let configs: Vec<_> = chosen
             .iter()
             .map(|m| (m.resolved.lattice.clone(), exec(&m.resolved)))
             .collect();
-        lbm_core::fused::check(&configs).map_err(|e| {
+        lbm_core::fused::check(&configs, driver.split_min_cells()).map_err(|e| {
             let k = match &e {
                 lbm_core::Error::FusedShape { member, .. } | lbm_core::Error::FusedMember { member, .. } => *member,
                 _ => 0,
@@ -453,12 +458,6 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                 reason: format!("{e} (--fused)"),
             }
         })?;
-    }
-    // Every driver opens, and the whole batch's memory is admitted, before
-    // anything is written.
-    let mut drivers: Vec<(Box<dyn lbm_core::Driver>, crate::backend::Device)> = Vec::with_capacity(chosen.len());
-    if fused {
-        let (driver, device) = options.backend.open(options.device)?;
         for member in lbm_core::fused::member_drivers(driver, chosen.len()) {
             drivers.push((Box::new(member), device.clone()));
         }

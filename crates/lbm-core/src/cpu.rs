@@ -86,6 +86,9 @@ pub struct CpuDriver {
     events: u32,
     /// What [`Driver::batch_members`] answers (0 stands for 1).
     batch_members: usize,
+    /// What [`Driver::split_min_cells`] answers, where not
+    /// [`SPLIT_MIN_CELLS`].
+    split_min_cells: Option<usize>,
     /// Whether a group's members run last first ([`CpuDriver::reversing_groups`]).
     reverse_groups: bool,
 }
@@ -107,12 +110,15 @@ impl CpuDriver {
         }
     }
 
-    /// A driver that answers [`Driver::batch_members`] with `members`: a
-    /// stepper on it is built as a member of a fused batch of that size
-    /// would be, which is how [`crate::fused::check`] sees a member's shape.
-    pub fn for_batch(members: usize) -> Self {
+    /// A driver that answers [`Driver::batch_members`] with `members` and
+    /// [`Driver::split_min_cells`] with `split_min_cells`: a stepper on it is
+    /// built as a member of a fused batch of that size on a driver that
+    /// splits so would be, which is how [`crate::fused::check`] sees a
+    /// member's shape.
+    pub fn for_batch(members: usize, split_min_cells: usize) -> Self {
         CpuDriver {
             batch_members: members,
+            split_min_cells: Some(split_min_cells),
             ..CpuDriver::default()
         }
     }
@@ -464,7 +470,7 @@ impl Driver for CpuDriver {
     }
 
     fn split_min_cells(&self) -> usize {
-        SPLIT_MIN_CELLS
+        self.split_min_cells.unwrap_or(SPLIT_MIN_CELLS)
     }
 
     fn prepare(&mut self, _label: &str, actions: &[Action]) -> Result<PlanId> {

@@ -71,20 +71,19 @@ pub fn batch<D: Driver>(driver: D, members: Vec<(LatticeConfig, ExecConfig)>) ->
         .collect()
 }
 
-/// Checks before any work that `members` can run as one fused batch: each
-/// member is built in turn on the host, as a member of a batch of its size,
-/// and its buffers and interval plans compared with member 0's. The member
-/// that cannot be built, or whose shape differs, is named.
-pub fn check(members: &[(LatticeConfig, ExecConfig)]) -> Result<()> {
+/// Checks before any work that `members` can run as one fused batch on a
+/// driver whose [`Driver::split_min_cells`] is `split_min_cells`: each
+/// member is built in turn on the host, as a member of such a batch of its
+/// size, and its buffers and interval plans compared with member 0's. The
+/// member that cannot be built, or whose shape differs, is named.
+pub fn check(members: &[(LatticeConfig, ExecConfig)], split_min_cells: usize) -> Result<()> {
     let mut first: Option<(MemoryLedger, [Vec<Action>; 2])> = None;
     for (member, (lattice, exec)) in members.iter().enumerate() {
-        let stepper =
-            Stepper::new(CpuDriver::for_batch(members.len()), lattice.clone(), exec.clone()).map_err(|source| {
-                Error::FusedMember {
-                    member,
-                    source: Box::new(source),
-                }
-            })?;
+        let driver = CpuDriver::for_batch(members.len(), split_min_cells);
+        let stepper = Stepper::new(driver, lattice.clone(), exec.clone()).map_err(|source| Error::FusedMember {
+            member,
+            source: Box::new(source),
+        })?;
         let plan = stepper.plan();
         let shape = (stepper.memory_ledger(), [plan.actions(0), plan.actions(1)]);
         match &first {

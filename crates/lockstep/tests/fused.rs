@@ -217,12 +217,23 @@ fn members_of_another_shape_are_refused_naming_the_member() {
     // sizes on the patch that holds it (the first the ledger lists: its
     // boundary list, or its wall-distance table where the update is whole).
     configs[1].0 = channel(0.7, 0.05, 23.6);
-    let refused = lbm_core::fused::batch(CpuDriver::new(), configs)
+    let refused = lbm_core::fused::batch(CpuDriver::new(), configs.clone())
         .err()
         .expect("refused");
     let message = refused.to_string();
     assert!(matches!(refused, Error::FusedShape { member: 1, .. }), "{message}");
     assert!(message.contains("`L1.p0.") && message.contains("lockstep"), "{message}");
+    // The check before any work sees the batch as the driver that runs it
+    // splits: the host splits this patch (a boundary list, first in the
+    // ledger), a GPU updates it whole (its body links differ).
+    let host = lbm_core::fused::check(&configs, CpuDriver::new().split_min_cells()).unwrap_err();
+    assert!(host.to_string().contains("`L1.p0.boundary_cells`"), "{host}");
+    let device = lbm_core::fused::check(&configs, lbm_core::schedule::BULK_MIN_CELLS).unwrap_err();
+    let device = device.to_string();
+    assert!(
+        device.contains("`L1.p0.") && !device.contains("boundary_cells"),
+        "{device}"
+    );
 
     // A bad member is named too.
     let mut configs = self::configs();
