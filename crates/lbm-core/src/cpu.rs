@@ -110,6 +110,16 @@ impl CpuDriver {
         }
     }
 
+    /// A driver that splits a patch's update from `min_cells` interior cells
+    /// ([`Driver::split_min_cells`]), as another backend does: a stepper on
+    /// it replays the plan a stepper on that backend replays.
+    pub fn splitting_from(min_cells: usize) -> Self {
+        CpuDriver {
+            split_min_cells: Some(min_cells),
+            ..CpuDriver::default()
+        }
+    }
+
     /// A driver that answers [`Driver::batch_members`] with `members` and
     /// [`Driver::split_min_cells`] with `split_min_cells`: a stepper on it is
     /// built as a member of a fused batch of that size on a driver that

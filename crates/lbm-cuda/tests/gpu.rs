@@ -1082,9 +1082,9 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         observe_raw_exchange: true,
         ..ExecConfig::default()
     };
-    let plan = Stepper::new(CpuDriver::new(), split_channel_lattice(), exec)
-        .unwrap()
-        .plan();
+    // The plan a GPU replays (the host splits smaller patches too).
+    let cpu = CpuDriver::splitting_from(lbm_core::schedule::BULK_MIN_CELLS);
+    let plan = Stepper::new(cpu, split_channel_lattice(), exec).unwrap().plan();
     let bulk = plan
         .interval(0)
         .iter()
@@ -1132,17 +1132,30 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
             observe_window_exchange: true,
             ..ExecConfig::default()
         };
-        let cpu = Stepper::new(CpuDriver::new(), lattice(), exec.clone()).unwrap();
-        let gpu = Stepper::new(lbm_cuda::testing::open_device().driver, lattice(), exec).unwrap();
+        let device = lbm_cuda::testing::open_device().driver;
+        // The host driver split as the device splits, so that both replay
+        // one plan; and one that splits as the host does, whose bits must
+        // be the same.
+        let cpu = Stepper::new(
+            CpuDriver::splitting_from(device.split_min_cells()),
+            lattice(),
+            exec.clone(),
+        )
+        .unwrap();
+        let host = Stepper::new(CpuDriver::new(), lattice(), exec.clone()).unwrap();
+        let gpu = Stepper::new(device, lattice(), exec).unwrap();
         assert_eq!(gpu.plan(), cpu.plan(), "both backends must replay the same plan");
         cpu.initialize(initial_flow).unwrap();
+        host.initialize(initial_flow).unwrap();
         gpu.initialize(initial_flow).unwrap();
         cpu.step(1).unwrap();
+        host.step(1).unwrap();
         gpu.step(1).unwrap();
         cpu.start_exchange_window().unwrap();
         gpu.start_exchange_window().unwrap();
         for batch in [1u64, 3, 2] {
             cpu.step(batch).unwrap();
+            host.step(batch).unwrap();
             gpu.step(batch).unwrap();
             let at = format!("tiles {tiles:?}, step {}", cpu.step_count());
             let hierarchy = cpu.hierarchy();
@@ -1150,6 +1163,8 @@ fn check_stepper_runs(lattice: fn() -> LatticeConfig) {
                 for p in 0..patches.len() {
                     let (c, g) = (cpu.download(level, p).unwrap(), gpu.download(level, p).unwrap());
                     assert_close(&format!("populations L{level}.p{p}, {at}"), &c, &g, 1e-5);
+                    let h = host.download(level, p).unwrap();
+                    assert_bitwise(&format!("host split, populations L{level}.p{p}, {at}"), &h, &c);
                     let (c, g) = (cpu.fields(level, p).unwrap(), gpu.fields(level, p).unwrap());
                     for (name, c, g) in [
                         ("delta_rho", &c.delta_rho, &g.delta_rho),
