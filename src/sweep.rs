@@ -200,8 +200,7 @@ fn check_keys_apart(sweeps: &[Sweep]) -> Result<(), AppError> {
             let (a, b) = (earlier.key.as_str(), later.key.as_str());
             let why = if a == b {
                 format!("each key in one --set only (`{a}` is swept twice)")
-            } else if within(a, b) || within(b, a) {
-                let (inner, outer) = if within(a, b) { (a, b) } else { (b, a) };
+            } else if let Some((inner, outer)) = [(a, b), (b, a)].into_iter().find(|(i, o)| within(i, o)) {
                 format!("keys apart from each other (`{inner}` lies within `{outer}`)")
             } else {
                 continue;

@@ -128,8 +128,7 @@ impl CpuDriver {
     pub fn for_batch(members: usize, split_min_cells: usize) -> Self {
         CpuDriver {
             batch_members: members,
-            split_min_cells: Some(split_min_cells),
-            ..CpuDriver::default()
+            ..CpuDriver::splitting_from(split_min_cells)
         }
     }
 

@@ -332,6 +332,13 @@ impl<D: Driver> Shared<D> {
         })
     }
 
+    /// The fused plan of `fusion`, once every member has handed in its
+    /// actions ([`Shared::fuse`]).
+    fn fuse_all(&self, fusion: &Fusion) -> Vec<(usize, Action)> {
+        let all: Vec<Vec<Action>> = fusion.actions.iter().flatten().cloned().collect();
+        self.fuse(&all)
+    }
+
     /// Every member's `actions` as one plan of batches, each with the index
     /// of the members' action it comes from; see the module documentation.
     fn fuse(&self, actions: &[Vec<Action>]) -> Vec<(usize, Action)> {
@@ -459,16 +466,11 @@ impl<D: Driver> MemberDriver<D> {
     /// where a fused interval's time goes (the `gpu_interval` bench).
     pub fn with_fused_plan<R>(&self, label: &str, f: impl FnOnce(&mut D, &[(usize, Action)]) -> R) -> Option<R> {
         let mut s = self.lock();
-        let all: Vec<Vec<Action>> = s
+        let fusion = s
             .fusions
             .iter()
-            .find(|fusion| fusion.label == label && fusion.prepared.is_some())?
-            .actions
-            .iter()
-            .flatten()
-            .cloned()
-            .collect();
-        let fused = s.fuse(&all);
+            .find(|fusion| fusion.label == label && fusion.prepared.is_some())?;
+        let fused = s.fuse_all(fusion);
         Some(f(&mut s.device, &fused))
     }
 }
@@ -692,8 +694,7 @@ impl<D: Driver> Driver for MemberDriver<D> {
                 }
                 s.fusions[index].actions[m] = Some(actions.to_vec());
                 if s.fusions[index].actions.iter().all(Option::is_some) {
-                    let all: Vec<Vec<Action>> = s.fusions[index].actions.iter().flatten().cloned().collect();
-                    let fused: Vec<Action> = s.fuse(&all).into_iter().map(|(_, a)| a).collect();
+                    let fused: Vec<Action> = s.fuse_all(&s.fusions[index]).into_iter().map(|(_, a)| a).collect();
                     let prepared = s.device.prepare(&format!("fused.{label}"), &fused)?;
                     s.fusions[index].prepared = Some(prepared);
                 }
