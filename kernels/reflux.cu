@@ -71,29 +71,37 @@ __device__ __forceinline__ unsigned int ring_cells(unsigned int w, unsigned int 
 LBM_KERNEL(accumulate_fine_flux)(const float* __restrict__ fine, float* __restrict__ flux,
                                                 unsigned int nx, unsigned int ny, unsigned int tile_x,
                                                 unsigned int tile_y, unsigned int side_kinds) {
+    // Four threads per ring cell, one per fine cell of its 2x2 block (the
+    // CPU's corner order: (0, 0), (1, 0), (0, 1), (1, 1)), each taking its
+    // eight link differences; the first of the four then adds all 32 in the
+    // CPU's order. One thread doing all 32 was a chain of ~800 dependent
+    // instructions, the longest of a small patch's hop.
+    __shared__ float terms[LBM_BLOCK_THREADS][LBM_Q - 1];
+    __shared__ unsigned char linked[LBM_BLOCK_THREADS];
+    // The host launches blocks of LBM_BLOCK_THREADS threads (uniform branch).
+    if (blockDim.x != LBM_BLOCK_THREADS) {
+        return;
+    }
     // lbm_core::domain::order::fine_covered.
     const unsigned int g = LBM_GHOST / 2;
     const unsigned int cov_x0 = g;
     const unsigned int cov_y0 = g;
     const unsigned int cov_x1 = nx / 2 - g;
     const unsigned int cov_y1 = ny / 2 - g;
-    const unsigned long long t = thread_index();
-    if (t >= ring_cells(cov_x1 - cov_x0, cov_y1 - cov_y0, side_kinds)) {
-        return;
-    }
-    const Layout layout = make_layout(nx, ny, tile_x, tile_y);
-    const size_t plane = plane_cells(layout);
-    unsigned int cx;
-    unsigned int cy;
-    ring_cell(cov_x0, cov_y0, cov_x1, cov_y1, side_kinds, (unsigned int)t, &cx, &cy);
-
-    float net = 0.0f;
-#pragma unroll
-    for (int corner = 0; corner < 4; ++corner) {
-        // The CPU's order: (0, 0), (1, 0), (0, 1), (1, 1).
-        const unsigned int gx = 2 * cx + (unsigned int)(corner & 1);
-        const unsigned int gy = 2 * cy + (unsigned int)(corner >> 1);
+    const unsigned int n_ring = ring_cells(cov_x1 - cov_x0, cov_y1 - cov_y0, side_kinds);
+    const unsigned int tid = threadIdx.x;
+    const unsigned long long slot = thread_index() / 4;
+    const unsigned int corner = tid % 4;
+    if (slot < n_ring) {
+        const Layout layout = make_layout(nx, ny, tile_x, tile_y);
+        const size_t plane = plane_cells(layout);
+        unsigned int cx;
+        unsigned int cy;
+        ring_cell(cov_x0, cov_y0, cov_x1, cov_y1, side_kinds, (unsigned int)slot, &cx, &cy);
+        const unsigned int gx = 2 * cx + (corner & 1u);
+        const unsigned int gy = 2 * cy + (corner >> 1);
         const size_t gi = cell_index(layout, gx, gy);
+        unsigned int mask = 0;
 #pragma unroll
         for (int j = 1; j < LBM_Q; ++j) {
             const int px = (int)gx + lbm_cx(j);
@@ -103,10 +111,29 @@ LBM_KERNEL(accumulate_fine_flux)(const float* __restrict__ fine, float* __restri
                 continue;
             }
             const size_t n = cell_index(layout, (unsigned int)px, (unsigned int)py);
-            net += fine[(size_t)j * plane + gi] - fine[(size_t)lbm_opp(j) * plane + n];
+            terms[tid][j - 1] = fine[(size_t)j * plane + gi] - fine[(size_t)lbm_opp(j) * plane + n];
+            mask |= 1u << (j - 1);
+        }
+        linked[tid] = (unsigned char)mask;
+    }
+    __syncthreads();
+    if (slot >= n_ring || corner != 0) {
+        return;
+    }
+    // Only the links into the active region count, as on the CPU: a term
+    // of +0 in place of a missing one could turn a sum of -0 into +0.
+    float net = 0.0f;
+#pragma unroll
+    for (unsigned int c = 0; c < 4; ++c) {
+        const unsigned int mask = linked[tid + c];
+#pragma unroll
+        for (int j = 0; j < LBM_Q - 1; ++j) {
+            if ((mask >> j) & 1u) {
+                net += terms[tid + c][j];
+            }
         }
     }
-    flux[t] += 0.25f * net;
+    flux[slot] += 0.25f * net;
 }
 
 // `phase` of correct_interface_mass (lbm_core::kernels::reflux::RefluxPhase).

@@ -55,10 +55,11 @@ impl PeriodicBenchmark {
             StreamCollide::periodic(from.into(), to.into(), flags.into(), [n, n], physics)
         };
         let sample = general(src, dst);
-        let rim = boundary_cells(&vec![0; cells], &sample.layout, &sample.active);
+        let interior = bulk_interior(&sample.layout, &sample.active, sample.boundaries)
+            .expect("a row-major grid of at least 3 x 3");
+        let rim = boundary_cells(&vec![0; cells], &sample.layout, &sample.active, &interior);
         let list = driver.alloc("cells", rim.len() * 4)?;
         driver.upload(list, 0, bytemuck::cast_slice(&rim))?;
-        let interior = bulk_interior(&sample.layout, &sample.active).expect("a row-major grid of at least 3 x 3");
         let split = |from: BufferId, to: BufferId| {
             let bulk = StreamCollideBulk {
                 src: from.into(),

@@ -377,12 +377,12 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 // solid cells already hold the source's, as a stepper's two
                 // buffers do (neither kernel copies the solid cells of a row's
                 // span around a body).
-                let Some(interior) = bulk_interior(&layout, active) else {
+                let Some(interior) = bulk_interior(&layout, active, general.boundaries) else {
                     continue;
                 };
-                let boundary = boundary_cells(&flag_bytes, &layout, active);
+                let boundary = boundary_cells(&flag_bytes, &layout, active, &interior);
                 let cells = twin.buffer("cells.boundary", &boundary);
-                let skip = twin.buffer("skip", &bulk_skip(&flag_bytes, &layout, active, &interior));
+                let skip = twin.buffer("skip", &bulk_skip(&flag_bytes, &layout, &interior));
                 let mut solid_copied = vec![f32::NAN; Q * plane];
                 for (x, y) in (interior.y0..interior.y1).flat_map(|y| (interior.x0..interior.x1).map(move |x| (x, y))) {
                     let c = layout.index(x, y);
@@ -1091,12 +1091,16 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         .flat_map(|s| s.action.launches())
         .filter(|l| l.kernel == Kernel::StreamCollideBulk)
         .count();
-    assert_eq!(bulk, 3, "row-major, levels 0 and 1 split: one bulk launch per hop");
+    assert_eq!(
+        bulk, 7,
+        "row-major, levels 0 and 1 split, level 2 the bulk kernel alone: one per hop"
+    );
     // Every hop's update is one group, branches of the graph: level 0's
     // bulk and rim updates; each of level 1's two hops with the bulk kernel
     // skipping a span around the cylinder, the general kernel over the rim
     // and those spans, the momentum exchange and the interface flux; each
-    // of level 2's four hops (a patch too small to split) with its flux.
+    // of level 2's four hops (a patch too small to split, but whose bulk
+    // region is all of it: no body, every side an interface) with its flux.
     // Both fills of a pair of hops are one group before it, and each
     // restriction is grouped with its reflux correction.
     let groups: Vec<Vec<Kernel>> = plan
@@ -1111,7 +1115,7 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         AccumulateExchange as E, AccumulateFineFlux as F, CorrectInterfaceMass as C, FillGhost as H,
         RestrictToParent as R, StreamCollide as G, StreamCollideBulk as B,
     };
-    let level_2 = [vec![H, H], vec![G, F], vec![G, F], vec![R, C]];
+    let level_2 = [vec![H, H], vec![B, F], vec![B, F], vec![R, C]];
     let expected: Vec<Vec<Kernel>> = [vec![vec![B, G], vec![H, H], vec![B, G, E, F]], level_2.to_vec()]
         .into_iter()
         .chain([vec![vec![B, G, E, F]], level_2.to_vec(), vec![vec![R, C]]])

@@ -481,16 +481,21 @@ fn cell_number(a: &Rect, x: u32, y: u32) -> u32 {
     (y - a.y0) * a.width() + (x - a.x0)
 }
 
-/// The rectangle [`StreamCollideBulk`] may take on a patch: the active
-/// region less its outermost cells, when the layout is one tile column (a
-/// neighbour is then a fixed offset away), nine planes index in 32 bits and
-/// the rows fit one grid dimension; else none.
-pub fn bulk_interior(layout: &Layout, active: &Rect) -> Option<Rect> {
+/// The rectangle [`StreamCollideBulk`] may take on a patch whose sides are
+/// `boundaries`: the active region less its outermost cells along every side
+/// with a rule of its own, and whole up to each interface side with a band
+/// beyond it (a population from across an interface is pulled from the band
+/// as from any neighbour, a fixed offset away), when the layout is one tile
+/// column, nine planes index in 32 bits and the rows fit one grid dimension;
+/// else none.
+pub fn bulk_interior(layout: &Layout, active: &Rect, boundaries: [Boundary; 4]) -> Option<Rect> {
+    let room = [active.x0, layout.nx - active.x1, active.y0, layout.ny - active.y1];
+    let inset = |side: usize| u32::from(boundaries[side] != Boundary::Interface || room[side] == 0);
     let interior = Rect::new(
-        active.x0 + 1,
-        active.y0 + 1,
-        active.x1.saturating_sub(1),
-        active.y1.saturating_sub(1),
+        active.x0 + inset(0),
+        active.y0 + inset(2),
+        active.x1.saturating_sub(inset(1)),
+        active.y1.saturating_sub(inset(3)),
     );
     let fits = layout.tiles_x() == 1
         && interior.width() > 0
@@ -501,49 +506,49 @@ pub fn bulk_interior(layout: &Layout, active: &Rect) -> Option<Rect> {
 }
 
 /// The cells [`StreamCollideBulk`] leaves to the general kernel, ascending
-/// as [`CellList`] numbers them: the rim of the active region (its sides'
-/// rules) and the fluid cells of each interior row's [`body_span`], which
-/// the bulk kernel skips ([`bulk_skip`]). Neither kernel writes the solid
-/// cells of a span: the general kernel would copy them unchanged, and a
-/// body's cells hold the same populations in both buffers, as nothing
+/// as [`CellList`] numbers them: those of the active region outside
+/// `interior` ([`bulk_interior`]: the rim along sides with rules of their
+/// own) and the fluid cells of each interior row's [`body_span`], which the
+/// bulk kernel skips ([`bulk_skip`]); none on a patch whose interior is its
+/// whole active region and which no body reaches. Neither kernel writes the
+/// solid cells of a span: the general kernel would copy them unchanged, and
+/// a body's cells hold the same populations in both buffers, as nothing
 /// writes them after the initial state (a parent's cells under a child's
 /// patch, which restriction writes, are settled before any read:
 /// `HopPlan::settle`).
-pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect) -> Vec<u32> {
-    let a = *active;
+pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect, interior: &Rect) -> Vec<u32> {
+    let (a, r) = (*active, *interior);
     let mut cells = Vec::new();
     for y in a.y0..a.y1 {
-        if y == a.y0 || y + 1 == a.y1 {
+        if y < r.y0 || y >= r.y1 {
             cells.extend((a.x0..a.x1).map(|x| cell_number(&a, x, y)));
             continue;
         }
-        cells.push(cell_number(&a, a.x0, y));
-        if let Some([first, last]) = body_span(flags, layout, &a, y) {
+        cells.extend((a.x0..r.x0).map(|x| cell_number(&a, x, y)));
+        if let Some([first, last]) = body_span(flags, layout, &r, y) {
             cells.extend(
                 (first..=last)
                     .filter(|&x| flags[layout.index(x, y)] == FLAG_FLUID)
                     .map(|x| cell_number(&a, x, y)),
             );
         }
-        if a.x1 > a.x0 + 1 {
-            cells.push(cell_number(&a, a.x1 - 1, y));
-        }
+        cells.extend((r.x1..a.x1).map(|x| cell_number(&a, x, y)));
     }
     cells
 }
 
-/// The span `[first, last]` of interior row `y` (the active region less its
-/// rim) from the first cell that is solid or has a solid neighbour to the
-/// last, where there is one. One span per row: the bulk kernel skips it
-/// whole, so the two kernels write different cells and may run side by side.
-pub fn body_span(flags: &[u8], layout: &Layout, active: &Rect, y: u32) -> Option<[u32; 2]> {
+/// The span `[first, last]` of row `y` of the bulk region `interior` from
+/// the first cell that is solid or has a solid neighbour to the last, where
+/// there is one. One span per row: the bulk kernel skips it whole, so the
+/// two kernels write different cells and may run side by side.
+pub fn body_span(flags: &[u8], layout: &Layout, interior: &Rect, y: u32) -> Option<[u32; 2]> {
     let near_solid = |x: u32| {
         C.iter().any(|c| {
             let (nx, ny) = ((x as i64 - c[0] as i64) as u32, (y as i64 - c[1] as i64) as u32);
             flags[layout.index(nx, ny)] != FLAG_FLUID
         })
     };
-    let inner = active.x0 + 1..active.x1.saturating_sub(1).max(active.x0 + 1);
+    let inner = interior.x0..interior.x1;
     let first = inner.clone().find(|&x| near_solid(x))?;
     let last = inner.rev().find(|&x| near_solid(x))?;
     Some([first, last])
@@ -748,12 +753,11 @@ pub fn bulk_skip_bytes(interior: &Rect) -> usize {
     interior.height() as usize * 2 * 4
 }
 
-/// The skip table of [`StreamCollideBulk`] for `interior` ([`bulk_interior`]
-/// of `active`): each row's [`body_span`] as `[xa, xb)`, `[x1, x1)` where
-/// the row has none.
-pub fn bulk_skip(flags: &[u8], layout: &Layout, active: &Rect, interior: &Rect) -> Vec<u32> {
+/// The skip table of [`StreamCollideBulk`] for `interior` ([`bulk_interior`]):
+/// each row's [`body_span`] as `[xa, xb)`, `[x1, x1)` where the row has none.
+pub fn bulk_skip(flags: &[u8], layout: &Layout, interior: &Rect) -> Vec<u32> {
     (interior.y0..interior.y1)
-        .flat_map(|y| match body_span(flags, layout, active, y) {
+        .flat_map(|y| match body_span(flags, layout, interior, y) {
             Some([first, last]) => [first, last + 1],
             None => [interior.x1, interior.x1],
         })

@@ -18,9 +18,11 @@ use super::{
     ArgReader, BufferUse, ExactShape, HostViews, KernelArgs, check_layout, population_bytes, push_layout, push_rect,
 };
 
-/// `accumulate_fine_flux`: one thread per parent ring cell of a fine patch. Adds a
-/// quarter of the mass its ghost cells send into the active region minus the
-/// mass the active region sends into them, for the coming fine hop.
+/// `accumulate_fine_flux`: four threads per parent ring cell of a fine patch
+/// (one per fine ghost cell of its 2x2 block), in blocks of [`BLOCK_THREADS`]
+/// that gather the four's terms in shared memory. Adds a quarter of the mass
+/// its ghost cells send into the active region minus the mass the active
+/// region sends into them, for the coming fine hop.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AccumulateFineFlux {
     /// Fine populations just after `fill_ghost`: ghost band and active region.
@@ -32,6 +34,16 @@ pub struct AccumulateFineFlux {
     pub kinds: [PatchSide; 4],
 }
 
+/// Threads of [`AccumulateFineFlux`] per ring cell.
+const FLUX_THREADS_PER_CELL: usize = 4;
+
+impl AccumulateFineFlux {
+    fn shape(&self) -> ExactShape {
+        let threads = self.work_items() * FLUX_THREADS_PER_CELL;
+        ExactShape::blocks(threads.div_ceil(BLOCK_THREADS as usize).max(1) as u32)
+    }
+}
+
 impl KernelArgs for AccumulateFineFlux {
     const KERNEL: Kernel = Kernel::AccumulateFineFlux;
     const PARAMS: &'static [&'static str] = &["fine", "flux", "nx", "ny", "tile_x", "tile_y", "side_kinds"];
@@ -40,7 +52,7 @@ impl KernelArgs for AccumulateFineFlux {
         let mut args = vec![self.fine.into(), self.flux.into()];
         push_layout(&mut args, &self.layout);
         args.push(Arg::U32(PatchSide::pack(self.kinds)));
-        Launch::linear(Kernel::AccumulateFineFlux, self.work_items(), args)
+        self.shape().launch(Self::KERNEL, args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
@@ -55,6 +67,11 @@ impl KernelArgs for AccumulateFineFlux {
 
     fn work_items(&self) -> usize {
         ring_cells(&fine_covered(&self.layout), self.kinds)
+    }
+
+    /// A ring cell's four threads share a block.
+    fn required_shape(&self) -> Option<ExactShape> {
+        Some(self.shape())
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {

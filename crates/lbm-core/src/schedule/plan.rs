@@ -53,7 +53,7 @@ use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, WallDistan
 use crate::kernels::refine::{FillGhost, RestrictToParent};
 use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass, RefluxPhase};
 
-use super::resources::Resources;
+use super::resources::{Resources, patch_boundaries};
 
 /// One named step of the plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -373,13 +373,7 @@ impl Builder<'_> {
         let physics = inputs.physics[level];
         for patch in &hierarchy.levels[level] {
             let buffers = self.resources.patches[level][patch.index];
-            // A refined patch touches only wall and free-slip sides of the
-            // domain (`PatchSides::of_patch` refuses others) and takes their
-            // rule there.
-            let boundaries: [Boundary; 4] = std::array::from_fn(|s| match patch.on_boundary[s] {
-                true => inputs.boundaries[s],
-                false => Boundary::Interface,
-            });
+            let boundaries = patch_boundaries(patch, inputs.boundaries);
             let inlet = self.resources.inlet.filter(|_| boundaries.contains(&Boundary::Inlet));
             // A hop's update of a patch and what else reads the same
             // populations are one group (see `Action::Together`): the bulk
@@ -406,30 +400,40 @@ impl Builder<'_> {
                     .launch(),
                 );
             }
-            let launch = StreamCollide {
-                src: self.current(patch),
-                dst: self.spare(patch),
-                flags: buffers.flags.into(),
-                wall_distance: buffers.wall_distance.map(|w| WallDistances {
-                    table: w.id.into(),
-                    cells: w.cells,
+            // The general kernel over every cell, over the split's list, or
+            // not at all where the bulk kernel is the whole update.
+            let cells = match buffers.boundary_cells {
+                None => Some(None),
+                Some(split) => split.list.map(|list| {
+                    Some(CellList {
+                        cells: list.into(),
+                        count: split.count,
+                    })
                 }),
-                inlet_profile: inlet.map(|i| i.profile.into()),
-                boundary_state: inlet.map(|i| i.state.into()),
-                cells: buffers.boundary_cells.map(|list| CellList {
-                    cells: list.id.into(),
-                    count: list.count,
-                }),
-                layout: patch.layout,
-                active: patch.active,
-                boundaries,
-                wall_velocity: inputs.wall_velocity,
-                omega_plus: physics.relaxation.omega_plus(),
-                omega_minus: physics.relaxation.omega_minus(),
-                force: physics.force,
+            };
+            if let Some(cells) = cells {
+                let launch = StreamCollide {
+                    src: self.current(patch),
+                    dst: self.spare(patch),
+                    flags: buffers.flags.into(),
+                    wall_distance: buffers.wall_distance.map(|w| WallDistances {
+                        table: w.id.into(),
+                        cells: w.cells,
+                    }),
+                    inlet_profile: inlet.map(|i| i.profile.into()),
+                    boundary_state: inlet.map(|i| i.state.into()),
+                    cells,
+                    layout: patch.layout,
+                    active: patch.active,
+                    boundaries,
+                    wall_velocity: inputs.wall_velocity,
+                    omega_plus: physics.relaxation.omega_plus(),
+                    omega_minus: physics.relaxation.omega_minus(),
+                    force: physics.force,
+                }
+                .launch();
+                group.push(launch);
             }
-            .launch();
-            group.push(launch);
             if inputs.accumulate {
                 group.extend(self.exchange_launch(level, patch));
             }

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::config::{Amplitude, ExecConfig, LatticeConfig};
+use crate::config::{Amplitude, Boundary, ExecConfig, LatticeConfig};
 use crate::device::{BufferId, Driver};
 use crate::domain::geometry::{self, LINK_WORDS};
 use crate::domain::hierarchy::{Hierarchy, Patch, Rect};
@@ -63,11 +63,45 @@ fn accumulator_bytes(bodies: usize) -> usize {
 /// on 2^16 cells more than the bulk one.
 pub const BULK_MIN_CELLS: usize = 1 << 16;
 
-/// The bulk region of `patch` when its update is split: for a fused batch
-/// of `members` members (1 for a stepper of its own) whose interior cells
-/// reach `min_cells` ([`crate::Driver::split_min_cells`]).
-pub fn bulk_region(patch: &Patch, members: usize, min_cells: usize) -> Option<Rect> {
-    bulk_interior(&patch.layout, &patch.active).filter(|r| r.cells() * members >= min_cells)
+/// The rule of each side of `patch` when the domain's sides are `domain`:
+/// the domain's own where the patch touches it, else an interface (a
+/// refined patch touches only wall and free-slip sides: `PatchSides::of_patch`
+/// refuses others).
+pub fn patch_boundaries(patch: &Patch, domain: [Boundary; 4]) -> [Boundary; 4] {
+    std::array::from_fn(|s| match patch.on_boundary[s] {
+        true => domain[s],
+        false => Boundary::Interface,
+    })
+}
+
+/// The bulk region of `patch` (sides `domain` of the domain) when its update
+/// is split: for a fused batch of `members` members (1 for a stepper of its
+/// own) whose interior cells reach `min_cells`
+/// ([`crate::Driver::split_min_cells`]), and on every patch whose bulk
+/// region is its whole active region: the bulk kernel alone is then the
+/// update, one launch as the general kernel's was, without its side rules.
+/// The region reaches interface sides only on a patch no body reaches
+/// (`near_bodies`): a body's cells in the band or on the active region's
+/// edge stay with the general kernel's rim.
+pub fn bulk_region(
+    patch: &Patch,
+    domain: [Boundary; 4],
+    members: usize,
+    min_cells: usize,
+    near_bodies: bool,
+) -> Option<Rect> {
+    let sides = match near_bodies {
+        true => [Boundary::Wall; 4],
+        false => patch_boundaries(patch, domain),
+    };
+    bulk_interior(&patch.layout, &patch.active, sides)
+        .filter(|r| r.cells() * members >= min_cells || *r == patch.active)
+}
+
+/// Whether a split patch has a list for the general kernel: cells outside
+/// its bulk region (always, where a body reaches the patch).
+fn has_list(patch: &Patch, bulk: &Rect) -> bool {
+    *bulk != patch.active
 }
 
 /// Bytes of a split patch's boundary cells at most: its rim and, in each
@@ -165,7 +199,10 @@ pub fn estimate(
         let scale = 2f64.powi(patch.level as i32);
         let [ax0, ay0, _, _] = patch.global_active().map(|v| v as f64);
         let near = bodies_near(patch, lattice);
-        if let Some(bulk) = bulk_region(patch, 1, split_min_cells) {
+        let domain = lattice.boundaries;
+        let list =
+            bulk_region(patch, domain, 1, split_min_cells, !near.is_empty()).filter(|bulk| has_list(patch, bulk));
+        if let Some(bulk) = list {
             if !near.is_empty() {
                 ledger.add(format!("{name}.bulk_skip"), bulk_skip_bytes(&bulk) as u64);
             }
@@ -246,10 +283,12 @@ pub struct WallDistanceTable {
 }
 
 /// The cells of a patch that the bulk kernel gets wrong, for the general
-/// kernel that follows it ([`boundary_cells`]), and the bulk region.
+/// kernel beside it ([`boundary_cells`]), and the bulk region.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct BoundaryCells {
-    pub id: BufferId,
+    /// The list, `None` where the bulk region is the whole active region
+    /// and no body reaches the patch: no general launch then.
+    pub list: Option<BufferId>,
     pub count: u32,
     pub bulk: Rect,
     /// The bulk kernel's skip table ([`bulk_skip`]), on patches a body
@@ -460,20 +499,34 @@ impl Resources {
         let (mask, owner) = geometry::rasterize(patch, &level_bodies);
         debug_assert_eq!(mask.len(), flag_bytes(patch), "the estimate's flags");
         let flags = self.upload(driver, format!("{name}.flags"), &mask)?;
-        let boundary = match bulk_region(patch, driver.batch_members(), driver.split_min_cells()) {
+        let near = !bodies_near(patch, lattice).is_empty();
+        let split = bulk_region(
+            patch,
+            lattice.boundaries,
+            driver.batch_members(),
+            driver.split_min_cells(),
+            near,
+        );
+        let boundary = match split {
             Some(bulk) => {
-                let cells = boundary_cells(&mask, &patch.layout, &patch.active);
-                let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&cells))?;
-                let skip = match bodies_near(patch, lattice).is_empty() {
-                    true => None,
-                    false => {
-                        let table = bulk_skip(&mask, &patch.layout, &patch.active, &bulk);
+                let (list, count) = match has_list(patch, &bulk) {
+                    true => {
+                        let cells = boundary_cells(&mask, &patch.layout, &patch.active, &bulk);
+                        let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&cells))?;
+                        (Some(id), cells.len() as u32)
+                    }
+                    false => (None, 0),
+                };
+                let skip = match near {
+                    false => None,
+                    true => {
+                        let table = bulk_skip(&mask, &patch.layout, &bulk);
                         Some(self.upload(driver, format!("{name}.bulk_skip"), bytemuck::cast_slice(&table))?)
                     }
                 };
                 Some(BoundaryCells {
-                    id,
-                    count: cells.len() as u32,
+                    list,
+                    count,
                     bulk,
                     skip,
                 })
@@ -553,9 +606,10 @@ mod tests {
         let exec = ExecConfig::default();
         let (hierarchy, sides) = lattice.validate(&exec.tiles).unwrap();
         let base = hierarchy.base();
-        assert!(bulk_region(base, 1, BULK_MIN_CELLS).is_none());
+        let walls = lattice.boundaries;
+        assert!(bulk_region(base, walls, 1, BULK_MIN_CELLS, false).is_none());
         let mut driver = CpuDriver::new();
-        assert!(bulk_region(base, 1, driver.split_min_cells()).is_some());
+        assert!(bulk_region(base, walls, 1, driver.split_min_cells(), false).is_some());
         let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec).unwrap();
         let labels: Vec<String> = resources.memory.entries.keys().cloned().collect();
         resources.release(&mut driver).unwrap();
