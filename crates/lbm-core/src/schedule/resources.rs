@@ -80,9 +80,11 @@ pub fn patch_boundaries(patch: &Patch, domain: [Boundary; 4]) -> [Boundary; 4] {
 /// ([`crate::Driver::split_min_cells`]), and on every patch whose bulk
 /// region is its whole active region: the bulk kernel alone is then the
 /// update, one launch as the general kernel's was, without its side rules.
-/// The region reaches interface sides only on a patch no body reaches
-/// (`near_bodies`): a body's cells in the band or on the active region's
-/// edge stay with the general kernel's rim.
+/// The region reaches interface sides only on a refined patch no body
+/// reaches (`near_bodies`): a body's cells in the band or on the active
+/// region's edge stay with the general kernel's rim, and a base slab's cut
+/// sides (`domain::decompose::SlabWindow`) are halo columns that a split run
+/// fills beside the interior's update, not before it.
 pub fn bulk_region(
     patch: &Patch,
     domain: [Boundary; 4],
@@ -90,7 +92,7 @@ pub fn bulk_region(
     min_cells: usize,
     near_bodies: bool,
 ) -> Option<Rect> {
-    let sides = match near_bodies {
+    let sides = match near_bodies || patch.level == 0 {
         true => [Boundary::Wall; 4],
         false => patch_boundaries(patch, domain),
     };
@@ -596,6 +598,7 @@ mod tests {
     use super::*;
     use crate::case::Case;
     use crate::cpu::CpuDriver;
+    use crate::domain::hierarchy::Layout;
 
     /// The host splits the update of a patch far below what pays on a GPU:
     /// the cavity's 64^2 base grid, whole on a CUDA device.
@@ -619,6 +622,41 @@ mod tests {
         );
         let device = lattice.memory_estimate(&exec).unwrap();
         assert!(!device.entries.keys().any(|l| l.ends_with(".boundary_cells")));
+    }
+
+    /// The bulk region reaches the interface sides of a refined patch no
+    /// body reaches, and then splits it at any size (the cavity's patch),
+    /// but not a base slab's cut sides, whose halo columns a split run fills
+    /// beside the update, nor a patch a body reaches.
+    #[test]
+    fn the_bulk_region_reaches_interfaces_of_refined_patches_only() {
+        let text = include_str!("../../../../cases/cavity-re100.toml");
+        let lattice = Case::from_toml(text).unwrap().resolve().unwrap().lattice;
+        let (hierarchy, _) = lattice.validate(&ExecConfig::default().tiles).unwrap();
+        let walls = lattice.boundaries;
+        let fine = &hierarchy.levels[1][0];
+        assert_eq!(bulk_region(fine, walls, 1, BULK_MIN_CELLS, false), Some(fine.active));
+        let inset = Rect::new(
+            fine.active.x0 + 1,
+            fine.active.y0 + 1,
+            fine.active.x1 - 1,
+            fine.active.y1 - 1,
+        );
+        assert_eq!(bulk_region(fine, walls, 1, 1, true), Some(inset));
+        // A slab between two others: a halo column beyond each cut.
+        let base = hierarchy.base();
+        let (nx, ny) = (base.layout.nx + 2, base.layout.ny);
+        let slab = Patch {
+            layout: Layout { nx, ny, tile: [nx, ny] },
+            active: Rect::new(1, 0, nx - 1, ny),
+            on_boundary: [false, false, true, true],
+            ..base.clone()
+        };
+        let a = slab.active;
+        assert_eq!(
+            bulk_region(&slab, walls, 1, 1, false),
+            Some(Rect::new(a.x0 + 1, a.y0 + 1, a.x1 - 1, a.y1 - 1))
+        );
     }
 
     /// The estimate against what `allocate` allocates, buffer by buffer.
