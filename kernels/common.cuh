@@ -51,6 +51,10 @@ __device__ __forceinline__ float lbm_w(int i) {
 
 // Squared lattice speed of sound, the f32 nearest 1/3 as in lattice::CS2.
 #define LBM_CS2 (1.0f / 3.0f)
+// Its inverse, exactly 3 (lattice::INV_CS2): what the coupling and the wall
+// rule multiply by, where a division by LBM_CS2 cost a correctly rounded
+// division each.
+#define LBM_INV_CS2 3.0f
 
 // A storage layout: allocation size and tile shape (lbm_core::domain::hierarchy::Layout).
 struct Layout {
@@ -135,7 +139,7 @@ __device__ __forceinline__ void non_equilibrium(float tau, float sxx, float syy,
         float cx = (float)lbm_cx(i);
         float cy = (float)lbm_cy(i);
         float q_s = (cx * cx - LBM_CS2) * sxx + (cy * cy - LBM_CS2) * syy + 2.0f * cx * cy * sxy;
-        fneq[i] = -lbm_w(i) * tau / LBM_CS2 * q_s;
+        fneq[i] = -lbm_w(i) * tau * LBM_INV_CS2 * q_s;
     }
 }
 
@@ -203,7 +207,7 @@ __device__ __forceinline__ void non_equilibrium_odd(float tau_minus, const float
         const float along_y = q0 * dy[0] + q1 * dy[1] + 2.0f * q2 * dy[2];
         const float q_c_grad = cx * along_x + cy * along_y;
         const float c_div = cx * div_x + cy * div_y;
-        fneq[i] = -tau_minus * lbm_w(i) * (-c_div / LBM_CS2 + q_c_grad / (2.0f * LBM_CS2 * LBM_CS2));
+        fneq[i] = -tau_minus * lbm_w(i) * (-c_div * LBM_INV_CS2 + q_c_grad * (0.5f * LBM_INV_CS2 * LBM_INV_CS2));
     }
 }
 
@@ -227,7 +231,7 @@ __device__ __forceinline__ void non_equilibrium_odd_curvature(float tau_plus, fl
         const float along_y = cx * cx * d2uy[0] + cy * cy * d2uy[1] + 2.0f * cx * cy * d2uy[2];
         const float third = cx * along_x + cy * along_y;
         const float linear = cx * (lap_x + 2.0f * grad_div_x) + cy * (lap_y + 2.0f * grad_div_y);
-        fneq[i] = scale * lbm_w(i) * (third / LBM_CS2 - linear);
+        fneq[i] = scale * lbm_w(i) * (third * LBM_INV_CS2 - linear);
     }
 }
 

@@ -251,7 +251,7 @@ LBM_KERNEL(stream_collide)(
             // cpu::pull's bounce: 2 w_i rho0 (c_i . u_w) / cs2 added to the leaving population.
             const float leaving = src[(size_t)lbm_opp(i) * plane + index];
             const float cu = cx * ux + cy * uy;
-            f[i] = leaving + lbm_w(i) * cu / (0.5f * LBM_CS2);
+            f[i] = leaving + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
             continue;
         }
 

@@ -57,10 +57,10 @@ __device__ __forceinline__ Moments parent_moments(const float* __restrict__ coar
 // cpu::lagrange4: weights of the 4-point Lagrange interpolation at t in [0, 1]
 // between the second and third of four equally spaced points.
 __device__ __forceinline__ void lagrange4(float t, float w[4]) {
-    w[0] = -t * (t - 1.0f) * (t - 2.0f) / 6.0f;
+    w[0] = -t * (t - 1.0f) * (t - 2.0f) * (1.0f / 6.0f);
     w[1] = (t + 1.0f) * (t - 1.0f) * (t - 2.0f) / 2.0f;
     w[2] = -(t + 1.0f) * t * (t - 2.0f) / 2.0f;
-    w[3] = (t + 1.0f) * t * (t - 1.0f) / 6.0f;
+    w[3] = (t + 1.0f) * t * (t - 1.0f) * (1.0f / 6.0f);
 }
 
 LBM_KERNEL(fill_ghost)(const float* __restrict__ coarse_t, const float* __restrict__ coarse_t1,

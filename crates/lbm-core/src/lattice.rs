@@ -46,6 +46,12 @@ pub const OPP: [usize; Q] = [0, 3, 4, 1, 2, 7, 8, 5, 6];
 /// Squared lattice speed of sound.
 pub const CS2: f32 = 1.0 / 3.0;
 
+/// Its inverse, exactly 3: the coupling's non-equilibrium parts and the wall
+/// rule multiply by it rather than divide by [`CS2`] (the f32 nearest 1/3),
+/// as the kernels do, where each division was a correctly rounded division
+/// on the GPU's dependent chain.
+pub const INV_CS2: f32 = 3.0;
+
 /// Default TRT magic parameter Λ = (τ⁺ − ½)(τ⁻ − ½); 3/16 puts half-way
 /// bounce-back walls exactly half-way between nodes for Poiseuille flow.
 pub const TRT_MAGIC: f64 = 3.0 / 16.0;
@@ -150,7 +156,7 @@ pub fn non_equilibrium(tau: f32, strain: [f32; 3]) -> [f32; Q] {
         let cx = C[i][0] as f32;
         let cy = C[i][1] as f32;
         let q_s = (cx * cx - CS2) * strain[0] + (cy * cy - CS2) * strain[1] + 2.0 * cx * cy * strain[2];
-        fneq[i] = -W[i] * tau / CS2 * q_s;
+        fneq[i] = -W[i] * tau * INV_CS2 * q_s;
     }
     fneq
 }
@@ -172,7 +178,7 @@ pub fn non_equilibrium_odd(tau_minus: f32, grad_p: [[f32; 3]; 2]) -> [f32; Q] {
         let along = |g: [f32; 3]| q[0] * g[0] + q[1] * g[1] + 2.0 * q[2] * g[2];
         let q_c_grad = cx * along(dx) + cy * along(dy);
         let c_div = cx * div[0] + cy * div[1];
-        fneq[i] = -tau_minus * W[i] * (-c_div / CS2 + q_c_grad / (2.0 * CS2 * CS2));
+        fneq[i] = -tau_minus * W[i] * (-c_div * INV_CS2 + q_c_grad * (0.5 * INV_CS2 * INV_CS2));
     }
     fneq
 }
@@ -198,7 +204,7 @@ pub fn non_equilibrium_odd_curvature(tau_plus: f32, tau_minus: f32, d2u: [[f32; 
         let along = |d: [f32; 3]| cx * cx * d[0] + cy * cy * d[1] + 2.0 * cx * cy * d[2];
         let third = cx * along(ux) + cy * along(uy);
         let linear = cx * (laplacian[0] + 2.0 * grad_div[0]) + cy * (laplacian[1] + 2.0 * grad_div[1]);
-        fneq[i] = scale * W[i] * (third / CS2 - linear);
+        fneq[i] = scale * W[i] * (third * INV_CS2 - linear);
     }
     fneq
 }

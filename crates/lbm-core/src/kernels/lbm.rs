@@ -23,7 +23,7 @@ use crate::domain::geometry::FLAG_FLUID;
 use crate::domain::hierarchy::{Layout, Rect};
 use crate::domain::order::{inlet_sample, inlet_samples};
 use crate::error::{Error, LaunchProblem, Result};
-use crate::lattice::{self, C, CS2, OPP, Q, W};
+use crate::lattice::{self, C, INV_CS2, OPP, Q, W};
 
 use super::{
     ArgReader, BufferUse, ExactShape, HostViews, KernelArgs, check_patch, par_row_bands, population_bytes, push_layout,
@@ -806,7 +806,7 @@ fn pull(
     let either = |b: Boundary| kind_x == Some(b) || kind_y == Some(b);
     // A moving wall or an inlet adds 2 w_i ρ0 (c_i·u_w) / c_s².
     let bounce = |u: [f32; 2]| {
-        src[OPP[i] * plane + index] + W[i] * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) / (0.5 * CS2)
+        src[OPP[i] * plane + index] + W[i] * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) * (2.0 * INV_CS2)
     };
     // At a corner an inlet wins over a wall, so that every row injects exactly
     // its profile's mass flux: with the wall's rule the corner cell would miss

@@ -550,10 +550,10 @@ fn ghost_populations(k: &FillGhost, parent: &[Moments], origin: [i32; 2], width:
 #[inline]
 pub fn lagrange4(t: f32) -> [f32; 4] {
     [
-        -t * (t - 1.0) * (t - 2.0) / 6.0,
+        -t * (t - 1.0) * (t - 2.0) * (1.0 / 6.0),
         (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
         -(t + 1.0) * t * (t - 2.0) / 2.0,
-        (t + 1.0) * t * (t - 1.0) / 6.0,
+        (t + 1.0) * t * (t - 1.0) * (1.0 / 6.0),
     ]
 }
 
