@@ -404,10 +404,10 @@ impl Builder<'_> {
             // not at all where the bulk kernel is the whole update.
             let cells = match buffers.boundary_cells {
                 None => Some(None),
-                Some(split) => split.list.map(|list| {
+                Some(split) => split.list.map(|(cells, count)| {
                     Some(CellList {
-                        cells: list.into(),
-                        count: split.count,
+                        cells: cells.into(),
+                        count,
                     })
                 }),
             };

@@ -93,6 +93,7 @@ pub fn bulk_region(
     near_bodies: bool,
 ) -> Option<Rect> {
     let sides = match near_bodies || patch.level == 0 {
+        // Any rule of its own insets every side.
         true => [Boundary::Wall; 4],
         false => patch_boundaries(patch, domain),
     };
@@ -288,10 +289,9 @@ pub struct WallDistanceTable {
 /// kernel beside it ([`boundary_cells`]), and the bulk region.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct BoundaryCells {
-    /// The list, `None` where the bulk region is the whole active region
-    /// and no body reaches the patch: no general launch then.
-    pub list: Option<BufferId>,
-    pub count: u32,
+    /// The list and the cells it holds, `None` where the bulk region is the
+    /// whole active region: no general launch then.
+    pub list: Option<(BufferId, u32)>,
     pub bulk: Rect,
     /// The bulk kernel's skip table ([`bulk_skip`]), on patches a body
     /// reaches.
@@ -511,13 +511,13 @@ impl Resources {
         );
         let boundary = match split {
             Some(bulk) => {
-                let (list, count) = match has_list(patch, &bulk) {
+                let list = match has_list(patch, &bulk) {
                     true => {
                         let cells = boundary_cells(&mask, &patch.layout, &patch.active, &bulk);
                         let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&cells))?;
-                        (Some(id), cells.len() as u32)
+                        Some((id, cells.len() as u32))
                     }
-                    false => (None, 0),
+                    false => None,
                 };
                 let skip = match near {
                     false => None,
@@ -526,12 +526,7 @@ impl Resources {
                         Some(self.upload(driver, format!("{name}.bulk_skip"), bytemuck::cast_slice(&table))?)
                     }
                 };
-                Some(BoundaryCells {
-                    list,
-                    count,
-                    bulk,
-                    skip,
-                })
+                Some(BoundaryCells { list, bulk, skip })
             }
             None => None,
         };
