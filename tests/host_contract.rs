@@ -838,8 +838,31 @@ fn construction(fixture: Fixture) -> String {
     handle.render()
 }
 
+/// The step(1) log of a uniform 300x300 grid with sides `boundaries`, no
+/// body, row-major: the bulk kernel wraps each periodic axis, so a grid
+/// periodic on every side is that one launch, and one periodic along x
+/// leaves the general kernel only the two wall rows.
+fn uniform_step1(boundaries: [Boundary; 4]) -> String {
+    let driver = MockDriver::new();
+    let handle = driver.handle();
+    let lattice = LatticeConfig::uniform(300, 300, 0.6, boundaries);
+    let exec = ExecConfig {
+        tiles: vec![None],
+        ..ExecConfig::default()
+    };
+    let stepper = Stepper::new(driver, lattice, exec).expect("a valid uniform grid");
+    handle.clear_log();
+    step(&stepper, 1);
+    handle.render()
+}
+
 #[test]
 fn launch_plan_snapshots() {
+    insta::assert_snapshot!("periodic_step1", uniform_step1([Boundary::Periodic; 4]));
+    insta::assert_snapshot!(
+        "channel_step1",
+        uniform_step1([Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall])
+    );
     insta::assert_snapshot!("two_level_step1", annotated_step1(TWO_LEVEL));
     insta::assert_snapshot!("four_level_step1", annotated_step1(FOUR_LEVEL));
     insta::assert_snapshot!("split_step1", annotated_step1(SPLIT));

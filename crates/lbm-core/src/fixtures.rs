@@ -17,7 +17,9 @@ use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::AccumulateExchange;
 use crate::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use crate::kernels::health::CheckHealth;
-use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior};
+use crate::kernels::lbm::{
+    CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_wrap,
+};
 use crate::kernels::moments::SaveMoments;
 use crate::kernels::producer::{ProduceChunked, ProducePrefix, ProduceRecord, ProduceStatic, RingTarget};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
@@ -25,10 +27,12 @@ use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass, RefluxPha
 use crate::lattice::{Collision, Q, Relaxation};
 
 /// A periodic `n` x `n` grid on a driver: two population buffers (`src`
-/// filled with small deterministic noise), flags, the boundary cells of a
-/// split update (the rim), and the ping-pong steps, `src -> dst` then
-/// `dst -> src`, each as the stepper enqueues it (the bulk kernel, then the
-/// general one over the rim) and as the general kernel over every cell.
+/// filled with small deterministic noise), flags, the boundary cells of an
+/// inset split (the rim), and the ping-pong steps, `src -> dst` then
+/// `dst -> src`, each as the stepper enqueues it (the bulk kernel wrapping
+/// both axes, alone), as the inset split (the bulk kernel over the interior
+/// one cell in from every side, then the general one over the rim) and as
+/// the general kernel over every cell.
 pub struct PeriodicBenchmark {
     pub src: BufferId,
     pub dst: BufferId,
@@ -37,6 +41,7 @@ pub struct PeriodicBenchmark {
     /// Bytes of one population buffer.
     pub population_bytes: usize,
     pub launches: [Vec<Launch>; 2],
+    pub inset: [Vec<Launch>; 2],
     pub whole: [Launch; 2],
 }
 
@@ -55,22 +60,25 @@ impl PeriodicBenchmark {
             StreamCollide::periodic(from.into(), to.into(), flags.into(), [n, n], physics)
         };
         let sample = general(src, dst);
-        let interior = bulk_interior(&sample.layout, &sample.active, sample.boundaries)
+        let bulk = |from: BufferId, to: BufferId, interior: Rect| StreamCollideBulk {
+            src: from.into(),
+            dst: to.into(),
+            skip: None,
+            layout: sample.layout,
+            interior,
+            wrap: bulk_wrap(&sample.active, &interior, sample.boundaries),
+            omega_plus: sample.omega_plus,
+            omega_minus: sample.omega_minus,
+            force: sample.force,
+        };
+        let whole = bulk_interior(&sample.layout, &sample.active, sample.boundaries)
+            .expect("a row-major grid of at least 3 x 3");
+        let interior = bulk_interior(&sample.layout, &sample.active, [Boundary::Wall; 4])
             .expect("a row-major grid of at least 3 x 3");
         let rim = boundary_cells(&vec![0; cells], &sample.layout, &sample.active, &interior);
         let list = driver.alloc("cells", rim.len() * 4)?;
         driver.upload(list, 0, bytemuck::cast_slice(&rim))?;
-        let split = |from: BufferId, to: BufferId| {
-            let bulk = StreamCollideBulk {
-                src: from.into(),
-                dst: to.into(),
-                skip: None,
-                layout: sample.layout,
-                interior,
-                omega_plus: sample.omega_plus,
-                omega_minus: sample.omega_minus,
-                force: sample.force,
-            };
+        let inset = |from: BufferId, to: BufferId| {
             let boundary = StreamCollide {
                 cells: Some(CellList {
                     cells: list.into(),
@@ -78,7 +86,7 @@ impl PeriodicBenchmark {
                 }),
                 ..general(from, to)
             };
-            vec![bulk.launch(), boundary.launch()]
+            vec![bulk(from, to, interior).launch(), boundary.launch()]
         };
         Ok(PeriodicBenchmark {
             src,
@@ -86,7 +94,11 @@ impl PeriodicBenchmark {
             flags,
             cells: list,
             population_bytes: bytes,
-            launches: [split(src, dst), split(dst, src)],
+            launches: [
+                vec![bulk(src, dst, whole).launch()],
+                vec![bulk(dst, src, whole).launch()],
+            ],
+            inset: [inset(src, dst), inset(dst, src)],
             whole: [general(src, dst).launch(), general(dst, src).launch()],
         })
     }
@@ -151,6 +163,7 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
                 tile: [24, 20],
             },
             interior: Rect::new(3, 3, 21, 17),
+            wrap: [false; 2],
             omega_plus: physics.relaxation.omega_plus(),
             omega_minus: physics.relaxation.omega_minus(),
             force: [1e-6, -2e-6],

@@ -35,7 +35,7 @@ use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS, PARTIAL_WO
 use lbm_core::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::{
-    CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_skip,
+    CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_skip, bulk_wrap,
 };
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::{ProduceChunked, RingControl};
@@ -377,9 +377,17 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 // solid cells already hold the source's, as a stepper's two
                 // buffers do (neither kernel copies the solid cells of a row's
                 // span around a body).
-                let Some(interior) = bulk_interior(&layout, active, general.boundaries) else {
+                // Periodic sides are inset where solid cells are (a row's
+                // span around a body does not wrap), as the plan insets them.
+                let solid = flag_bytes.contains(&FLAG_SOLID);
+                let sides = general.boundaries.map(|b| match (b, solid) {
+                    (Boundary::Periodic, true) => Boundary::Wall,
+                    _ => b,
+                });
+                let Some(interior) = bulk_interior(&layout, active, sides) else {
                     continue;
                 };
+                let wrap = bulk_wrap(active, &interior, general.boundaries);
                 let boundary = boundary_cells(&flag_bytes, &layout, active, &interior);
                 let cells = twin.buffer("cells.boundary", &boundary);
                 let skip = twin.buffer("skip", &bulk_skip(&flag_bytes, &layout, &interior));
@@ -394,9 +402,10 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 let bulk = StreamCollideBulk {
                     src: src.into(),
                     dst: dst_split.into(),
-                    skip: Some(skip.into()),
+                    skip: (wrap == [false; 2]).then_some(skip.into()),
                     layout,
                     interior,
+                    wrap,
                     omega_plus: general.omega_plus,
                     omega_minus: general.omega_minus,
                     force,
@@ -436,19 +445,28 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
         tile: [613, 37],
     };
     let plane = layout.plane_cells();
-    for (interior, force) in [
-        (Rect::new(1, 1, 612, 36), [0.0, 0.0]),
-        (Rect::new(5, 2, 530, 30), [1e-4, -5e-5]),
-        (Rect::new(300, 10, 301, 11), [0.0, 0.0]),
+    const NO: [bool; 2] = [false; 2];
+    for (interior, force, wrap) in [
+        (Rect::new(1, 1, 612, 36), [0.0, 0.0], NO),
+        (Rect::new(5, 2, 530, 30), [1e-4, -5e-5], NO),
+        (Rect::new(300, 10, 301, 11), [0.0, 0.0], NO),
         // 256 cells from an unaligned start: the lead makes it two blocks.
-        (Rect::new(29, 3, 285, 20), [0.0, 0.0]),
-        (Rect::new(357, 4, 612, 9), [2e-5, 0.0]),
+        (Rect::new(29, 3, 285, 20), [0.0, 0.0], NO),
+        (Rect::new(357, 4, 612, 9), [2e-5, 0.0], NO),
         // Short rows: blocks of eight rows of 32, the last block partly
         // past the region.
-        (Rect::new(40, 2, 102, 35), [1e-5, 2e-5]),
-        (Rect::new(3, 1, 200, 12), [0.0, 0.0]),
+        (Rect::new(40, 2, 102, 35), [1e-5, 2e-5], NO),
+        (Rect::new(3, 1, 200, 12), [0.0, 0.0], NO),
+        // Wrapped axes: the whole allocation, one axis reaching the
+        // allocation's sides, a region inside it, a single column and row.
+        (Rect::new(0, 0, 613, 37), [1e-4, -5e-5], [true, true]),
+        (Rect::new(0, 1, 613, 36), [0.0, 0.0], [true, false]),
+        (Rect::new(1, 0, 612, 37), [2e-5, 0.0], [false, true]),
+        (Rect::new(40, 2, 102, 35), [1e-5, 2e-5], [true, true]),
+        (Rect::new(300, 0, 301, 37), [0.0, 0.0], [true, true]),
+        (Rect::new(0, 10, 613, 11), [0.0, 1e-5], [true, true]),
     ] {
-        for skipping in [false, true] {
+        for skipping in [false, true].into_iter().filter(|s| !*s || wrap == NO) {
             let src = twin.buffer("src", &random_populations(&mut rng, plane));
             let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
             let spans: Vec<u32> = (0..interior.height())
@@ -469,6 +487,7 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
                 skip: skipping.then_some(skip.into()),
                 layout,
                 interior,
+                wrap,
                 omega_plus: TRT_OMEGA_PLUS,
                 omega_minus: TRT_OMEGA_MINUS,
                 force,
@@ -485,7 +504,7 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
                 "{interior}: the CPU writes the region only, less what it skips"
             );
             assert_bitwise(
-                &format!("stream_collide_bulk {interior} force {force:?} skipping {skipping}"),
+                &format!("stream_collide_bulk {interior} force {force:?} wrap {wrap:?} skipping {skipping}"),
                 &cpu,
                 &gpu,
             );

@@ -483,14 +483,21 @@ fn cell_number(a: &Rect, x: u32, y: u32) -> u32 {
 
 /// The rectangle [`StreamCollideBulk`] may take on a patch whose sides are
 /// `boundaries`: the active region less its outermost cells along every side
-/// with a rule of its own, and whole up to each interface side with a band
+/// with a rule of its own, whole up to each interface side with a band
 /// beyond it (a population from across an interface is pulled from the band
-/// as from any neighbour, a fixed offset away), when the layout is one tile
-/// column, nine planes index in 32 bits and the rows fit one grid dimension;
-/// else none.
+/// as from any neighbour, a fixed offset away) and along each axis periodic
+/// at both ends (the bulk kernel wraps it: [`bulk_wrap`]), when the layout is
+/// one tile column, nine planes index in 32 bits and the rows fit one grid
+/// dimension; else none. A caller whose patch holds solid cells passes
+/// [`Boundary::Wall`] for a periodic side: a row's span around a body
+/// ([`body_span`]) does not wrap.
 pub fn bulk_interior(layout: &Layout, active: &Rect, boundaries: [Boundary; 4]) -> Option<Rect> {
     let room = [active.x0, layout.nx - active.x1, active.y0, layout.ny - active.y1];
-    let inset = |side: usize| u32::from(boundaries[side] != Boundary::Interface || room[side] == 0);
+    let wraps = |side: usize| wrapped_axis(boundaries, side / 2);
+    let inset = |side: usize| {
+        let open = wraps(side) || (boundaries[side] == Boundary::Interface && room[side] > 0);
+        u32::from(!open)
+    };
     let interior = Rect::new(
         active.x0 + inset(0),
         active.y0 + inset(2),
@@ -503,6 +510,22 @@ pub fn bulk_interior(layout: &Layout, active: &Rect, boundaries: [Boundary; 4]) 
         && interior.height() <= MAX_BULK_ROWS
         && Q as u64 * layout.plane_cells() as u64 <= u32::MAX as u64;
     fits.then_some(interior)
+}
+
+/// Whether `axis` (0 x, 1 y) is periodic at both ends.
+fn wrapped_axis(boundaries: [Boundary; 4], axis: usize) -> bool {
+    boundaries[2 * axis] == Boundary::Periodic && boundaries[2 * axis + 1] == Boundary::Periodic
+}
+
+/// The axes along which the bulk kernel wraps on the region `interior`
+/// ([`bulk_interior`]) of a patch with sides `boundaries`: those periodic at
+/// both ends that the region spans whole, where a neighbour beyond one end
+/// is the cell at the other, as the general kernel's periodic rule pulls it.
+pub fn bulk_wrap(active: &Rect, interior: &Rect, boundaries: [Boundary; 4]) -> [bool; 2] {
+    [
+        wrapped_axis(boundaries, 0) && (interior.x0, interior.x1) == (active.x0, active.x1),
+        wrapped_axis(boundaries, 1) && (interior.y0, interior.y1) == (active.y0, active.y1),
+    ]
 }
 
 /// The cells [`StreamCollideBulk`] leaves to the general kernel, ascending
@@ -540,12 +563,15 @@ pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect, interior: &R
 /// The span `[first, last]` of row `y` of the bulk region `interior` from
 /// the first cell that is solid or has a solid neighbour to the last, where
 /// there is one. One span per row: the bulk kernel skips it whole, so the
-/// two kernels write different cells and may run side by side.
+/// two kernels write different cells and may run side by side. A
+/// neighbour beyond the allocation counts as fluid: only a wrapped region
+/// ([`bulk_wrap`]) reaches the allocation's side, and one is taken only
+/// where no cell is solid.
 pub fn body_span(flags: &[u8], layout: &Layout, interior: &Rect, y: u32) -> Option<[u32; 2]> {
     let near_solid = |x: u32| {
         C.iter().any(|c| {
             let (nx, ny) = ((x as i64 - c[0] as i64) as u32, (y as i64 - c[1] as i64) as u32);
-            flags[layout.index(nx, ny)] != FLAG_FLUID
+            nx < layout.nx && ny < layout.ny && flags[layout.index(nx, ny)] != FLAG_FLUID
         })
     };
     let inner = interior.x0..interior.x1;
@@ -579,6 +605,10 @@ pub struct StreamCollideBulk {
     pub skip: Option<BufferRef>,
     pub layout: Layout,
     pub interior: Rect,
+    /// Whether each axis (x, y) wraps within `interior` ([`bulk_wrap`]):
+    /// then its first and last cells pull across to the other end instead
+    /// of from beyond it, and the region may reach the allocation's side.
+    pub wrap: [bool; 2],
     pub omega_plus: f32,
     pub omega_minus: f32,
     pub force: [f32; 2],
@@ -619,6 +649,7 @@ impl KernelArgs for StreamCollideBulk {
         "y0",
         "x1",
         "y1",
+        "wrap",
         "omega_plus",
         "omega_minus",
         "force_x",
@@ -630,6 +661,7 @@ impl KernelArgs for StreamCollideBulk {
         push_layout(&mut args, &self.layout);
         push_rect(&mut args, &self.interior);
         args.extend([
+            Arg::U32(u32::from(self.wrap[0]) | u32::from(self.wrap[1]) << 1),
             Arg::F32(self.omega_plus),
             Arg::F32(self.omega_minus),
             Arg::F32(self.force[0]),
@@ -646,6 +678,10 @@ impl KernelArgs for StreamCollideBulk {
             skip: r.optional_buffer()?,
             layout: r.layout()?,
             interior: r.rect()?,
+            wrap: match r.u32()? {
+                w @ 0..=3 => [w & 1 != 0, w & 2 != 0],
+                w => return Err(r.value_error("wrap", w, "0..=3: bit 0 wraps x, bit 1 wraps y")),
+            },
             omega_plus: r.f32()?,
             omega_minus: r.f32()?,
             force: [r.f32()?, r.f32()?],
@@ -672,10 +708,18 @@ impl KernelArgs for StreamCollideBulk {
                 l.tiles_x()
             )));
         }
-        if r.cells() > 0 && (r.x0 == 0 || r.y0 == 0 || r.x1 == l.nx || r.y1 == l.ny) {
+        let [wrap_x, wrap_y] = self.wrap;
+        if r.cells() > 0 && ((!wrap_x && (r.x0 == 0 || r.x1 == l.nx)) || (!wrap_y && (r.y0 == 0 || r.y1 == l.ny))) {
             return Err(LaunchProblem::Shape(format!(
-                "the bulk region {r} reaches a side of the {}x{} allocation: its neighbours would lie outside",
+                "the bulk region {r} reaches a side of the {}x{} allocation along an axis it does not wrap: \
+                 its neighbours would lie outside",
                 l.nx, l.ny
+            )));
+        }
+        if self.skip.is_some() && (wrap_x || wrap_y) {
+            return Err(LaunchProblem::Shape(format!(
+                "the bulk region {r} wraps, but a row's skipped span around a body does not: \
+                 a patch with solid cells takes an inset region"
             )));
         }
         if r.height() > MAX_BULK_ROWS {
@@ -723,6 +767,15 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
     }
     let stride = layout.tile[0] as isize;
     let offsets: [isize; Q] = std::array::from_fn(|i| -(C[i][0] as isize + C[i][1] as isize * stride));
+    let (width, height) = (r.width() as isize, r.height() as isize * stride);
+    // What a wrapped axis adds to a direction's fixed offset at the
+    // region's first and last cell along it: the pull from beyond one end
+    // comes from the other (as the device's kernel shifts it).
+    let shift = |c: i32, at_first: bool, at_last: bool, span: isize| match c {
+        1 if at_first => span,
+        -1 if at_last => -span,
+        _ => 0,
+    };
     par_row_bands(dst, &layout, |first, rows, band| {
         for y in first.max(r.y0)..(first + rows).min(r.y1) {
             // The row less its skipped span, as the device's threads of
@@ -733,16 +786,33 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
                 true => (xa.clamp(r.x0, r.x1), xb.clamp(r.x0, r.x1)),
                 false => (r.x1, r.x1),
             };
+            let (bottom, top) = (k.wrap[1] && y == r.y0, k.wrap[1] && y + 1 == r.y1);
             for (lo, hi) in [(r.x0, xa), (xb, r.x1)] {
-                if lo >= hi {
-                    continue;
+                // A wrapped row's end cells apart from the cells between,
+                // which keep the fixed offsets.
+                let pieces = match k.wrap[0] && lo < hi {
+                    true => {
+                        let last = (hi - 1).max(lo + 1);
+                        [(lo, lo + 1), (lo + 1, last), (last, hi)]
+                    }
+                    false => [(lo, hi), (hi, hi), (hi, hi)],
+                };
+                for (lo, hi) in pieces {
+                    if lo >= hi {
+                        continue;
+                    }
+                    let (start, n) = (layout.index(lo, y), (hi - lo) as usize);
+                    let (west, east) = (k.wrap[0] && lo == r.x0, k.wrap[0] && hi == r.x1);
+                    let sources: [&[f32]; Q] = std::array::from_fn(|i| {
+                        let from = (i * plane) as isize
+                            + start as isize
+                            + offsets[i]
+                            + shift(C[i][0], west, east, width)
+                            + shift(C[i][1], bottom, top, height);
+                        &src[from as usize..from as usize + n]
+                    });
+                    vector.row(sources, band.row(start, n), k.omega_plus, k.omega_minus, k.force);
                 }
-                let (start, n) = (layout.index(lo, y), (hi - lo) as usize);
-                let sources: [&[f32]; Q] = std::array::from_fn(|i| {
-                    let from = (i * plane) as isize + start as isize + offsets[i];
-                    &src[from as usize..from as usize + n]
-                });
-                vector.row(sources, band.row(start, n), k.omega_plus, k.omega_minus, k.force);
             }
         }
     });

@@ -84,7 +84,9 @@ pub fn patch_boundaries(patch: &Patch, domain: [Boundary; 4]) -> [Boundary; 4] {
 /// reaches (`near_bodies`): a body's cells in the band or on the active
 /// region's edge stay with the general kernel's rim, and a base slab's cut
 /// sides (`domain::decompose::SlabWindow`) are halo columns that a split run
-/// fills beside the interior's update, not before it.
+/// fills beside the interior's update, not before it. It spans a periodic
+/// axis whole on a patch no body reaches (the bulk kernel wraps it), where
+/// a body's span in a row would otherwise have to wrap too.
 pub fn bulk_region(
     patch: &Patch,
     domain: [Boundary; 4],
@@ -92,10 +94,15 @@ pub fn bulk_region(
     min_cells: usize,
     near_bodies: bool,
 ) -> Option<Rect> {
-    let sides = match near_bodies || patch.level == 0 {
+    let sides = patch_boundaries(patch, domain);
+    let sides = match (near_bodies, patch.level) {
         // Any rule of its own insets every side.
-        true => [Boundary::Wall; 4],
-        false => patch_boundaries(patch, domain),
+        (true, _) => [Boundary::Wall; 4],
+        (false, 0) => sides.map(|b| match b {
+            Boundary::Periodic => Boundary::Periodic,
+            _ => Boundary::Wall,
+        }),
+        (false, _) => sides,
     };
     bulk_interior(&patch.layout, &patch.active, sides)
         .filter(|r| r.cells() * members >= min_cells || *r == patch.active)

@@ -121,7 +121,7 @@ mod tests {
     use crate::domain::hierarchy::{Layout, Rect};
     use crate::kernels::lbm::{CellList, bulk_skip, stream_collide_bulk};
     use crate::kernels::lbm::{
-        Inlet, StreamCollide, StreamCollideBulk, Walls, boundary_cells, bulk_interior, stream_collide,
+        Inlet, StreamCollide, StreamCollideBulk, Walls, boundary_cells, bulk_interior, bulk_wrap, stream_collide,
     };
 
     /// Small deterministic noise around rest, a different value in every slot.
@@ -141,15 +141,28 @@ mod tests {
         BufferId(k).into()
     }
 
+    /// The sides a patch's bulk region is taken for: its own, a periodic
+    /// one inset where solid cells are, as the plan takes them.
+    fn bulk_sides(k: &StreamCollide, flags: &[u8]) -> [Boundary; 4] {
+        let solid = flags.contains(&FLAG_SOLID);
+        k.boundaries.map(|b| match (b, solid) {
+            (Boundary::Periodic, true) => Boundary::Wall,
+            _ => b,
+        })
+    }
+
     /// The split update of `k`'s patch: the bulk kernel over `interior`
-    /// with a skip table, and `k` over a list of `cells` cells.
+    /// with a skip table where it wraps no axis, and `k` over a list of
+    /// `cells` cells.
     fn split_launches(k: &StreamCollide, interior: Rect, cells: usize) -> (StreamCollideBulk, StreamCollide) {
+        let wrap = bulk_wrap(&k.active, &interior, k.boundaries);
         let bulk = StreamCollideBulk {
             src: k.src,
             dst: k.dst,
-            skip: Some(placeholder(4)),
+            skip: (wrap == [false; 2]).then_some(placeholder(4)),
             layout: k.layout,
             interior,
+            wrap,
             omega_plus: k.omega_plus,
             omega_minus: k.omega_minus,
             force: k.force,
@@ -182,6 +195,7 @@ mod tests {
                 skip: None,
                 layout,
                 interior: Rect::new(1, 1, 76, 8),
+                wrap: [false; 2],
                 omega_plus: 1.6,
                 omega_minus: 1.1,
                 force,
@@ -211,20 +225,35 @@ mod tests {
             tile: [40, 23],
         };
         let plane = layout.plane_cells();
-        let mut flags = vec![FLAG_FLUID; plane];
+        let fluid = vec![FLAG_FLUID; plane];
+        let mut bodies = fluid.clone();
         for (x, y) in [(10, 10), (11, 10), (10, 11), (25, 5), (1, 1), (38, 20), (20, 2)] {
-            flags[layout.index(x, y)] = FLAG_SOLID;
+            bodies[layout.index(x, y)] = FLAG_SOLID;
         }
         let src = populations(9, Q * plane);
         let profile: Vec<f32> = populations(4, 3 * 23).iter().map(|v| v.abs() * 10.0).collect();
-        for (boundaries, active) in [
+        let sides = [
             ([Boundary::Periodic; 4], Rect::new(0, 0, 40, 23)),
+            (
+                [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall],
+                Rect::new(0, 0, 40, 23),
+            ),
+            (
+                [
+                    Boundary::Inlet,
+                    Boundary::Outflow,
+                    Boundary::Periodic,
+                    Boundary::Periodic,
+                ],
+                Rect::new(0, 0, 40, 23),
+            ),
             (
                 [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::FreeSlip],
                 Rect::new(0, 0, 40, 23),
             ),
             ([Boundary::Wall; 4], Rect::new(2, 1, 37, 22)),
-        ] {
+        ];
+        for ((boundaries, active), flags) in sides.iter().flat_map(|s| [(*s, &fluid), (*s, &bodies)]) {
             let k = StreamCollide {
                 wall_velocity: [[0.0; 2], [0.0; 2], [0.01, 0.0], [0.02, 0.0]],
                 boundaries,
@@ -243,11 +272,11 @@ mod tests {
                 factor: 0.75,
             };
             let mut whole = vec![f32::NAN; Q * plane];
-            stream_collide(&k, &src, &mut whole, &flags, Walls::default(), &inlet, None);
-            let interior = bulk_interior(&layout, &active, boundaries).unwrap();
-            let list = boundary_cells(&flags, &layout, &active, &interior);
+            stream_collide(&k, &src, &mut whole, flags, Walls::default(), &inlet, None);
+            let interior = bulk_interior(&layout, &active, bulk_sides(&k, flags)).unwrap();
+            let list = boundary_cells(flags, &layout, &active, &interior);
             assert!(list.windows(2).all(|w| w[0] < w[1]), "the list ascends");
-            let skip = bulk_skip(&flags, &layout, &interior);
+            let skip = bulk_skip(flags, &layout, &interior);
             let (bulk, listed) = split_launches(&k, interior, list.len());
             // The solid cells of a row's span are copied by neither kernel:
             // a stepper's two buffers already agree there.
@@ -259,13 +288,17 @@ mod tests {
                 }
             }
             stream_collide_bulk(&bulk, &src, &mut split, Some(&skip), Vector::best());
-            stream_collide(&listed, &src, &mut split, &flags, Walls::default(), &inlet, Some(&list));
+            stream_collide(&listed, &src, &mut split, flags, Walls::default(), &inlet, Some(&list));
             let differ = whole
                 .iter()
                 .zip(&split)
                 .filter(|(a, b)| a.to_bits() != b.to_bits())
                 .count();
-            assert_eq!(differ, 0, "{boundaries:?} {active}: {differ} values differ");
+            let solid = !std::ptr::eq(flags, &fluid);
+            assert_eq!(
+                differ, 0,
+                "{boundaries:?} {active} solid {solid}: {differ} values differ"
+            );
         }
     }
 
@@ -327,9 +360,11 @@ mod tests {
                     crate::fixtures::benchmark_physics(),
                 )
             };
-            let interior = bulk_interior(&layout, &active, boundaries).unwrap();
-            // Across an interface the bulk kernel pulls from the band.
-            let open = boundaries == [Boundary::Interface; 4];
+            let interior = bulk_interior(&layout, &active, bulk_sides(&k, flags)).unwrap();
+            // Across an interface the bulk kernel pulls from the band, and
+            // it wraps periodic sides where no solid cell is.
+            let open = boundaries == [Boundary::Interface; 4]
+                || (boundaries == [Boundary::Periodic; 4] && std::ptr::eq(flags, &fluid));
             assert_eq!(interior == active, open, "{boundaries:?}");
             let list = boundary_cells(flags, &layout, &active, &interior);
             let skip = bulk_skip(flags, &layout, &interior);
