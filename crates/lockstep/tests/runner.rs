@@ -317,11 +317,23 @@ fn a_diverged_member_is_named_with_its_invalid_norm() {
     runner.close().unwrap();
 }
 
+/// On recording drivers of different capacities, so that the free memory
+/// (each one's capacity less what it holds, steady, unlike a host's) names
+/// the member it came from.
 #[test]
 fn the_memory_ledger_keys_each_member_and_free_memory_comes_from_the_first() {
-    let members: Vec<_> = PARAMETERS.iter().map(|p| member(CpuDriver::new(), *p)).collect();
+    let members: Vec<_> = PARAMETERS
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let driver = MockDriver::new();
+            driver.handle().set_capacity((1 + i as u64) << 30);
+            member(driver, *p)
+        })
+        .collect();
     let own: Vec<MemoryLedger> = members.iter().map(|m| m.memory_ledger()).collect();
     let free = members[0].free_device_memory().unwrap();
+    assert_eq!(free, (1 << 30) - own[0].total());
     let mut runner = LockstepRunner::new(members).unwrap();
     let ledger = runner.memory_ledger();
     assert_eq!(ledger.total(), own.iter().map(MemoryLedger::total).sum::<u64>());
