@@ -17,6 +17,11 @@
 // helpers never meet in one overload set (arguments of common.cuh's types
 // would bring the global ones in).
 #define LBM_KERNEL(name) extern "C" __global__ void name
+// A kernel whose registers are capped so that `blocks` blocks of
+// LBM_BLOCK_THREADS threads fit on one multiprocessor (its definition says
+// why); its batch entry is not capped.
+#define LBM_BOUNDED_KERNEL(name, blocks) \
+    extern "C" __global__ void __launch_bounds__(LBM_BLOCK_THREADS, blocks) name
 namespace lbm_plain {
 #include "lbm.cu"
 #include "refine.cu"
@@ -29,8 +34,10 @@ namespace lbm_plain {
 #include "producer.cu"
 }  // namespace lbm_plain
 #undef LBM_KERNEL
+#undef LBM_BOUNDED_KERNEL
 
 #define LBM_KERNEL(name) __device__ __forceinline__ void name
+#define LBM_BOUNDED_KERNEL(name, blocks) __device__ __forceinline__ void name
 namespace lbm_batch {
 #include "lbm.cu"
 #include "refine.cu"
@@ -39,6 +46,7 @@ namespace lbm_batch {
 #include "boundary.cu"
 }  // namespace lbm_batch
 #undef LBM_KERNEL
+#undef LBM_BOUNDED_KERNEL
 
 LBM_BATCH_ENTRY(stream_collide)
 LBM_BATCH_ENTRY(stream_collide_bulk)

@@ -80,6 +80,7 @@ struct uint4 {
 #define __device__
 #define __forceinline__ inline
 #define __global__
+#define __launch_bounds__(threads, blocks)
 #define __restrict__ __restrict
 // One block at a time (see emu_run), so a function-level static is the block's memory.
 #define __shared__ static

@@ -1,7 +1,8 @@
 // lbm.cu: the per-hop update of one patch (pull streaming with boundaries, then
 // TRT collision with Guo forcing), `current -> spare`, as two kernels:
 // `stream_collide_bulk` over the interior of a row-major patch, with no flag
-// and no side rule, and `stream_collide`, the general update, over every
+// and only the rules of periodic and wall sides that its region reaches,
+// and `stream_collide`, the general update, over every
 // active cell or over a list of cells (the patch's rim and, per row, the span
 // around a body's cells: lbm_core::kernels::lbm::boundary_cells). The bulk
 // kernel computes every interior cell it does not skip as if its
@@ -34,6 +35,13 @@
 // as long as ghost sides have at least one cell of band, which that check
 // also makes.
 #include "common.cuh"
+
+// The bulk kernel's rule for a side of its region (two bits per side, x-min
+// lowest): a neighbour at the fixed offset, the region's other end, or a wall.
+#define LBM_BULK_NEIGHBOUR 0u
+#define LBM_BULK_WRAP 1u
+#define LBM_BULK_WALL 2u
+#define LBM_BULK_SIDE(sides, side) (((sides) >> (2 * (side))) & 3u)
 
 // No side: a source inside the active region along that axis.
 #define LBM_BOUNDARY_NONE 0xFFFFFFFFu
@@ -351,22 +359,27 @@ __device__ __forceinline__ void collide_and_store(const float f[LBM_Q], float om
 // list: the rim and, in each row, one span around the solid cells, which
 // `skip` names ([xa, xb) per row, two u32, bottom up) and this kernel leaves
 // alone, so the two launches write different cells and run side by side.
-// Along an axis that `wrap` names (bit 0 x, bit 1 y; periodic at both ends,
-// the region spanning it whole, no solid cell) the region's first and last
-// cells pull from its other end instead, as the general kernel's periodic
-// rule does: a periodic patch is then this one launch, without a rim. The
-// shifts cost no register (32 either way) and a few integer instructions. A
+// At a side whose code in `sides` is a wrap (a periodic axis the region
+// spans whole, no solid cell) or a wall, the region's cells along it take
+// that rule as the general kernel does (its other end; the wall's
+// bounce-back with the wall's velocity, the y side winning at a corner), so
+// a periodic or walled patch without a body is this one launch, without a
+// rim. Those cells take a path of their own; the cap of 32 registers (full
+// occupancy; 40 uncapped) keeps the interior's path as fast as without it,
+// and costs no spill. A
 // thread reads whether to skip after it has issued its nine loads: read
 // first, it made the kernel take 37 registers instead of 32 (three quarters
 // of the occupancy), and a skipped thread's loads are a few cells a row.
 // lbm_core::kernels::lbm::stream_collide_bulk is its CPU reference.
-LBM_KERNEL(stream_collide_bulk)(const float* __restrict__ src, float* __restrict__ dst,
+LBM_BOUNDED_KERNEL(stream_collide_bulk, 8)(const float* __restrict__ src, float* __restrict__ dst,
                                                const unsigned int* __restrict__ skip,
                                                unsigned int nx, unsigned int ny, unsigned int tile_x,
                                                unsigned int tile_y, unsigned int x0, unsigned int y0,
-                                               unsigned int x1, unsigned int y1, unsigned int wrap,
-                                               float omega_plus, float omega_minus, float force_x,
-                                               float force_y) {
+                                               unsigned int x1, unsigned int y1, unsigned int sides,
+                                               float wall_x_min_ux, float wall_x_min_uy, float wall_x_max_ux,
+                                               float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
+                                               float wall_y_max_ux, float wall_y_max_uy, float omega_plus,
+                                               float omega_minus, float force_x, float force_y) {
     const unsigned int y = y0 + blockIdx.y * blockDim.y + threadIdx.y;
     const unsigned int lead = (y * tile_x + x0) & 31u;
     const long long x = (long long)x0 - (long long)lead + (long long)(blockIdx.x * blockDim.x + threadIdx.x);
@@ -375,31 +388,51 @@ LBM_KERNEL(stream_collide_bulk)(const float* __restrict__ src, float* __restrict
     }
     const unsigned int plane = (unsigned int)plane_cells(make_layout(nx, ny, tile_x, tile_y));
     const unsigned int index = y * tile_x + (unsigned int)x;
-    // Along an axis that wraps, a neighbour beyond the region is the cell
-    // at its other end: the shift to add to the fixed offset.
-    const unsigned int from_west = (wrap & 1u) != 0 && (unsigned int)x == x0 ? x1 - x0 : 0u;
-    const unsigned int from_east = (wrap & 1u) != 0 && (unsigned int)x + 1 == x1 ? x1 - x0 : 0u;
-    const unsigned int from_south = (wrap & 2u) != 0 && y == y0 ? (y1 - y0) * tile_x : 0u;
-    const unsigned int from_north = (wrap & 2u) != 0 && y + 1 == y1 ? (y1 - y0) * tile_x : 0u;
+    const unsigned int ux = (unsigned int)x;
     float f[LBM_Q];
+    // A cell on a side with a rule of its own (wrap or wall) takes it; every
+    // other cell pulls each population from a fixed offset.
+    const bool ruled = (ux == x0 && LBM_BULK_SIDE(sides, 0) != LBM_BULK_NEIGHBOUR) ||
+                       (ux + 1 == x1 && LBM_BULK_SIDE(sides, 1) != LBM_BULK_NEIGHBOUR) ||
+                       (y == y0 && LBM_BULK_SIDE(sides, 2) != LBM_BULK_NEIGHBOUR) ||
+                       (y + 1 == y1 && LBM_BULK_SIDE(sides, 3) != LBM_BULK_NEIGHBOUR);
+    if (!ruled) {
 #pragma unroll
-    for (int i = 0; i < LBM_Q; ++i) {
-        unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
-        if (lbm_cx(i) > 0) {
-            source += from_west;
-        } else if (lbm_cx(i) < 0) {
-            source -= from_east;
+        for (int i = 0; i < LBM_Q; ++i) {
+            const unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
+            f[i] = src[(unsigned int)i * plane + source];
         }
-        if (lbm_cy(i) > 0) {
-            source += from_south;
-        } else if (lbm_cy(i) < 0) {
-            source -= from_north;
+    } else {
+#pragma unroll
+        for (int i = 0; i < LBM_Q; ++i) {
+            const int side_x = lbm_cx(i) > 0 && ux == x0 ? 0 : (lbm_cx(i) < 0 && ux + 1 == x1 ? 1 : -1);
+            const int side_y = lbm_cy(i) > 0 && y == y0 ? 2 : (lbm_cy(i) < 0 && y + 1 == y1 ? 3 : -1);
+            const unsigned int kind_x = side_x < 0 ? LBM_BULK_NEIGHBOUR : LBM_BULK_SIDE(sides, side_x);
+            const unsigned int kind_y = side_y < 0 ? LBM_BULK_NEIGHBOUR : LBM_BULK_SIDE(sides, side_y);
+            // Between two walls the y side wins, as in the general kernel.
+            const int wall = kind_y == LBM_BULK_WALL ? side_y : (kind_x == LBM_BULK_WALL ? side_x : -1);
+            if (wall >= 0) {
+                const float wx = wall == 0 ? wall_x_min_ux
+                                           : (wall == 1 ? wall_x_max_ux : (wall == 2 ? wall_y_min_ux : wall_y_max_ux));
+                const float wy = wall == 0 ? wall_x_min_uy
+                                           : (wall == 1 ? wall_x_max_uy : (wall == 2 ? wall_y_min_uy : wall_y_max_uy));
+                const float cu = (float)lbm_cx(i) * wx + (float)lbm_cy(i) * wy;
+                f[i] = src[(unsigned int)lbm_opp(i) * plane + index] + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
+                continue;
+            }
+            unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
+            if (kind_x == LBM_BULK_WRAP) {
+                source = side_x == 0 ? source + (x1 - x0) : source - (x1 - x0);
+            }
+            if (kind_y == LBM_BULK_WRAP) {
+                source = side_y == 2 ? source + (y1 - y0) * tile_x : source - (y1 - y0) * tile_x;
+            }
+            f[i] = src[(unsigned int)i * plane + source];
         }
-        f[i] = src[(unsigned int)i * plane + source];
     }
     if (skip != nullptr) {
         const unsigned int row = y - y0;
-        if ((unsigned int)x >= skip[2 * row] && (unsigned int)x < skip[2 * row + 1]) {
+        if (ux >= skip[2 * row] && ux < skip[2 * row + 1]) {
             return;
         }
     }

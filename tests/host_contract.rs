@@ -839,9 +839,10 @@ fn construction(fixture: Fixture) -> String {
 }
 
 /// The step(1) log of a uniform 300x300 grid with sides `boundaries`, no
-/// body, row-major: the bulk kernel wraps each periodic axis, so a grid
-/// periodic on every side is that one launch, and one periodic along x
-/// leaves the general kernel only the two wall rows.
+/// body, row-major: the bulk kernel wraps each periodic axis and bounces
+/// back from walls, so a grid periodic on every side is that one launch,
+/// and one with free-slip x sides and walls along y leaves the general
+/// kernel only the two free-slip columns.
 fn uniform_step1(boundaries: [Boundary; 4]) -> String {
     let driver = MockDriver::new();
     let handle = driver.handle();
@@ -861,7 +862,7 @@ fn launch_plan_snapshots() {
     insta::assert_snapshot!("periodic_step1", uniform_step1([Boundary::Periodic; 4]));
     insta::assert_snapshot!(
         "channel_step1",
-        uniform_step1([Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall])
+        uniform_step1([Boundary::FreeSlip, Boundary::FreeSlip, Boundary::Wall, Boundary::Wall])
     );
     insta::assert_snapshot!("two_level_step1", annotated_step1(TWO_LEVEL));
     insta::assert_snapshot!("four_level_step1", annotated_step1(FOUR_LEVEL));

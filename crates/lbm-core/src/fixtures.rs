@@ -18,7 +18,8 @@ use crate::kernels::exchange::AccumulateExchange;
 use crate::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use crate::kernels::health::CheckHealth;
 use crate::kernels::lbm::{
-    CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_wrap,
+    BulkSide, CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_open,
+    bulk_sides,
 };
 use crate::kernels::moments::SaveMoments;
 use crate::kernels::producer::{ProduceChunked, ProducePrefix, ProduceRecord, ProduceStatic, RingTarget};
@@ -66,15 +67,15 @@ impl PeriodicBenchmark {
             skip: None,
             layout: sample.layout,
             interior,
-            wrap: bulk_wrap(&sample.active, &interior, sample.boundaries),
+            sides: bulk_sides(&sample.active, &interior, sample.boundaries, sample.wall_velocity),
             omega_plus: sample.omega_plus,
             omega_minus: sample.omega_minus,
             force: sample.force,
         };
-        let whole = bulk_interior(&sample.layout, &sample.active, sample.boundaries)
-            .expect("a row-major grid of at least 3 x 3");
-        let interior = bulk_interior(&sample.layout, &sample.active, [Boundary::Wall; 4])
-            .expect("a row-major grid of at least 3 x 3");
+        let open = bulk_open(&sample.layout, &sample.active, sample.boundaries);
+        let whole = bulk_interior(&sample.layout, &sample.active, open).expect("a row-major grid of at least 3 x 3");
+        let interior =
+            bulk_interior(&sample.layout, &sample.active, [false; 4]).expect("a row-major grid of at least 3 x 3");
         let rim = boundary_cells(&vec![0; cells], &sample.layout, &sample.active, &interior);
         let list = driver.alloc("cells", rim.len() * 4)?;
         driver.upload(list, 0, bytemuck::cast_slice(&rim))?;
@@ -163,7 +164,12 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
                 tile: [24, 20],
             },
             interior: Rect::new(3, 3, 21, 17),
-            wrap: [false; 2],
+            sides: [
+                BulkSide::Neighbour,
+                BulkSide::Wall([0.01, -0.02]),
+                BulkSide::Neighbour,
+                BulkSide::Wall([0.03, 0.0]),
+            ],
             omega_plus: physics.relaxation.omega_plus(),
             omega_minus: physics.relaxation.omega_minus(),
             force: [1e-6, -2e-6],

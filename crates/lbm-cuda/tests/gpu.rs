@@ -35,7 +35,8 @@ use lbm_core::kernels::exchange::{AccumulateExchange, EXCHANGE_WORDS, PARTIAL_WO
 use lbm_core::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::{
-    CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_skip, bulk_wrap,
+    BulkSide, CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_open,
+    bulk_sides, bulk_skip,
 };
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::{ProduceChunked, RingControl};
@@ -378,16 +379,15 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 // buffers do (neither kernel copies the solid cells of a row's
                 // span around a body).
                 // Periodic sides are inset where solid cells are (a row's
-                // span around a body does not wrap), as the plan insets them.
+                // span around a body does not wrap); walls and interfaces
+                // the bulk region takes.
                 let solid = flag_bytes.contains(&FLAG_SOLID);
-                let sides = general.boundaries.map(|b| match (b, solid) {
-                    (Boundary::Periodic, true) => Boundary::Wall,
-                    _ => b,
-                });
-                let Some(interior) = bulk_interior(&layout, active, sides) else {
+                let open = bulk_open(&layout, active, general.boundaries);
+                let open = std::array::from_fn(|s| open[s] && !(solid && general.boundaries[s] == Boundary::Periodic));
+                let Some(interior) = bulk_interior(&layout, active, open) else {
                     continue;
                 };
-                let wrap = bulk_wrap(active, &interior, general.boundaries);
+                let sides = bulk_sides(active, &interior, general.boundaries, general.wall_velocity);
                 let boundary = boundary_cells(&flag_bytes, &layout, active, &interior);
                 let cells = twin.buffer("cells.boundary", &boundary);
                 let skip = twin.buffer("skip", &bulk_skip(&flag_bytes, &layout, &interior));
@@ -402,10 +402,10 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 let bulk = StreamCollideBulk {
                     src: src.into(),
                     dst: dst_split.into(),
-                    skip: (wrap == [false; 2]).then_some(skip.into()),
+                    skip: (!sides.contains(&BulkSide::Wrap)).then_some(skip.into()),
                     layout,
                     interior,
-                    wrap,
+                    sides,
                     omega_plus: general.omega_plus,
                     omega_minus: general.omega_minus,
                     force,
@@ -445,8 +445,12 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
         tile: [613, 37],
     };
     let plane = layout.plane_cells();
-    const NO: [bool; 2] = [false; 2];
-    for (interior, force, wrap) in [
+    const NO: [BulkSide; 4] = [BulkSide::Neighbour; 4];
+    const WRAP: [BulkSide; 4] = [BulkSide::Wrap; 4];
+    const WRAP_X: [BulkSide; 4] = [BulkSide::Wrap, BulkSide::Wrap, BulkSide::Neighbour, BulkSide::Neighbour];
+    const WRAP_Y: [BulkSide; 4] = [BulkSide::Neighbour, BulkSide::Neighbour, BulkSide::Wrap, BulkSide::Wrap];
+    let wall = |u: f32| BulkSide::Wall([u, -0.5 * u]);
+    for (interior, force, sides) in [
         (Rect::new(1, 1, 612, 36), [0.0, 0.0], NO),
         (Rect::new(5, 2, 530, 30), [1e-4, -5e-5], NO),
         (Rect::new(300, 10, 301, 11), [0.0, 0.0], NO),
@@ -459,14 +463,42 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
         (Rect::new(3, 1, 200, 12), [0.0, 0.0], NO),
         // Wrapped axes: the whole allocation, one axis reaching the
         // allocation's sides, a region inside it, a single column and row.
-        (Rect::new(0, 0, 613, 37), [1e-4, -5e-5], [true, true]),
-        (Rect::new(0, 1, 613, 36), [0.0, 0.0], [true, false]),
-        (Rect::new(1, 0, 612, 37), [2e-5, 0.0], [false, true]),
-        (Rect::new(40, 2, 102, 35), [1e-5, 2e-5], [true, true]),
-        (Rect::new(300, 0, 301, 37), [0.0, 0.0], [true, true]),
-        (Rect::new(0, 10, 613, 11), [0.0, 1e-5], [true, true]),
+        (Rect::new(0, 0, 613, 37), [1e-4, -5e-5], WRAP),
+        (Rect::new(0, 1, 613, 36), [0.0, 0.0], WRAP_X),
+        (Rect::new(1, 0, 612, 37), [2e-5, 0.0], WRAP_Y),
+        (Rect::new(40, 2, 102, 35), [1e-5, 2e-5], WRAP),
+        (Rect::new(300, 0, 301, 37), [0.0, 0.0], WRAP),
+        (Rect::new(0, 10, 613, 11), [0.0, 1e-5], WRAP),
+        // Walls, moving and at rest, on every side, with a periodic axis,
+        // with interfaces beside them (a neighbour beyond), on short rows.
+        (
+            Rect::new(0, 0, 613, 37),
+            [1e-4, -5e-5],
+            [wall(0.0), wall(0.01), wall(-0.02), wall(0.05)],
+        ),
+        (
+            Rect::new(0, 3, 613, 30),
+            [0.0, 0.0],
+            [BulkSide::Wrap, BulkSide::Wrap, wall(0.0), wall(0.1)],
+        ),
+        (
+            Rect::new(5, 0, 600, 37),
+            [2e-5, 0.0],
+            [BulkSide::Neighbour, wall(0.03), BulkSide::Wrap, BulkSide::Wrap],
+        ),
+        (
+            Rect::new(40, 2, 102, 35),
+            [1e-5, 2e-5],
+            [wall(0.02), BulkSide::Neighbour, BulkSide::Neighbour, wall(0.0)],
+        ),
+        (
+            Rect::new(300, 0, 301, 37),
+            [0.0, 0.0],
+            [wall(0.0), wall(0.04), wall(0.01), wall(0.0)],
+        ),
     ] {
-        for skipping in [false, true].into_iter().filter(|s| !*s || wrap == NO) {
+        let wraps = sides.contains(&BulkSide::Wrap);
+        for skipping in [false, true].into_iter().filter(|s| !*s || !wraps) {
             let src = twin.buffer("src", &random_populations(&mut rng, plane));
             let dst = twin.buffer("dst", &vec![f32::NAN; Q * plane]);
             let spans: Vec<u32> = (0..interior.height())
@@ -487,7 +519,7 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
                 skip: skipping.then_some(skip.into()),
                 layout,
                 interior,
-                wrap,
+                sides,
                 omega_plus: TRT_OMEGA_PLUS,
                 omega_minus: TRT_OMEGA_MINUS,
                 force,
@@ -504,7 +536,7 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
                 "{interior}: the CPU writes the region only, less what it skips"
             );
             assert_bitwise(
-                &format!("stream_collide_bulk {interior} force {force:?} wrap {wrap:?} skipping {skipping}"),
+                &format!("stream_collide_bulk {interior} force {force:?} sides {sides:?} skipping {skipping}"),
                 &cpu,
                 &gpu,
             );

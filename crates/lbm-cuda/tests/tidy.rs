@@ -1,6 +1,6 @@
 //! Tidy: project rules about `kernels/` that plain `cargo test` enforces.
 //!
-//! - The kernels of `kernels/*.cu` (each `LBM_KERNEL(name)(...)`, which
+//! - The kernels of `kernels/*.cu` (each `LBM_KERNEL(name)(...)` or `LBM_BOUNDED_KERNEL(name, blocks)(...)`, which
 //!   all.cu makes `extern "C" __global__`) and `Kernel::ALL` name the same
 //!   kernels, both ways, each once; only all.cu and batch.cuh spell
 //!   `__global__`, always `extern "C"`; all.cu's batch pass holds exactly the
@@ -127,7 +127,8 @@ fn arg_kind(arg: &Arg) -> Kind {
 /// A `__global__` function: file, name and parameter kinds and names.
 type Global = (String, String, Vec<(Kind, String)>);
 
-/// Every kernel: each family defines its kernels as `LBM_KERNEL(name)(...)`,
+/// Every kernel: each family defines its kernels as `LBM_KERNEL(name)(...)`
+/// (or `LBM_BOUNDED_KERNEL(name, blocks)(...)`, with a register cap),
 /// which all.cu makes an `extern "C" __global__` function (and, for the
 /// families a batch runs, a device function behind its `_batch` entry). Only
 /// all.cu and batch.cuh, which define those, may spell `__global__`.
@@ -148,10 +149,19 @@ fn globals() -> Vec<Global> {
             !code.contains("__global__"),
             "kernels/{file}: define kernels with LBM_KERNEL(name)(...), which all.cu makes global"
         );
-        for (at, _) in code.match_indices("LBM_KERNEL(") {
-            let start = at + "LBM_KERNEL(".len();
+        let opens = code
+            .match_indices("LBM_KERNEL(")
+            .chain(code.match_indices("LBM_BOUNDED_KERNEL("));
+        for (at, macro_open) in opens {
+            let start = at + macro_open.len();
             let name_end = start + code[start..].find(')').expect("a kernel name");
-            let name = code[start..name_end].trim().to_owned();
+            // LBM_BOUNDED_KERNEL(name, blocks): the name before the comma.
+            let name = code[start..name_end]
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
             let open = name_end + 1 + code[name_end + 1..].find('(').expect("a parameter list");
             let close = open + code[open..].find(')').expect("a closed parameter list");
             let params = code[open + 1..close]

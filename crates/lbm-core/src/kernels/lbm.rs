@@ -2,7 +2,8 @@
 //! boundaries, then TRT collision with Guo forcing), `current -> spare`, as
 //! two kernels: [`StreamCollide`], the general update over every active cell
 //! or over a list of cells, and [`StreamCollideBulk`], the same arithmetic on
-//! a row-major patch's interior with no flag and no side rule. A patch large
+//! a row-major patch's interior with no flag and only the wrap and wall
+//! rules of the sides its region reaches ([`BulkSide`]). A patch large
 //! enough for the pair runs the bulk kernel over [`bulk_interior`], skipping
 //! each row's span of [`bulk_skip`], beside the general one over
 //! [`boundary_cells`] (the rim and those spans, every cell where the bulk
@@ -481,23 +482,57 @@ fn cell_number(a: &Rect, x: u32, y: u32) -> u32 {
     (y - a.y0) * a.width() + (x - a.x0)
 }
 
-/// The rectangle [`StreamCollideBulk`] may take on a patch whose sides are
-/// `boundaries`: the active region less its outermost cells along every side
-/// with a rule of its own, whole up to each interface side with a band
-/// beyond it (a population from across an interface is pulled from the band
-/// as from any neighbour, a fixed offset away) and along each axis periodic
-/// at both ends (the bulk kernel wraps it: [`bulk_wrap`]), when the layout is
-/// one tile column, nine planes index in 32 bits and the rows fit one grid
-/// dimension; else none. A caller whose patch holds solid cells passes
-/// [`Boundary::Wall`] for a periodic side: a row's span around a body
-/// ([`body_span`]) does not wrap.
-pub fn bulk_interior(layout: &Layout, active: &Rect, boundaries: [Boundary; 4]) -> Option<Rect> {
+/// What the bulk kernel does where a population would come from beyond a
+/// side of its region.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BulkSide {
+    /// Pulls it from the neighbour at the fixed offset: inside the active
+    /// region where the region stops a cell short of the side (the general
+    /// kernel applies the side's rule over that rim), or in the ghost band
+    /// beyond an interface side.
+    Neighbour,
+    /// Pulls it from the region's other end: a periodic axis it spans whole.
+    Wrap,
+    /// Bounces it back from a wall moving with this velocity (lattice
+    /// units), as the general kernel's wall rule does.
+    Wall([f32; 2]),
+}
+
+impl BulkSide {
+    /// The two-bit code of `kernels/lbm.cu`'s `LBM_BULK_*`.
+    fn code(self) -> u32 {
+        match self {
+            BulkSide::Neighbour => 0,
+            BulkSide::Wrap => 1,
+            BulkSide::Wall(_) => 2,
+        }
+    }
+}
+
+/// The sides of a patch with sides `boundaries` that the bulk kernel may
+/// take into its region, applying the side's rule itself: an interface side
+/// with a band beyond it (a population from across it is pulled from the
+/// band as from any neighbour), each side of an axis periodic at both ends,
+/// and walls. The others (inlet, outflow, free slip) leave their rim to the
+/// general kernel. A caller narrows this where it must: a patch with solid
+/// cells takes none (a row's span around a body does not wrap, and a body's
+/// cells may lie in the band).
+pub fn bulk_open(layout: &Layout, active: &Rect, boundaries: [Boundary; 4]) -> [bool; 4] {
     let room = [active.x0, layout.nx - active.x1, active.y0, layout.ny - active.y1];
-    let wraps = |side: usize| wrapped_axis(boundaries, side / 2);
-    let inset = |side: usize| {
-        let open = wraps(side) || (boundaries[side] == Boundary::Interface && room[side] > 0);
-        u32::from(!open)
-    };
+    std::array::from_fn(|side| match boundaries[side] {
+        Boundary::Interface => room[side] > 0,
+        Boundary::Periodic => boundaries[side ^ 1] == Boundary::Periodic,
+        Boundary::Wall => true,
+        _ => false,
+    })
+}
+
+/// The rectangle [`StreamCollideBulk`] takes on a patch: the active region
+/// less its outermost cells along every side that is not `open`
+/// ([`bulk_open`]), when the layout is one tile column, nine planes index in
+/// 32 bits and the rows fit one grid dimension; else none.
+pub fn bulk_interior(layout: &Layout, active: &Rect, open: [bool; 4]) -> Option<Rect> {
+    let inset = |side: usize| u32::from(!open[side]);
     let interior = Rect::new(
         active.x0 + inset(0),
         active.y0 + inset(2),
@@ -512,20 +547,28 @@ pub fn bulk_interior(layout: &Layout, active: &Rect, boundaries: [Boundary; 4]) 
     fits.then_some(interior)
 }
 
-/// Whether `axis` (0 x, 1 y) is periodic at both ends.
-fn wrapped_axis(boundaries: [Boundary; 4], axis: usize) -> bool {
-    boundaries[2 * axis] == Boundary::Periodic && boundaries[2 * axis + 1] == Boundary::Periodic
-}
-
-/// The axes along which the bulk kernel wraps on the region `interior`
-/// ([`bulk_interior`]) of a patch with sides `boundaries`: those periodic at
-/// both ends that the region spans whole, where a neighbour beyond one end
-/// is the cell at the other, as the general kernel's periodic rule pulls it.
-pub fn bulk_wrap(active: &Rect, interior: &Rect, boundaries: [Boundary; 4]) -> [bool; 2] {
-    [
-        wrapped_axis(boundaries, 0) && (interior.x0, interior.x1) == (active.x0, active.x1),
-        wrapped_axis(boundaries, 1) && (interior.y0, interior.y1) == (active.y0, active.y1),
-    ]
+/// The bulk kernel's rule at each side of its region `interior` on a patch
+/// whose sides are `boundaries` (walls moving with `wall_velocity`): the
+/// side's own where the region reaches it (wrap on a periodic axis, the
+/// wall's bounce-back), else a neighbour (inside the active region, or in
+/// the band beyond an interface).
+pub fn bulk_sides(
+    active: &Rect,
+    interior: &Rect,
+    boundaries: [Boundary; 4],
+    wall_velocity: [[f32; 2]; 4],
+) -> [BulkSide; 4] {
+    let reached = [
+        interior.x0 == active.x0,
+        interior.x1 == active.x1,
+        interior.y0 == active.y0,
+        interior.y1 == active.y1,
+    ];
+    std::array::from_fn(|side| match (reached[side], boundaries[side]) {
+        (true, Boundary::Periodic) if reached[side ^ 1] => BulkSide::Wrap,
+        (true, Boundary::Wall) => BulkSide::Wall(wall_velocity[side]),
+        _ => BulkSide::Neighbour,
+    })
 }
 
 /// The cells [`StreamCollideBulk`] leaves to the general kernel, ascending
@@ -564,9 +607,9 @@ pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect, interior: &R
 /// the first cell that is solid or has a solid neighbour to the last, where
 /// there is one. One span per row: the bulk kernel skips it whole, so the
 /// two kernels write different cells and may run side by side. A
-/// neighbour beyond the allocation counts as fluid: only a wrapped region
-/// ([`bulk_wrap`]) reaches the allocation's side, and one is taken only
-/// where no cell is solid.
+/// neighbour beyond the allocation counts as fluid: a region reaches the
+/// allocation's side only where the bulk kernel applies the side's rule
+/// ([`BulkSide`]), and a patch with solid cells takes none.
 pub fn body_span(flags: &[u8], layout: &Layout, interior: &Rect, y: u32) -> Option<[u32; 2]> {
     let near_solid = |x: u32| {
         C.iter().any(|c| {
@@ -605,10 +648,11 @@ pub struct StreamCollideBulk {
     pub skip: Option<BufferRef>,
     pub layout: Layout,
     pub interior: Rect,
-    /// Whether each axis (x, y) wraps within `interior` ([`bulk_wrap`]):
-    /// then its first and last cells pull across to the other end instead
-    /// of from beyond it, and the region may reach the allocation's side.
-    pub wrap: [bool; 2],
+    /// The rule at each side of `interior` ([`bulk_sides`]): where it wraps
+    /// or is a wall, the region's cells along it pull across to the other
+    /// end or bounce back instead of pulling from beyond it, and the region
+    /// may reach the allocation's side.
+    pub sides: [BulkSide; 4],
     pub omega_plus: f32,
     pub omega_minus: f32,
     pub force: [f32; 2],
@@ -649,7 +693,15 @@ impl KernelArgs for StreamCollideBulk {
         "y0",
         "x1",
         "y1",
-        "wrap",
+        "sides",
+        "wall_x_min_ux",
+        "wall_x_min_uy",
+        "wall_x_max_ux",
+        "wall_x_max_uy",
+        "wall_y_min_ux",
+        "wall_y_min_uy",
+        "wall_y_max_ux",
+        "wall_y_max_uy",
         "omega_plus",
         "omega_minus",
         "force_x",
@@ -660,8 +712,13 @@ impl KernelArgs for StreamCollideBulk {
         let mut args = vec![self.src.into(), self.dst.into(), self.skip.into()];
         push_layout(&mut args, &self.layout);
         push_rect(&mut args, &self.interior);
+        let codes = self.sides.iter().enumerate().map(|(s, side)| side.code() << (2 * s));
+        args.push(Arg::U32(codes.sum()));
+        args.extend(self.sides.iter().flat_map(|side| match side {
+            BulkSide::Wall(u) => [Arg::F32(u[0]), Arg::F32(u[1])],
+            _ => [Arg::F32(0.0), Arg::F32(0.0)],
+        }));
         args.extend([
-            Arg::U32(u32::from(self.wrap[0]) | u32::from(self.wrap[1]) << 1),
             Arg::F32(self.omega_plus),
             Arg::F32(self.omega_minus),
             Arg::F32(self.force[0]),
@@ -678,9 +735,25 @@ impl KernelArgs for StreamCollideBulk {
             skip: r.optional_buffer()?,
             layout: r.layout()?,
             interior: r.rect()?,
-            wrap: match r.u32()? {
-                w @ 0..=3 => [w & 1 != 0, w & 2 != 0],
-                w => return Err(r.value_error("wrap", w, "0..=3: bit 0 wraps x, bit 1 wraps y")),
+            sides: {
+                let codes = r.u32()?;
+                let mut sides = [BulkSide::Neighbour; 4];
+                for (s, side) in sides.iter_mut().enumerate() {
+                    let u = [r.f32()?, r.f32()?];
+                    *side = match (codes >> (2 * s)) & 3 {
+                        0 => BulkSide::Neighbour,
+                        1 => BulkSide::Wrap,
+                        2 => BulkSide::Wall(u),
+                        _ => {
+                            return Err(r.value_error(
+                                "sides",
+                                codes,
+                                "four 2-bit codes, x-min lowest: 0 neighbour, 1 wrap, 2 wall",
+                            ));
+                        }
+                    };
+                }
+                sides
             },
             omega_plus: r.f32()?,
             omega_minus: r.f32()?,
@@ -708,15 +781,23 @@ impl KernelArgs for StreamCollideBulk {
                 l.tiles_x()
             )));
         }
-        let [wrap_x, wrap_y] = self.wrap;
-        if r.cells() > 0 && ((!wrap_x && (r.x0 == 0 || r.x1 == l.nx)) || (!wrap_y && (r.y0 == 0 || r.y1 == l.ny))) {
+        let pulls = |side: usize| self.sides[side] == BulkSide::Neighbour;
+        let at_edge = [r.x0 == 0, r.x1 == l.nx, r.y0 == 0, r.y1 == l.ny];
+        if let Some(side) = (0..4).find(|&s| r.cells() > 0 && at_edge[s] && pulls(s)) {
             return Err(LaunchProblem::Shape(format!(
-                "the bulk region {r} reaches a side of the {}x{} allocation along an axis it does not wrap: \
-                 its neighbours would lie outside",
+                "the bulk region {r} reaches side {side} of the {}x{} allocation, where it pulls from a \
+                 neighbour: that neighbour would lie outside",
                 l.nx, l.ny
             )));
         }
-        if self.skip.is_some() && (wrap_x || wrap_y) {
+        let wraps = |side: usize| self.sides[side] == BulkSide::Wrap;
+        if wraps(0) != wraps(1) || wraps(2) != wraps(3) {
+            return Err(LaunchProblem::Shape(format!(
+                "the bulk region {r} wraps at one end of an axis only ({:?})",
+                self.sides
+            )));
+        }
+        if self.skip.is_some() && (0..4).any(wraps) {
             return Err(LaunchProblem::Shape(format!(
                 "the bulk region {r} wraps, but a row's skipped span around a body does not: \
                  a patch with solid cells takes an inset region"
@@ -768,14 +849,42 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
     let stride = layout.tile[0] as isize;
     let offsets: [isize; Q] = std::array::from_fn(|i| -(C[i][0] as isize + C[i][1] as isize * stride));
     let (width, height) = (r.width() as isize, r.height() as isize * stride);
-    // What a wrapped axis adds to a direction's fixed offset at the
-    // region's first and last cell along it: the pull from beyond one end
-    // comes from the other (as the device's kernel shifts it).
-    let shift = |c: i32, at_first: bool, at_last: bool, span: isize| match c {
-        1 if at_first => span,
-        -1 if at_last => -span,
+    let wraps = |side: usize| k.sides[side] == BulkSide::Wrap;
+    let wall = |side: usize| matches!(k.sides[side], BulkSide::Wall(_));
+    // What a wrapped side adds to a direction's fixed offset at the
+    // region's cells along it: the pull from beyond one end comes from the
+    // other (as the device's kernel shifts it).
+    let shift = |c: i32, first: bool, last: bool, span: isize| match c {
+        1 if first => span,
+        -1 if last => -span,
         _ => 0,
     };
+    // The populations arriving at (x, y) in the region, each side's rule
+    // applied as the device's kernel applies it (the y side's wall first).
+    let arriving = |x: u32, y: u32| -> [f32; Q] {
+        let index = layout.index(x, y);
+        std::array::from_fn(|i| {
+            let (cx, cy) = (C[i][0], C[i][1]);
+            let side_x = [(cx > 0 && x == r.x0, 0), (cx < 0 && x + 1 == r.x1, 1)];
+            let side_y = [(cy > 0 && y == r.y0, 2), (cy < 0 && y + 1 == r.y1, 3)];
+            let beyond = |sides: [(bool, usize); 2]| sides.iter().find(|(b, _)| *b).map(|(_, s)| *s);
+            let wall_of = |side: Option<usize>| match side.map(|s| k.sides[s]) {
+                Some(BulkSide::Wall(u)) => Some(u),
+                _ => None,
+            };
+            let (side_x, side_y) = (beyond(side_x), beyond(side_y));
+            if let Some(u) = wall_of(side_y).or(wall_of(side_x)) {
+                let leaving = src[OPP[i] * plane + index];
+                return leaving + W[i] * (cx as f32 * u[0] + cy as f32 * u[1]) * (2.0 * INV_CS2);
+            }
+            let from = (i * plane + index) as isize
+                + offsets[i]
+                + shift(cx, side_x == Some(0) && wraps(0), side_x == Some(1) && wraps(1), width)
+                + shift(cy, side_y == Some(2) && wraps(2), side_y == Some(3) && wraps(3), height);
+            src[from as usize]
+        })
+    };
+    let x_ruled = k.sides[0] != BulkSide::Neighbour || k.sides[1] != BulkSide::Neighbour;
     par_row_bands(dst, &layout, |first, rows, band| {
         for y in first.max(r.y0)..(first + rows).min(r.y1) {
             // The row less its skipped span, as the device's threads of
@@ -786,11 +895,12 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
                 true => (xa.clamp(r.x0, r.x1), xb.clamp(r.x0, r.x1)),
                 false => (r.x1, r.x1),
             };
-            let (bottom, top) = (k.wrap[1] && y == r.y0, k.wrap[1] && y + 1 == r.y1);
+            let (bottom, top) = (y == r.y0, y + 1 == r.y1);
+            let wall_row = (bottom && wall(2)) || (top && wall(3));
             for (lo, hi) in [(r.x0, xa), (xb, r.x1)] {
-                // A wrapped row's end cells apart from the cells between,
-                // which keep the fixed offsets.
-                let pieces = match k.wrap[0] && lo < hi {
+                // A row's end cells apart from the cells between, which keep
+                // the fixed offsets, where an x side has a rule.
+                let pieces = match x_ruled && lo < hi {
                     true => {
                         let last = (hi - 1).max(lo + 1);
                         [(lo, lo + 1), (lo + 1, last), (last, hi)]
@@ -802,13 +912,24 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
                         continue;
                     }
                     let (start, n) = (layout.index(lo, y), (hi - lo) as usize);
-                    let (west, east) = (k.wrap[0] && lo == r.x0, k.wrap[0] && hi == r.x1);
+                    let (west, east) = (lo == r.x0, hi == r.x1);
+                    // A wall's bounce-back is no fixed offset: cell by cell,
+                    // the same collision over one-cell rows.
+                    if wall_row || (west && wall(0)) || (east && wall(1)) {
+                        for x in lo..hi {
+                            let f = arriving(x, y);
+                            let sources: [&[f32]; Q] = std::array::from_fn(|i| std::slice::from_ref(&f[i]));
+                            let at = layout.index(x, y);
+                            vector.row(sources, band.row(at, 1), k.omega_plus, k.omega_minus, k.force);
+                        }
+                        continue;
+                    }
                     let sources: [&[f32]; Q] = std::array::from_fn(|i| {
                         let from = (i * plane) as isize
                             + start as isize
                             + offsets[i]
-                            + shift(C[i][0], west, east, width)
-                            + shift(C[i][1], bottom, top, height);
+                            + shift(C[i][0], west && wraps(0), east && wraps(1), width)
+                            + shift(C[i][1], bottom && wraps(2), top && wraps(3), height);
                         &src[from as usize..from as usize + n]
                     });
                     vector.row(sources, band.row(start, n), k.omega_plus, k.omega_minus, k.force);

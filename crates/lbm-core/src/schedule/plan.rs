@@ -49,7 +49,7 @@ use crate::kernels::KernelArgs;
 use crate::kernels::boundary::UpdateBoundaryState;
 use crate::kernels::exchange::{AccumulateExchange, blocks_per_slot};
 use crate::kernels::health::{CheckHealth, HEALTH_WORDS};
-use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, WallDistances, bulk_wrap};
+use crate::kernels::lbm::{CellList, StreamCollide, StreamCollideBulk, WallDistances, bulk_sides};
 use crate::kernels::refine::{FillGhost, RestrictToParent};
 use crate::kernels::reflux::{AccumulateFineFlux, CorrectInterfaceMass, RefluxPhase};
 
@@ -393,7 +393,7 @@ impl Builder<'_> {
                         skip: list.skip.map(Into::into),
                         layout: patch.layout,
                         interior: list.bulk,
-                        wrap: bulk_wrap(&patch.active, &list.bulk, boundaries),
+                        sides: bulk_sides(&patch.active, &list.bulk, boundaries, inputs.wall_velocity),
                         omega_plus: physics.relaxation.omega_plus(),
                         omega_minus: physics.relaxation.omega_minus(),
                         force: physics.force,

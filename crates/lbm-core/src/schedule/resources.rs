@@ -17,7 +17,7 @@ use crate::domain::sides::PatchSides;
 use crate::error::Result;
 use crate::kernels::exchange::{EXCHANGE_WORDS, arrivals_bytes, partials_bytes};
 use crate::kernels::health::HEALTH_WORDS;
-use crate::kernels::lbm::{boundary_cells, bulk_interior, bulk_skip, bulk_skip_bytes, wall_distance_words};
+use crate::kernels::lbm::{boundary_cells, bulk_interior, bulk_open, bulk_skip, bulk_skip_bytes, wall_distance_words};
 use crate::kernels::reflux::REFLUX_ARRIVAL_WORDS;
 use crate::lattice::Q;
 use crate::ledger::MemoryLedger;
@@ -82,11 +82,12 @@ pub fn patch_boundaries(patch: &Patch, domain: [Boundary; 4]) -> [Boundary; 4] {
 /// update, one launch as the general kernel's was, without its side rules.
 /// The region reaches interface sides only on a refined patch no body
 /// reaches (`near_bodies`): a body's cells in the band or on the active
-/// region's edge stay with the general kernel's rim, and a base slab's cut
+/// region's edge stay with the general kernel's rim (and a periodic axis
+/// would need a body's span in a row to wrap), and a base slab's cut
 /// sides (`domain::decompose::SlabWindow`) are halo columns that a split run
-/// fills beside the interior's update, not before it. It spans a periodic
-/// axis whole on a patch no body reaches (the bulk kernel wraps it), where
-/// a body's span in a row would otherwise have to wrap too.
+/// fills beside the interior's update, not before it. Walls and periodic
+/// axes the region takes whole on a patch no body reaches: the bulk kernel
+/// applies their rules itself ([`crate::kernels::lbm::BulkSide`]).
 pub fn bulk_region(
     patch: &Patch,
     domain: [Boundary; 4],
@@ -95,17 +96,13 @@ pub fn bulk_region(
     near_bodies: bool,
 ) -> Option<Rect> {
     let sides = patch_boundaries(patch, domain);
-    let sides = match (near_bodies, patch.level) {
-        // Any rule of its own insets every side.
-        (true, _) => [Boundary::Wall; 4],
-        (false, 0) => sides.map(|b| match b {
-            Boundary::Periodic => Boundary::Periodic,
-            _ => Boundary::Wall,
-        }),
-        (false, _) => sides,
-    };
-    bulk_interior(&patch.layout, &patch.active, sides)
-        .filter(|r| r.cells() * members >= min_cells || *r == patch.active)
+    let open = bulk_open(&patch.layout, &patch.active, sides);
+    let open: [bool; 4] = std::array::from_fn(|s| match (near_bodies, patch.level, sides[s]) {
+        (true, _, _) => false,
+        (false, 0, Boundary::Interface) => false,
+        _ => open[s],
+    });
+    bulk_interior(&patch.layout, &patch.active, open).filter(|r| r.cells() * members >= min_cells || *r == patch.active)
 }
 
 /// Whether a split patch has a list for the general kernel: cells outside
@@ -603,11 +600,14 @@ mod tests {
     use crate::domain::hierarchy::Layout;
 
     /// The host splits the update of a patch far below what pays on a GPU:
-    /// the cavity's 64^2 base grid, whole on a CUDA device.
+    /// the cavity's 64^2 base grid with free-slip x sides (their rim the
+    /// general kernel's), whole on a CUDA device.
     #[test]
     fn the_host_splits_patches_a_gpu_updates_whole() {
         let text = include_str!("../../../../cases/cavity-re100.toml");
-        let lattice = Case::from_toml(text).unwrap().resolve().unwrap().lattice;
+        let mut lattice = Case::from_toml(text).unwrap().resolve().unwrap().lattice;
+        lattice.boundaries[0] = Boundary::FreeSlip;
+        lattice.boundaries[1] = Boundary::FreeSlip;
         let exec = ExecConfig::default();
         let (hierarchy, sides) = lattice.validate(&exec.tiles).unwrap();
         let base = hierarchy.base();
@@ -627,9 +627,10 @@ mod tests {
     }
 
     /// The bulk region reaches the interface sides of a refined patch no
-    /// body reaches, and then splits it at any size (the cavity's patch),
-    /// but not a base slab's cut sides, whose halo columns a split run fills
-    /// beside the update, nor a patch a body reaches.
+    /// body reaches, and walls, and then splits the patch at any size (the
+    /// cavity's patch and its walled base grid), but not a base slab's cut
+    /// sides, whose halo columns a split run fills beside the update, nor
+    /// any side of a patch a body reaches.
     #[test]
     fn the_bulk_region_reaches_interfaces_of_refined_patches_only() {
         let text = include_str!("../../../../cases/cavity-re100.toml");
@@ -638,6 +639,13 @@ mod tests {
         let walls = lattice.boundaries;
         let fine = &hierarchy.levels[1][0];
         assert_eq!(bulk_region(fine, walls, 1, BULK_MIN_CELLS, false), Some(fine.active));
+        let base = hierarchy.base();
+        assert_eq!(bulk_region(base, walls, 1, BULK_MIN_CELLS, false), Some(base.active));
+        let a = base.active;
+        assert_eq!(
+            bulk_region(base, walls, 1, 1, true),
+            Some(Rect::new(a.x0 + 1, a.y0 + 1, a.x1 - 1, a.y1 - 1))
+        );
         let inset = Rect::new(
             fine.active.x0 + 1,
             fine.active.y0 + 1,
@@ -657,7 +665,7 @@ mod tests {
         let a = slab.active;
         assert_eq!(
             bulk_region(&slab, walls, 1, 1, false),
-            Some(Rect::new(a.x0 + 1, a.y0 + 1, a.x1 - 1, a.y1 - 1))
+            Some(Rect::new(a.x0 + 1, a.y0, a.x1 - 1, a.y1))
         );
     }
 

@@ -119,10 +119,11 @@ mod tests {
     use crate::device::BufferRef;
     use crate::domain::geometry::{FLAG_FLUID, FLAG_SOLID};
     use crate::domain::hierarchy::{Layout, Rect};
-    use crate::kernels::lbm::{CellList, bulk_skip, stream_collide_bulk};
     use crate::kernels::lbm::{
-        Inlet, StreamCollide, StreamCollideBulk, Walls, boundary_cells, bulk_interior, bulk_wrap, stream_collide,
+        BulkSide, Inlet, StreamCollide, StreamCollideBulk, Walls, boundary_cells, bulk_interior, bulk_open, bulk_sides,
+        stream_collide,
     };
+    use crate::kernels::lbm::{CellList, bulk_skip, stream_collide_bulk};
 
     /// Small deterministic noise around rest, a different value in every slot.
     fn populations(seed: u64, n: usize) -> Vec<f32> {
@@ -141,28 +142,26 @@ mod tests {
         BufferId(k).into()
     }
 
-    /// The sides a patch's bulk region is taken for: its own, a periodic
-    /// one inset where solid cells are, as the plan takes them.
-    fn bulk_sides(k: &StreamCollide, flags: &[u8]) -> [Boundary; 4] {
+    /// The sides the bulk region of `k`'s patch takes: no periodic one
+    /// where solid cells are (a row's span around a body does not wrap).
+    fn open_sides(k: &StreamCollide, flags: &[u8]) -> [bool; 4] {
+        let open = bulk_open(&k.layout, &k.active, k.boundaries);
         let solid = flags.contains(&FLAG_SOLID);
-        k.boundaries.map(|b| match (b, solid) {
-            (Boundary::Periodic, true) => Boundary::Wall,
-            _ => b,
-        })
+        std::array::from_fn(|s| open[s] && !(solid && k.boundaries[s] == Boundary::Periodic))
     }
 
     /// The split update of `k`'s patch: the bulk kernel over `interior`
     /// with a skip table where it wraps no axis, and `k` over a list of
     /// `cells` cells.
     fn split_launches(k: &StreamCollide, interior: Rect, cells: usize) -> (StreamCollideBulk, StreamCollide) {
-        let wrap = bulk_wrap(&k.active, &interior, k.boundaries);
+        let sides = bulk_sides(&k.active, &interior, k.boundaries, k.wall_velocity);
         let bulk = StreamCollideBulk {
             src: k.src,
             dst: k.dst,
-            skip: (wrap == [false; 2]).then_some(placeholder(4)),
+            skip: (!sides.contains(&BulkSide::Wrap)).then_some(placeholder(4)),
             layout: k.layout,
             interior,
-            wrap,
+            sides,
             omega_plus: k.omega_plus,
             omega_minus: k.omega_minus,
             force: k.force,
@@ -195,7 +194,7 @@ mod tests {
                 skip: None,
                 layout,
                 interior: Rect::new(1, 1, 76, 8),
-                wrap: [false; 2],
+                sides: [BulkSide::Neighbour; 4],
                 omega_plus: 1.6,
                 omega_minus: 1.1,
                 force,
@@ -252,6 +251,11 @@ mod tests {
                 Rect::new(0, 0, 40, 23),
             ),
             ([Boundary::Wall; 4], Rect::new(2, 1, 37, 22)),
+            ([Boundary::Wall; 4], Rect::new(0, 0, 40, 23)),
+            (
+                [Boundary::Wall, Boundary::Interface, Boundary::Interface, Boundary::Wall],
+                Rect::new(0, 2, 36, 23),
+            ),
         ];
         for ((boundaries, active), flags) in sides.iter().flat_map(|s| [(*s, &fluid), (*s, &bodies)]) {
             let k = StreamCollide {
@@ -273,7 +277,7 @@ mod tests {
             };
             let mut whole = vec![f32::NAN; Q * plane];
             stream_collide(&k, &src, &mut whole, flags, Walls::default(), &inlet, None);
-            let interior = bulk_interior(&layout, &active, bulk_sides(&k, flags)).unwrap();
+            let interior = bulk_interior(&layout, &active, open_sides(&k, flags)).unwrap();
             let list = boundary_cells(flags, &layout, &active, &interior);
             assert!(list.windows(2).all(|w| w[0] < w[1]), "the list ascends");
             let skip = bulk_skip(flags, &layout, &interior);
@@ -360,7 +364,7 @@ mod tests {
                     crate::fixtures::benchmark_physics(),
                 )
             };
-            let interior = bulk_interior(&layout, &active, bulk_sides(&k, flags)).unwrap();
+            let interior = bulk_interior(&layout, &active, open_sides(&k, flags)).unwrap();
             // Across an interface the bulk kernel pulls from the band, and
             // it wraps periodic sides where no solid cell is.
             let open = boundaries == [Boundary::Interface; 4]
