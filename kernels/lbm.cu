@@ -42,8 +42,6 @@
 #define LBM_BULK_WRAP 1u
 #define LBM_BULK_WALL 2u
 #define LBM_BULK_SIDE(sides, side) (((sides) >> (2 * (side))) & 3u)
-// Whether any side's code is a wall (the high bit of a 2-bit code).
-#define LBM_BULK_ANY_WALL 0xAAu
 
 // No side: a source inside the active region along that axis.
 #define LBM_BOUNDARY_NONE 0xFFFFFFFFu
@@ -366,12 +364,9 @@ __device__ __forceinline__ void collide_and_store(const float f[LBM_Q], float om
 // that rule as the general kernel does (its other end; the wall's
 // bounce-back with the wall's velocity, the y side winning at a corner), so
 // a periodic or walled patch without a body is this one launch, without a
-// rim. A launch with no wall side takes the one loop with the wrap's
-// shifts; one with a wall takes a path where the cells along a wrap or wall
-// side gather apart from the others. The cap of 32 registers (full
-// occupancy; 40 uncapped) costs no spill; the wall path still costs the
-// launches that take it about 2% on large grids (H200), which is why the
-// others do not take it. A
+// rim. Those cells take a path of their own; the cap of 32 registers (full
+// occupancy; 40 uncapped) keeps the interior's path as fast as without it,
+// and costs no spill. A
 // thread reads whether to skip after it has issued its nine loads: read
 // first, it made the kernel take 37 registers instead of 32 (three quarters
 // of the occupancy), and a skipped thread's loads are a few cells a row.
@@ -395,71 +390,44 @@ LBM_BOUNDED_KERNEL(stream_collide_bulk, 8)(const float* __restrict__ src, float*
     const unsigned int index = y * tile_x + (unsigned int)x;
     const unsigned int ux = (unsigned int)x;
     float f[LBM_Q];
-    if ((sides & LBM_BULK_ANY_WALL) == 0) {
-        // No wall: a wrapped side shifts the fixed offset of the populations
-        // that cross it at the region's cells along it by the region's span
-        // (the other end); every cell takes the one loop.
-        const unsigned int span_x = x1 - x0;
-        const unsigned int span_y = (y1 - y0) * tile_x;
-        const unsigned int west = ux == x0 && LBM_BULK_SIDE(sides, 0) == LBM_BULK_WRAP ? span_x : 0u;
-        const unsigned int east = ux + 1 == x1 && LBM_BULK_SIDE(sides, 1) == LBM_BULK_WRAP ? span_x : 0u;
-        const unsigned int south = y == y0 && LBM_BULK_SIDE(sides, 2) == LBM_BULK_WRAP ? span_y : 0u;
-        const unsigned int north = y + 1 == y1 && LBM_BULK_SIDE(sides, 3) == LBM_BULK_WRAP ? span_y : 0u;
+    // A cell on a side with a rule of its own (wrap or wall) takes it; every
+    // other cell pulls each population from a fixed offset.
+    const bool ruled = (ux == x0 && LBM_BULK_SIDE(sides, 0) != LBM_BULK_NEIGHBOUR) ||
+                       (ux + 1 == x1 && LBM_BULK_SIDE(sides, 1) != LBM_BULK_NEIGHBOUR) ||
+                       (y == y0 && LBM_BULK_SIDE(sides, 2) != LBM_BULK_NEIGHBOUR) ||
+                       (y + 1 == y1 && LBM_BULK_SIDE(sides, 3) != LBM_BULK_NEIGHBOUR);
+    if (!ruled) {
 #pragma unroll
         for (int i = 0; i < LBM_Q; ++i) {
-            unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
-            if (lbm_cx(i) > 0) {
-                source += west;
-            } else if (lbm_cx(i) < 0) {
-                source -= east;
-            }
-            if (lbm_cy(i) > 0) {
-                source += south;
-            } else if (lbm_cy(i) < 0) {
-                source -= north;
-            }
+            const unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
             f[i] = src[(unsigned int)i * plane + source];
         }
     } else {
-        // A cell on a side with a rule of its own (wrap or wall) takes it; every
-        // other cell pulls each population from a fixed offset.
-        const bool ruled = (ux == x0 && LBM_BULK_SIDE(sides, 0) != LBM_BULK_NEIGHBOUR) ||
-                           (ux + 1 == x1 && LBM_BULK_SIDE(sides, 1) != LBM_BULK_NEIGHBOUR) ||
-                           (y == y0 && LBM_BULK_SIDE(sides, 2) != LBM_BULK_NEIGHBOUR) ||
-                           (y + 1 == y1 && LBM_BULK_SIDE(sides, 3) != LBM_BULK_NEIGHBOUR);
-        if (!ruled) {
 #pragma unroll
-            for (int i = 0; i < LBM_Q; ++i) {
-                const unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
-                f[i] = src[(unsigned int)i * plane + source];
+        for (int i = 0; i < LBM_Q; ++i) {
+            const int side_x = lbm_cx(i) > 0 && ux == x0 ? 0 : (lbm_cx(i) < 0 && ux + 1 == x1 ? 1 : -1);
+            const int side_y = lbm_cy(i) > 0 && y == y0 ? 2 : (lbm_cy(i) < 0 && y + 1 == y1 ? 3 : -1);
+            const unsigned int kind_x = side_x < 0 ? LBM_BULK_NEIGHBOUR : LBM_BULK_SIDE(sides, side_x);
+            const unsigned int kind_y = side_y < 0 ? LBM_BULK_NEIGHBOUR : LBM_BULK_SIDE(sides, side_y);
+            // Between two walls the y side wins, as in the general kernel.
+            const int wall = kind_y == LBM_BULK_WALL ? side_y : (kind_x == LBM_BULK_WALL ? side_x : -1);
+            if (wall >= 0) {
+                const float wx = wall == 0 ? wall_x_min_ux
+                                           : (wall == 1 ? wall_x_max_ux : (wall == 2 ? wall_y_min_ux : wall_y_max_ux));
+                const float wy = wall == 0 ? wall_x_min_uy
+                                           : (wall == 1 ? wall_x_max_uy : (wall == 2 ? wall_y_min_uy : wall_y_max_uy));
+                const float cu = (float)lbm_cx(i) * wx + (float)lbm_cy(i) * wy;
+                f[i] = src[(unsigned int)lbm_opp(i) * plane + index] + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
+                continue;
             }
-        } else {
-#pragma unroll
-            for (int i = 0; i < LBM_Q; ++i) {
-                const int side_x = lbm_cx(i) > 0 && ux == x0 ? 0 : (lbm_cx(i) < 0 && ux + 1 == x1 ? 1 : -1);
-                const int side_y = lbm_cy(i) > 0 && y == y0 ? 2 : (lbm_cy(i) < 0 && y + 1 == y1 ? 3 : -1);
-                const unsigned int kind_x = side_x < 0 ? LBM_BULK_NEIGHBOUR : LBM_BULK_SIDE(sides, side_x);
-                const unsigned int kind_y = side_y < 0 ? LBM_BULK_NEIGHBOUR : LBM_BULK_SIDE(sides, side_y);
-                // Between two walls the y side wins, as in the general kernel.
-                const int wall = kind_y == LBM_BULK_WALL ? side_y : (kind_x == LBM_BULK_WALL ? side_x : -1);
-                if (wall >= 0) {
-                    const float wx = wall == 0 ? wall_x_min_ux
-                                               : (wall == 1 ? wall_x_max_ux : (wall == 2 ? wall_y_min_ux : wall_y_max_ux));
-                    const float wy = wall == 0 ? wall_x_min_uy
-                                               : (wall == 1 ? wall_x_max_uy : (wall == 2 ? wall_y_min_uy : wall_y_max_uy));
-                    const float cu = (float)lbm_cx(i) * wx + (float)lbm_cy(i) * wy;
-                    f[i] = src[(unsigned int)lbm_opp(i) * plane + index] + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
-                    continue;
-                }
-                unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
-                if (kind_x == LBM_BULK_WRAP) {
-                    source = side_x == 0 ? source + (x1 - x0) : source - (x1 - x0);
-                }
-                if (kind_y == LBM_BULK_WRAP) {
-                    source = side_y == 2 ? source + (y1 - y0) * tile_x : source - (y1 - y0) * tile_x;
-                }
-                f[i] = src[(unsigned int)i * plane + source];
+            unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
+            if (kind_x == LBM_BULK_WRAP) {
+                source = side_x == 0 ? source + (x1 - x0) : source - (x1 - x0);
             }
+            if (kind_y == LBM_BULK_WRAP) {
+                source = side_y == 2 ? source + (y1 - y0) * tile_x : source - (y1 - y0) * tile_x;
+            }
+            f[i] = src[(unsigned int)i * plane + source];
         }
     }
     if (skip != nullptr) {
