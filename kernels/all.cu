@@ -50,6 +50,7 @@ namespace lbm_batch {
 
 LBM_BATCH_ENTRY(stream_collide)
 LBM_BATCH_ENTRY(stream_collide_bulk)
+LBM_BATCH_ENTRY(stream_collide_bulk_walled)
 LBM_BATCH_ENTRY(fill_ghost)
 LBM_BATCH_ENTRY(restrict_to_parent)
 LBM_BATCH_ENTRY(accumulate_fine_flux)

@@ -114,6 +114,7 @@ struct EmuKernel {
 static const EmuKernel EMU_KERNELS[] = {
     {"stream_collide", [](void** p) { emu_call(stream_collide, p); }, false},
     {"stream_collide_bulk", [](void** p) { emu_call(stream_collide_bulk, p); }, false},
+    {"stream_collide_bulk_walled", [](void** p) { emu_call(stream_collide_bulk_walled, p); }, false},
     {"fill_ghost", [](void** p) { emu_call(fill_ghost, p); }, true},
     {"restrict_to_parent", [](void** p) { emu_call(restrict_to_parent, p); }, true},
     {"accumulate_fine_flux", [](void** p) { emu_call(accumulate_fine_flux, p); }, true},
@@ -131,6 +132,7 @@ static const EmuKernel EMU_KERNELS[] = {
     // The `_batch` entries: one table of member arguments, the z index the member.
     {"stream_collide_batch", [](void** p) { emu_call(stream_collide_batch, p); }, false},
     {"stream_collide_bulk_batch", [](void** p) { emu_call(stream_collide_bulk_batch, p); }, false},
+    {"stream_collide_bulk_walled_batch", [](void** p) { emu_call(stream_collide_bulk_walled_batch, p); }, false},
     {"fill_ghost_batch", [](void** p) { emu_call(fill_ghost_batch, p); }, true},
     {"restrict_to_parent_batch", [](void** p) { emu_call(restrict_to_parent_batch, p); }, true},
     {"accumulate_fine_flux_batch", [](void** p) { emu_call(accumulate_fine_flux_batch, p); }, true},

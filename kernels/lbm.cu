@@ -344,6 +344,17 @@ __device__ __forceinline__ void collide_and_store(const float f[LBM_Q], float om
     }
 }
 
+// The cell a launch's thread updates (false: none), and the prologue both
+// entries share.
+__device__ __forceinline__ bool bulk_cell(unsigned int tile_x, unsigned int x0, unsigned int y0, unsigned int x1,
+                                          unsigned int y1, unsigned int* ux, unsigned int* y) {
+    *y = y0 + blockIdx.y * blockDim.y + threadIdx.y;
+    const unsigned int lead = (*y * tile_x + x0) & 31u;
+    const long long x = (long long)x0 - (long long)lead + (long long)(blockIdx.x * blockDim.x + threadIdx.x);
+    *ux = (unsigned int)x;
+    return x >= (long long)x0 && x < (long long)x1 && *y < y1;
+}
+
 // stream_collide_bulk: the update of the cells of [x0, x1) x [y0, y1), the
 // interior of a patch stored row-major (one tile column, so a neighbour is a
 // fixed offset away), computed as if the cell and its eight neighbours were
@@ -364,14 +375,15 @@ __device__ __forceinline__ void collide_and_store(const float f[LBM_Q], float om
 // that rule as the general kernel does (its other end; the wall's
 // bounce-back with the wall's velocity, the y side winning at a corner), so
 // a periodic or walled patch without a body is this one launch, without a
-// rim. Those cells take a path of their own; the cap of 32 registers (full
-// occupancy; 40 uncapped) keeps the interior's path as fast as without it,
-// and costs no spill. A
-// thread reads whether to skip after it has issued its nine loads: read
+// rim. The host launches stream_collide_bulk_walled where a side is a wall
+// (this entry leaves its wall_* arguments unread): the walls' path compiled
+// into one kernel cost every launch about 2% on large grids (H200, a 4096^2
+// periodic grid, same run). A thread reads whether to skip after it has
+// issued its nine loads: read
 // first, it made the kernel take 37 registers instead of 32 (three quarters
 // of the occupancy), and a skipped thread's loads are a few cells a row.
 // lbm_core::kernels::lbm::stream_collide_bulk is its CPU reference.
-LBM_BOUNDED_KERNEL(stream_collide_bulk, 8)(const float* __restrict__ src, float* __restrict__ dst,
+LBM_KERNEL(stream_collide_bulk)(const float* __restrict__ src, float* __restrict__ dst,
                                                const unsigned int* __restrict__ skip,
                                                unsigned int nx, unsigned int ny, unsigned int tile_x,
                                                unsigned int tile_y, unsigned int x0, unsigned int y0,
@@ -380,15 +392,66 @@ LBM_BOUNDED_KERNEL(stream_collide_bulk, 8)(const float* __restrict__ src, float*
                                                float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
                                                float wall_y_max_ux, float wall_y_max_uy, float omega_plus,
                                                float omega_minus, float force_x, float force_y) {
-    const unsigned int y = y0 + blockIdx.y * blockDim.y + threadIdx.y;
-    const unsigned int lead = (y * tile_x + x0) & 31u;
-    const long long x = (long long)x0 - (long long)lead + (long long)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (x < (long long)x0 || x >= (long long)x1 || y >= y1) {
+    unsigned int ux;
+    unsigned int y;
+    if (!bulk_cell(tile_x, x0, y0, x1, y1, &ux, &y)) {
         return;
     }
     const unsigned int plane = (unsigned int)plane_cells(make_layout(nx, ny, tile_x, tile_y));
-    const unsigned int index = y * tile_x + (unsigned int)x;
-    const unsigned int ux = (unsigned int)x;
+    const unsigned int index = y * tile_x + ux;
+    // A wrapped side shifts the fixed offset of the populations that cross
+    // it at the region's cells along it by the region's span (the other end).
+    const unsigned int span_x = x1 - x0;
+    const unsigned int span_y = (y1 - y0) * tile_x;
+    const unsigned int west = ux == x0 && LBM_BULK_SIDE(sides, 0) == LBM_BULK_WRAP ? span_x : 0u;
+    const unsigned int east = ux + 1 == x1 && LBM_BULK_SIDE(sides, 1) == LBM_BULK_WRAP ? span_x : 0u;
+    const unsigned int south = y == y0 && LBM_BULK_SIDE(sides, 2) == LBM_BULK_WRAP ? span_y : 0u;
+    const unsigned int north = y + 1 == y1 && LBM_BULK_SIDE(sides, 3) == LBM_BULK_WRAP ? span_y : 0u;
+    float f[LBM_Q];
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        unsigned int source = index - (unsigned int)lbm_cx(i) - (unsigned int)lbm_cy(i) * tile_x;
+        if (lbm_cx(i) > 0) {
+            source += west;
+        } else if (lbm_cx(i) < 0) {
+            source -= east;
+        }
+        if (lbm_cy(i) > 0) {
+            source += south;
+        } else if (lbm_cy(i) < 0) {
+            source -= north;
+        }
+        f[i] = src[(unsigned int)i * plane + source];
+    }
+    if (skip != nullptr) {
+        const unsigned int row = y - y0;
+        if (ux >= skip[2 * row] && ux < skip[2 * row + 1]) {
+            return;
+        }
+    }
+    collide_and_store(f, omega_plus, omega_minus, force_x, force_y, dst, plane, index);
+}
+
+// stream_collide_bulk_walled: the same update where a side is a wall (the
+// host picks it by the sides; the plain entry has no walls' path): the
+// cells along a side with a rule of its own gather apart from the others.
+// Capped at 32 registers (full occupancy; 40 uncapped), no spill.
+LBM_BOUNDED_KERNEL(stream_collide_bulk_walled, 8)(const float* __restrict__ src, float* __restrict__ dst,
+                                               const unsigned int* __restrict__ skip,
+                                               unsigned int nx, unsigned int ny, unsigned int tile_x,
+                                               unsigned int tile_y, unsigned int x0, unsigned int y0,
+                                               unsigned int x1, unsigned int y1, unsigned int sides,
+                                               float wall_x_min_ux, float wall_x_min_uy, float wall_x_max_ux,
+                                               float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
+                                               float wall_y_max_ux, float wall_y_max_uy, float omega_plus,
+                                               float omega_minus, float force_x, float force_y) {
+    unsigned int ux;
+    unsigned int y;
+    if (!bulk_cell(tile_x, x0, y0, x1, y1, &ux, &y)) {
+        return;
+    }
+    const unsigned int plane = (unsigned int)plane_cells(make_layout(nx, ny, tile_x, tile_y));
+    const unsigned int index = y * tile_x + ux;
     float f[LBM_Q];
     // A cell on a side with a rule of its own (wrap or wall) takes it; every
     // other cell pulls each population from a fixed offset.

@@ -87,6 +87,9 @@ pub enum Kernel {
     /// there and its neighbours were fluid; `stream_collide` over the
     /// patch's boundary cells follows it.
     StreamCollideBulk,
+    /// The bulk update where a side of its region is a wall: its own entry,
+    /// so that the others do not pay for the walls' path.
+    StreamCollideBulkWalled,
     /// Coarse-to-fine: fill a patch's ghost band from its parent in space and time.
     FillGhost,
     /// Fine-to-coarse: overwrite the parent cells a patch covers.
@@ -119,9 +122,10 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 17] = [
         Kernel::StreamCollide,
         Kernel::StreamCollideBulk,
+        Kernel::StreamCollideBulkWalled,
         Kernel::FillGhost,
         Kernel::RestrictToParent,
         Kernel::AccumulateFineFlux,
@@ -138,11 +142,17 @@ impl Kernel {
         Kernel::ProduceRecord,
     ];
 
+    /// Whether this is one of the bulk kernel's entries.
+    pub fn is_bulk(self) -> bool {
+        matches!(self, Kernel::StreamCollideBulk | Kernel::StreamCollideBulkWalled)
+    }
+
     /// The name of the `__global__` function in `kernels/`.
     pub fn cuda_name(self) -> &'static str {
         match self {
             Kernel::StreamCollide => "stream_collide",
             Kernel::StreamCollideBulk => "stream_collide_bulk",
+            Kernel::StreamCollideBulkWalled => "stream_collide_bulk_walled",
             Kernel::FillGhost => "fill_ghost",
             Kernel::RestrictToParent => "restrict_to_parent",
             Kernel::AccumulateFineFlux => "accumulate_fine_flux",
@@ -182,7 +192,7 @@ impl Kernel {
         use crate::kernels::{KernelArgs, boundary, exchange, halo, health, lbm, moments, producer, refine, reflux};
         match self {
             Kernel::StreamCollide => lbm::StreamCollide::PARAMS,
-            Kernel::StreamCollideBulk => lbm::StreamCollideBulk::PARAMS,
+            Kernel::StreamCollideBulk | Kernel::StreamCollideBulkWalled => lbm::StreamCollideBulk::PARAMS,
             Kernel::FillGhost => refine::FillGhost::PARAMS,
             Kernel::RestrictToParent => refine::RestrictToParent::PARAMS,
             Kernel::AccumulateFineFlux => reflux::AccumulateFineFlux::PARAMS,

@@ -164,6 +164,22 @@ pub fn sample_launches(buffer: impl Fn(u32) -> BufferRef) -> Vec<Launch> {
                 tile: [24, 20],
             },
             interior: Rect::new(3, 3, 21, 17),
+            sides: [BulkSide::Neighbour; 4],
+            omega_plus: physics.relaxation.omega_plus(),
+            omega_minus: physics.relaxation.omega_minus(),
+            force: [1e-6, -2e-6],
+        }
+        .launch(),
+        StreamCollideBulk {
+            src: b(0),
+            dst: b(1),
+            skip: Some(b(2)),
+            layout: Layout {
+                nx: 24,
+                ny: 20,
+                tile: [24, 20],
+            },
+            interior: Rect::new(3, 3, 21, 17),
             sides: [
                 BulkSide::Neighbour,
                 BulkSide::Wall([0.01, -0.02]),
@@ -380,7 +396,10 @@ fn buffer_arg(launch: &Launch, n: usize) -> Option<usize> {
 fn exact_shape(kernel: Kernel) -> bool {
     matches!(
         kernel,
-        Kernel::CorrectInterfaceMass | Kernel::AccumulateExchange | Kernel::StreamCollideBulk
+        Kernel::CorrectInterfaceMass
+            | Kernel::AccumulateExchange
+            | Kernel::StreamCollideBulk
+            | Kernel::StreamCollideBulkWalled
     )
 }
 

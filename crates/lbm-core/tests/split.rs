@@ -9,7 +9,7 @@ use lbm_core::domain::geometry::{Body, Shape};
 use lbm_core::domain::hierarchy::Rect;
 use lbm_core::lattice::Moments;
 use lbm_core::split::Split;
-use lbm_core::{Boundary, CpuDriver, Error, ExecConfig, Kernel, LatticeConfig, Stepper};
+use lbm_core::{Boundary, CpuDriver, Error, ExecConfig, LatticeConfig, Stepper};
 
 mod common;
 
@@ -213,7 +213,7 @@ fn slabs_large_enough_for_the_bulk_update_split_bit_for_bit() {
             .interval(0)
             .iter()
             .flat_map(|s| s.action.launches())
-            .filter(|l| l.kernel == Kernel::StreamCollideBulk)
+            .filter(|l| l.kernel.is_bulk())
             .count();
         assert_eq!(
             bulk, 1,

@@ -1140,14 +1140,15 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         .interval(0)
         .iter()
         .flat_map(|s| s.action.launches())
-        .filter(|l| l.kernel == Kernel::StreamCollideBulk)
+        .filter(|l| l.kernel.is_bulk())
         .count();
     assert_eq!(
         bulk, 7,
         "row-major, levels 0 and 1 split, level 2 the bulk kernel alone: one per hop"
     );
     // Every hop's update is one group, branches of the graph: level 0's
-    // bulk and rim updates; each of level 1's two hops with the bulk kernel
+    // bulk update (its walls' entry: the channel's walls are in its region)
+    // and the rim's (inlet and outflow); each of level 1's two hops with the bulk kernel
     // skipping a span around the cylinder, the general kernel over the rim
     // and those spans, the momentum exchange and the interface flux; each
     // of level 2's four hops (a patch too small to split, but whose bulk
@@ -1164,10 +1165,10 @@ fn stepper_runs_match_the_cpu_with_split_updates() {
         .collect();
     use Kernel::{
         AccumulateExchange as E, AccumulateFineFlux as F, CorrectInterfaceMass as C, FillGhost as H,
-        RestrictToParent as R, StreamCollide as G, StreamCollideBulk as B,
+        RestrictToParent as R, StreamCollide as G, StreamCollideBulk as B, StreamCollideBulkWalled as W,
     };
     let level_2 = [vec![H, H], vec![B, F], vec![B, F], vec![R, C]];
-    let expected: Vec<Vec<Kernel>> = [vec![vec![B, G], vec![H, H], vec![B, G, E, F]], level_2.to_vec()]
+    let expected: Vec<Vec<Kernel>> = [vec![vec![W, G], vec![H, H], vec![B, G, E, F]], level_2.to_vec()]
         .into_iter()
         .chain([vec![vec![B, G, E, F]], level_2.to_vec(), vec![vec![R, C]]])
         .flatten()

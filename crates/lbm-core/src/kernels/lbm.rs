@@ -509,6 +509,12 @@ impl BulkSide {
     }
 }
 
+/// The `sides` argument of the bulk kernel: each side's code in two bits,
+/// x-min lowest.
+fn sides_code(sides: &[BulkSide; 4]) -> u32 {
+    sides.iter().enumerate().map(|(s, side)| side.code() << (2 * s)).sum()
+}
+
 /// The sides of a patch with sides `boundaries` that the bulk kernel may
 /// take into its region, applying the side's rule itself: an interface side
 /// with a band beyond it (a population from across it is pulled from the
@@ -659,6 +665,14 @@ pub struct StreamCollideBulk {
 }
 
 impl StreamCollideBulk {
+    /// The entry that runs it: the walls' own where a side is a wall.
+    pub fn kernel(&self) -> Kernel {
+        match self.sides.iter().any(|s| matches!(s, BulkSide::Wall(_))) {
+            true => Kernel::StreamCollideBulkWalled,
+            false => Kernel::StreamCollideBulk,
+        }
+    }
+
     /// A row's threads start up to [`ALIGN_CELLS`] - 1 cells before the
     /// region (at an aligned storage index), so they cover that many more:
     /// blocks of one row of 256 threads, or, when a row spans less than that,
@@ -712,8 +726,7 @@ impl KernelArgs for StreamCollideBulk {
         let mut args = vec![self.src.into(), self.dst.into(), self.skip.into()];
         push_layout(&mut args, &self.layout);
         push_rect(&mut args, &self.interior);
-        let codes = self.sides.iter().enumerate().map(|(s, side)| side.code() << (2 * s));
-        args.push(Arg::U32(codes.sum()));
+        args.push(Arg::U32(sides_code(&self.sides)));
         args.extend(self.sides.iter().flat_map(|side| match side {
             BulkSide::Wall(u) => [Arg::F32(u[0]), Arg::F32(u[1])],
             _ => [Arg::F32(0.0), Arg::F32(0.0)],
@@ -724,12 +737,16 @@ impl KernelArgs for StreamCollideBulk {
             Arg::F32(self.force[0]),
             Arg::F32(self.force[1]),
         ]);
-        self.shape().launch(Self::KERNEL, args)
+        self.shape().launch(self.kernel(), args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
-        let mut r = ArgReader::new(launch, Self::KERNEL, Self::PARAMS)?;
-        Ok(StreamCollideBulk {
+        let kernel = match launch.kernel {
+            Kernel::StreamCollideBulkWalled => Kernel::StreamCollideBulkWalled,
+            _ => Self::KERNEL,
+        };
+        let mut r = ArgReader::new(launch, kernel, Self::PARAMS)?;
+        let bulk = StreamCollideBulk {
             src: r.buffer()?,
             dst: r.buffer()?,
             skip: r.optional_buffer()?,
@@ -758,7 +775,15 @@ impl KernelArgs for StreamCollideBulk {
             omega_plus: r.f32()?,
             omega_minus: r.f32()?,
             force: [r.f32()?, r.f32()?],
-        })
+        };
+        if bulk.kernel() != kernel {
+            return Err(r.value_error(
+                "sides",
+                sides_code(&bulk.sides),
+                "a wall side (code 2) on stream_collide_bulk_walled, none on stream_collide_bulk",
+            ));
+        }
+        Ok(bulk)
     }
 
     fn work_items(&self) -> usize {

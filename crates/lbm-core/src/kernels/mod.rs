@@ -160,7 +160,7 @@ pub trait FamilyVisitor {
 pub fn dispatch<V: FamilyVisitor>(launch: &Launch, visitor: V) -> V::Output {
     match launch.kernel {
         Kernel::StreamCollide => visitor.visit::<lbm::StreamCollide>(launch),
-        Kernel::StreamCollideBulk => visitor.visit::<lbm::StreamCollideBulk>(launch),
+        Kernel::StreamCollideBulk | Kernel::StreamCollideBulkWalled => visitor.visit::<lbm::StreamCollideBulk>(launch),
         Kernel::FillGhost => visitor.visit::<refine::FillGhost>(launch),
         Kernel::RestrictToParent => visitor.visit::<refine::RestrictToParent>(launch),
         Kernel::AccumulateFineFlux => visitor.visit::<reflux::AccumulateFineFlux>(launch),

@@ -37,7 +37,7 @@ pub use health::{HealthProblem, Unhealthy};
 pub use observe::Fields;
 
 use crate::config::{ExecConfig, LatticeConfig, LevelPhysics};
-use crate::device::{Action, BufferId, BufferRef, Driver, Kernel, Launch, PlanId};
+use crate::device::{Action, BufferId, BufferRef, Driver, Launch, PlanId};
 use crate::domain::hierarchy::{Hierarchy, Patch};
 use crate::error::{Error, Result};
 use crate::kernels::KernelArgs;
@@ -412,7 +412,7 @@ impl<D: Driver> Stepper<D> {
             // goes with the head, and the rest, which does or follows what
             // does, begins the tail in the group's order.
             if let Action::Together(members) = tail[0].clone() {
-                let bulk = matches!(&members[0], Action::Launch(l) if l.kernel == Kernel::StreamCollideBulk);
+                let bulk = matches!(&members[0], Action::Launch(l) if l.kernel.is_bulk());
                 let (to_head, to_tail) = members.split_at(bulk as usize);
                 head.extend(to_head.iter().cloned());
                 tail.splice(0..1, to_tail.iter().cloned());
