@@ -899,8 +899,7 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
             };
             let (side_x, side_y) = (beyond(side_x), beyond(side_y));
             if let Some(u) = wall_of(side_y).or(wall_of(side_x)) {
-                let leaving = src[OPP[i] * plane + index];
-                return leaving + W[i] * (cx as f32 * u[0] + cy as f32 * u[1]) * (2.0 * INV_CS2);
+                return bounce_back(src, plane, index, i, u);
             }
             let from = (i * plane + index) as isize
                 + offsets[i]
@@ -1020,10 +1019,7 @@ fn pull(
     // population of every cell the bulk kernel leaves to the general one.
     let (kind_x, kind_y) = (side_x.map(|s| k.boundaries[s]), side_y.map(|s| k.boundaries[s]));
     let either = |b: Boundary| kind_x == Some(b) || kind_y == Some(b);
-    // A moving wall or an inlet adds 2 w_i ρ0 (c_i·u_w) / c_s².
-    let bounce = |u: [f32; 2]| {
-        src[OPP[i] * plane + index] + W[i] * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) * (2.0 * INV_CS2)
-    };
+    let bounce = |u: [f32; 2]| bounce_back(src, plane, index, i, u);
     // At a corner an inlet wins over a wall, so that every row injects exactly
     // its profile's mass flux: with the wall's rule the corner cell would miss
     // a sixth of it, a deficit at the walls of first order in the spacing.
@@ -1075,6 +1071,13 @@ fn pull(
     } else {
         src[direction * plane + source]
     }
+}
+
+/// The population arriving at `index` along `i` from a wall or an inlet
+/// moving with `u`: the one leaving along opp(i), plus 2 w_i ρ0 (c_i·u) / c_s²
+/// (the general kernel's rule, and the bulk kernel's at a wall).
+fn bounce_back(src: &[f32], plane: usize, index: usize, i: usize, u: [f32; 2]) -> f32 {
+    src[OPP[i] * plane + index] + W[i] * (C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1]) * (2.0 * INV_CS2)
 }
 
 /// The direction with the x (resp. y) component of c_i negated.
