@@ -22,24 +22,16 @@ use lbm_core::member::Member;
 use lbm_core::{Driver, ExecConfig, Stepper};
 use lbm_cuda::CudaDriver;
 
+mod dfg;
 mod ensemble;
 
 /// The cases: DFG 2D-1 with its three levels at 640 cells per diameter on
-/// the finest (the three-level figure of docs/PERFORMANCE.md), and the
-/// refined cavity.
+/// the finest and the same channel uniform at 640 (the two figures of
+/// `gpu_dfg`), and the refined cavity.
 fn cases() -> Vec<(&'static str, String)> {
-    let dfg = include_str!("../../../cases/dfg-2d1.toml")
-        .lines()
-        .filter(|l| !l.starts_with("probes =") && !l.starts_with("lines ="))
-        .map(|l| match l {
-            l if l.starts_with("resolution =") => "resolution = 160",
-            l if l.starts_with("lattice_velocity =") => "lattice_velocity = 0.025",
-            l => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
     vec![
-        ("dfg-2d1-three-levels-640", dfg),
+        ("dfg-2d1-three-levels-640", dfg::dfg_2d1(160, true)),
+        ("dfg-2d1-uniform-640", dfg::dfg_2d1(640, false)),
         (
             "cavity-re100",
             include_str!("../../../cases/cavity-re100.toml").to_owned(),
