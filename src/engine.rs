@@ -6,14 +6,17 @@
 //! What it does not do: choose the devices (`backend`) or decide when to
 //! observe (`run`).
 
+use lbm_core::case::Resolved;
 use lbm_core::domain::hierarchy::Hierarchy;
 use lbm_core::ledger::{ExchangeRecord, MemoryLedger};
 use lbm_core::split::Split;
 use lbm_core::stepper::Fields;
+use lbm_core::units::UnitSystem;
 use lbm_core::{CoveredCells, Driver, ExecConfig, LatticeConfig, Snapshot, Stepper, Unhealthy};
 
 use crate::AppError;
 use crate::backend::Device;
+use crate::output::fields::ProbeCells;
 use crate::output::ring::{OutputRing, RingStats};
 
 /// One stepper, or a split over several devices.
@@ -23,11 +26,14 @@ pub(crate) enum Engine<D: Driver> {
 }
 
 /// One observation of the whole domain: every patch's lattice fields in
-/// hierarchy order (empty when not asked for) and each body's exchange
-/// window, in body order.
+/// hierarchy order (empty when not asked for), each body's exchange window,
+/// in body order, and each point probe's (p, u_x, u_y) when the probes were
+/// sampled alone (`None` in a row: the probe is outside every patch or reads
+/// a solid cell).
 pub(crate) struct Observed {
     pub fields: Vec<Fields>,
     pub records: Vec<ExchangeRecord>,
+    pub probes: Option<Vec<Option<[f64; 3]>>>,
 }
 
 impl<D: Driver> Engine<D> {
@@ -158,20 +164,45 @@ impl<D: Driver> Engine<D> {
         }
     }
 
-    /// An output ring on each stepper's device.
-    pub fn rings(&self, capacity: Option<u64>) -> Result<Rings, AppError> {
+    /// An output ring on each stepper's device. One stepper's ring can
+    /// sample `resolved`'s point probes alone, from their own cells; a
+    /// split's probes are sampled from whole fields (a probe's cells may lie
+    /// on two slabs).
+    pub fn rings(&self, capacity: Option<u64>, resolved: &Resolved) -> Result<Rings, AppError> {
+        let probes = match self {
+            Engine::One(s) => {
+                let hierarchy = s.hierarchy();
+                let (units, bodies) = (&resolved.units, &resolved.lattice.bodies);
+                let cells = resolved.output.probes.iter();
+                Some(
+                    cells
+                        .map(|p| ProbeCells::find(&hierarchy, units, bodies, p.point))
+                        .collect::<Vec<_>>(),
+                )
+            }
+            Engine::Split(_) => None,
+        };
+        let rects: Vec<_> = probes.iter().flatten().flatten().map(|c| (c.patch, c.rect)).collect();
         let rings = self
             .steppers()
             .iter()
-            .map(|s| OutputRing::new(s, capacity))
+            .map(|s| OutputRing::new(s, capacity, &rects))
             .collect::<Result<_, _>>()?;
-        Ok(Rings { rings })
+        Ok(Rings {
+            rings,
+            probes,
+            units: resolved.units,
+        })
     }
 }
 
 /// The output rings of an engine, one per stepper.
 pub(crate) struct Rings {
     rings: Vec<OutputRing>,
+    /// Each point probe's cells (`None`: outside every patch), where the
+    /// probes can be sampled alone.
+    probes: Option<Vec<Option<ProbeCells>>>,
+    units: UnitSystem,
 }
 
 impl Rings {
@@ -189,20 +220,29 @@ impl Rings {
             })
     }
 
-    /// This interval's fields (when `fields`) and exchange windows of the
-    /// whole domain, through every stepper's ring: a split's base grid is
-    /// its slabs' side by side, each patch comes from the slab holding it,
-    /// and each body's forces are the slabs' sum.
+    /// Whether [`Rings::observe`] can sample the point probes alone.
+    pub fn sample_probes_alone(&self) -> bool {
+        self.probes.is_some()
+    }
+
+    /// This interval's fields (when `fields`), point probes (when `probes`;
+    /// only where [`Rings::sample_probes_alone`]) and exchange windows of
+    /// the whole domain, through every stepper's ring: a split's base grid
+    /// is its slabs' side by side, each patch comes from the slab holding
+    /// it, and each body's forces are the slabs' sum.
     pub fn observe<D: Driver>(
         &mut self,
         engine: &Engine<D>,
         fields: Option<CoveredCells>,
+        probes: bool,
         done: u64,
     ) -> Result<Observed, AppError> {
         let mut records: Vec<ExchangeRecord> = Vec::new();
         let mut parts = Vec::with_capacity(self.rings.len());
+        let mut sampled = Vec::new();
         for (ring, stepper) in self.rings.iter_mut().zip(engine.steppers()) {
-            let observation = ring.observe(stepper, fields)?;
+            let observation = ring.observe(stepper, fields, probes)?;
+            sampled.extend(observation.probes);
             if let Some(start) = observation.window_start {
                 for record in (ring.windows().iter().zip(&observation.windows))
                     .flat_map(|(w, words)| w.records(words, start, done))
@@ -239,6 +279,26 @@ impl Rings {
                     .collect()
             }
         };
-        Ok(Observed { fields, records })
+        let probes = match (probes, &self.probes) {
+            (false, _) | (true, None) => None,
+            (true, Some(cells)) => {
+                let mut sampled = sampled.iter();
+                let units = &self.units;
+                Some(
+                    cells
+                        .iter()
+                        .map(|c| {
+                            c.as_ref()
+                                .and_then(|c| c.sample(sampled.next().expect("one per probe's cells"), units))
+                        })
+                        .collect(),
+                )
+            }
+        };
+        Ok(Observed {
+            fields,
+            records,
+            probes,
+        })
     }
 }

@@ -29,11 +29,21 @@ use crate::backend::{BackendChoice, Device, ptx_sha256};
 use crate::checkpoint;
 use crate::engine::{Engine, Rings};
 use crate::guard::{EXIT_FAILED, EXIT_INTERRUPTED, Signals, Watchdog};
+use crate::output::fields::finest_at;
 use crate::output::ring::RingStats;
 use crate::output::thread::WriterThread;
 use crate::output::{ForceScale, Writer, WriterState, Written, fields, write_atomic};
 use crate::plan::{PilotChoice, PilotRecord, Plan, check_pilot, pilot_intervals};
 use crate::progress::Progress;
+
+/// An observation in physical units: every patch's fields (when asked
+/// for), each body's exchange window, and the point probes' values when
+/// they were sampled alone.
+type Observation = (
+    Arc<Vec<fields::PatchFields>>,
+    Vec<ExchangeRecord>,
+    Option<Vec<Option<[f64; 3]>>>,
+);
 
 /// Wall-clock seconds between checkpoints when the case names no period.
 const CHECKPOINT_EVERY_SECONDS: f64 = 600.0;
@@ -441,7 +451,7 @@ pub(crate) fn open_session<'a>(
         stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
         pilot,
         backend,
-        rings: engine.rings(None)?,
+        rings: engine.rings(None, resolved)?,
         engine,
         written: writer.written(),
         force_scale: writer.force_scale(),
@@ -540,7 +550,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         stop: resolved.steps,
         pilot: None,
         backend,
-        rings: engine.rings(None)?,
+        rings: engine.rings(None, &resolved)?,
         engine,
         written: writer.written(),
         force_scale: writer.force_scale(),
@@ -733,7 +743,7 @@ impl<D: Driver> Session<'_, D> {
         let done = self.state.done;
         if self.pilot.is_some() {
             // A pilot vouches for finite fields at its end, saved or not.
-            let (patches, _) = self.observe(Some(CoveredCells::Settled))?;
+            let (patches, ..) = self.observe(Some(CoveredCells::Settled), false)?;
             let saved = self.resolved.output.save_points.contains(&done);
             if !saved {
                 self.writer.save(done, patches.clone())?;
@@ -769,7 +779,7 @@ impl<D: Driver> Session<'_, D> {
         };
         let done = self.state.done;
         if !saved {
-            let (patches, _) = self.observe(Some(CoveredCells::Settled))?;
+            let (patches, ..) = self.observe(Some(CoveredCells::Settled), false)?;
             self.writer.save(done, patches)?;
         }
         let [x, y] = found.position.map(|v| v * self.resolved.units.dx);
@@ -792,13 +802,11 @@ impl<D: Driver> Session<'_, D> {
         ))
     }
 
-    /// This interval's fields in physical units (when `fields`) and each
-    /// body's exchange window, through the output ring.
-    fn observe(
-        &mut self,
-        fields: Option<CoveredCells>,
-    ) -> Result<(Arc<Vec<fields::PatchFields>>, Vec<ExchangeRecord>), AppError> {
-        let observed = self.rings.observe(&self.engine, fields, self.state.done)?;
+    /// This interval's fields in physical units (when `fields`), each
+    /// body's exchange window and, when `probes`, the point probes' values
+    /// sampled alone, through the output ring.
+    fn observe(&mut self, fields: Option<CoveredCells>, probes: bool) -> Result<Observation, AppError> {
+        let observed = self.rings.observe(&self.engine, fields, probes, self.state.done)?;
         let patches = match fields.is_some() {
             true => {
                 let mut lattice = observed.fields.into_iter();
@@ -809,7 +817,7 @@ impl<D: Driver> Session<'_, D> {
             }
             false => Vec::new(),
         };
-        Ok((Arc::new(patches), observed.records))
+        Ok((Arc::new(patches), observed.records, observed.probes))
     }
 
     fn check_finite(&self, patches: &[fields::PatchFields]) -> Result<(), AppError> {
@@ -1026,15 +1034,18 @@ impl<D: Driver> Session<'_, D> {
         let saving = done == next_save;
         // A save point writes and checks every cell; a probe or a line
         // samples the uncovered cells and their covered neighbours, which
-        // every interval leaves exact, so it needs no settle.
-        let fields = match (saving, sampling && !plan.probes.is_empty()) {
+        // every interval leaves exact, so it needs no settle. Between save
+        // points the probes read only their own cells where the rings can.
+        let probing = sampling && !plan.probes.is_empty();
+        let alone = probing && !saving && self.rings.sample_probes_alone();
+        let fields = match (saving, probing && !alone) {
             (true, _) => Some(CoveredCells::Settled),
             (false, true) => Some(CoveredCells::Band),
             (false, false) => None,
         };
-        let (patches, records) = match sampling || saving {
-            true => self.observe(fields)?,
-            false => (Arc::new(Vec::new()), Vec::new()),
+        let (patches, records, probes) = match sampling || saving {
+            true => self.observe(fields, alone)?,
+            false => (Arc::new(Vec::new()), Vec::new(), None),
         };
         if sampling {
             if !bodies.is_empty() {
@@ -1059,7 +1070,11 @@ impl<D: Driver> Session<'_, D> {
                 self.engine.start_exchange_window()?;
             }
             if !plan.probes.is_empty() {
-                self.writer.probes(time, patches.clone())?;
+                let values = probes.unwrap_or_else(|| {
+                    let at = |point| finest_at(&patches, point).and_then(|f| f.sample(point));
+                    plan.probes.iter().map(|p| at(p.point)).collect()
+                });
+                self.writer.probes(time, values)?;
             }
         }
         if saving {

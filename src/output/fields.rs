@@ -5,7 +5,7 @@
 //! output ring brings them off the device; this module writes nothing.
 
 use lbm_core::domain::geometry::Body;
-use lbm_core::domain::hierarchy::{Hierarchy, Patch};
+use lbm_core::domain::hierarchy::{Hierarchy, Patch, Rect};
 use lbm_core::output::FieldName;
 use lbm_core::stepper::Fields;
 use lbm_core::units::UnitSystem;
@@ -76,38 +76,59 @@ impl PatchFields {
     /// centres around it (clamped to the patch), or `None` where a solid cell
     /// takes part.
     pub fn sample(&self, point: [f64; 2]) -> Option<[f64; 3]> {
-        let [nx, ny] = self.size;
-        let local = [0, 1].map(|k| (point[k] - self.origin[k]) / self.spacing - 0.5);
-        let clamp = |v: f64, n: usize| v.clamp(0.0, (n - 1) as f64);
-        let (fx, fy) = (clamp(local[0], nx), clamp(local[1], ny));
-        let (x0, y0) = (fx.floor() as usize, fy.floor() as usize);
-        let (x1, y1) = ((x0 + 1).min(nx - 1), (y0 + 1).min(ny - 1));
-        let (wx, wy) = (fx - x0 as f64, fy - y0 as f64);
-        let corners = [
-            (x0, y0, (1.0 - wx) * (1.0 - wy)),
-            (x1, y0, wx * (1.0 - wy)),
-            (x0, y1, (1.0 - wx) * wy),
-            (x1, y1, wx * wy),
-        ];
-        let mut out = [0.0; 3];
-        for (x, y, w) in corners {
-            if w == 0.0 {
-                continue;
-            }
-            if self.solid[(y, x)] {
-                return None;
-            }
-            for (o, f) in out.iter_mut().zip([&self.pressure, &self.ux, &self.uy]) {
-                *o += w * f[(y, x)] as f64;
-            }
-        }
-        Some(out)
+        let corners = corners(self.origin, self.spacing, self.size, point);
+        bilinear(corners.map(|(x, y, w)| {
+            let at = (y, x);
+            (w, self.solid[at], [self.pressure[at], self.ux[at], self.uy[at]])
+        }))
     }
 
     /// Whether physical `point` lies inside this patch's active region.
     pub fn contains(&self, point: [f64; 2]) -> bool {
-        (0..2).all(|k| point[k] >= self.origin[k] && point[k] <= self.origin[k] + self.size[k] as f64 * self.spacing)
+        holds(self.origin, self.spacing, self.size, point)
     }
+}
+
+/// Whether a patch at `origin` of `size` cells of `spacing` holds `point`.
+fn holds(origin: [f64; 2], spacing: f64, size: [usize; 2], point: [f64; 2]) -> bool {
+    (0..2).all(|k| point[k] >= origin[k] && point[k] <= origin[k] + size[k] as f64 * spacing)
+}
+
+/// The four cell centres around physical `point` in a patch at `origin` of
+/// `size` cells of `spacing` (clamped to the patch), as (x, y, weight).
+fn corners(origin: [f64; 2], spacing: f64, size: [usize; 2], point: [f64; 2]) -> [(usize, usize, f64); 4] {
+    let [nx, ny] = size;
+    let local = [0, 1].map(|k| (point[k] - origin[k]) / spacing - 0.5);
+    let clamp = |v: f64, n: usize| v.clamp(0.0, (n - 1) as f64);
+    let (fx, fy) = (clamp(local[0], nx), clamp(local[1], ny));
+    let (x0, y0) = (fx.floor() as usize, fy.floor() as usize);
+    let (x1, y1) = ((x0 + 1).min(nx - 1), (y0 + 1).min(ny - 1));
+    let (wx, wy) = (fx - x0 as f64, fy - y0 as f64);
+    [
+        (x0, y0, (1.0 - wx) * (1.0 - wy)),
+        (x1, y0, wx * (1.0 - wy)),
+        (x0, y1, (1.0 - wx) * wy),
+        (x1, y1, wx * wy),
+    ]
+}
+
+/// The weighted sum of (p, u_x, u_y) over `corners` (weight, solid,
+/// values), corners of weight zero left out; `None` where a solid corner
+/// takes part.
+fn bilinear(corners: [(f64, bool, [f32; 3]); 4]) -> Option<[f64; 3]> {
+    let mut out = [0.0; 3];
+    for (w, solid, values) in corners {
+        if w == 0.0 {
+            continue;
+        }
+        if solid {
+            return None;
+        }
+        for (o, v) in out.iter_mut().zip(values) {
+            *o += w * v as f64;
+        }
+    }
+    Some(out)
 }
 
 /// The fields of every patch, coarsest level first.
@@ -166,6 +187,83 @@ pub fn physical<E>(
         }
     }
     Ok(out)
+}
+
+/// The cells a point probe reads, found once for a run: the finest patch
+/// holding the point and the (at most) 2x2 cells around it. A sample then
+/// needs only their moments, not the patch's: [`ProbeCells::sample`] gives
+/// the bits [`PatchFields::sample`] gives from the whole patch.
+#[derive(Clone, Debug)]
+pub struct ProbeCells {
+    /// The patch, in hierarchy order.
+    pub patch: usize,
+    /// The cells, in the patch's storage coordinates (what `save_moments`
+    /// takes).
+    pub rect: Rect,
+    /// Each corner's row-major index in `rect`, its weight, whether it is
+    /// solid.
+    corners: [(usize, f64, bool); 4],
+}
+
+impl ProbeCells {
+    /// The cells physical `point` reads in `hierarchy`, or `None` where no
+    /// patch holds it; the patch is [`finest_at`]'s and the corners
+    /// [`PatchFields::sample`]'s.
+    pub fn find(hierarchy: &Hierarchy, units: &UnitSystem, bodies: &[Body], point: [f64; 2]) -> Option<ProbeCells> {
+        let mut found = None;
+        for (k, patch) in hierarchy.patches().enumerate() {
+            let spacing = units.dx / 2f64.powi(patch.level as i32);
+            let [gx0, gy0, _, _] = patch.global_active();
+            let size = [patch.active.width() as usize, patch.active.height() as usize];
+            let origin = [gx0 as f64 * spacing, gy0 as f64 * spacing];
+            if holds(origin, spacing, size, point) {
+                found = Some((k, patch, corners(origin, spacing, size, point)));
+            }
+        }
+        let (k, patch, corners) = found?;
+        let scale = 2f64.powi(patch.level as i32);
+        let [gx0, gy0, _, _] = patch.global_active();
+        let ([x0, y0], [x1, y1]) = ([corners[0].0, corners[0].1], [corners[3].0, corners[3].1]);
+        let width = x1 - x0 + 1;
+        let corners = corners.map(|(x, y, w)| {
+            let (gx, gy) = (gx0 + x as i64, gy0 + y as i64);
+            let centre = [(gx as f64 + 0.5) / scale, (gy as f64 + 0.5) / scale];
+            (
+                (y - y0) * width + (x - x0),
+                w,
+                bodies.iter().any(|b| b.shape.contains(centre)),
+            )
+        });
+        let a = patch.active;
+        let rect = Rect::new(
+            a.x0 + x0 as u32,
+            a.y0 + y0 as u32,
+            a.x0 + x1 as u32 + 1,
+            a.y0 + y1 as u32 + 1,
+        );
+        Some(ProbeCells {
+            patch: k,
+            rect,
+            corners,
+        })
+    }
+
+    /// (p, u_x, u_y) from the lattice fields of [`ProbeCells::rect`], or
+    /// `None` where a solid cell takes part.
+    pub fn sample(&self, fields: &Fields, units: &UnitSystem) -> Option<[f64; 3]> {
+        let velocity = units.dx / units.dt;
+        let width = fields.delta_rho.dim().1;
+        bilinear(self.corners.map(|(i, w, solid)| {
+            let at = (i / width, i % width);
+            // Rounded to f32 as `physical` stores them.
+            let values = [
+                units.pressure_to_physical(fields.delta_rho[at] as f64) as f32,
+                (fields.ux[at] as f64 * velocity) as f32,
+                (fields.uy[at] as f64 * velocity) as f32,
+            ];
+            (w, solid, values)
+        }))
+    }
 }
 
 /// [`physical`] from direct downloads of the stepper's populations: what

@@ -368,13 +368,11 @@ impl Writer {
         Ok(())
     }
 
-    /// One row of each point probe's CSV: NaN where the probe reads a solid
-    /// cell.
-    pub fn probes(&mut self, time: f64, patches: &[PatchFields]) -> Result<(), AppError> {
-        for (probe, csv) in self.plan.probes.iter().zip(&mut self.probes) {
-            let [p, ux, uy] = finest_at(patches, probe.point)
-                .and_then(|f| f.sample(probe.point))
-                .unwrap_or([f64::NAN; 3]);
+    /// One row of each point probe's CSV from its (p, u_x, u_y): NaN where
+    /// the probe has none (it reads a solid cell, or no patch holds it).
+    pub fn probes(&mut self, time: f64, values: &[Option<[f64; 3]>]) -> Result<(), AppError> {
+        for (value, csv) in values.iter().zip(&mut self.probes) {
+            let [p, ux, uy] = value.unwrap_or([f64::NAN; 3]);
             csv.line(&format!("{time:.9e},{p:.9e},{ux:.9e},{uy:.9e}"))?;
         }
         Ok(())

@@ -6,7 +6,10 @@
 //! stepper's main stream gets, after the interval that ends there:
 //! `save_moments` of every patch into one staging arena (three f32 per active
 //! cell), then one self-describing record per patch and one per exchange
-//! window. The bytes published since the last drain come off the device in
+//! window. A sample of the point probes alone (between save points) takes
+//! `save_moments` of each probe's few cells instead of every patch, so a
+//! probe sampled every interval costs a few bytes, not the whole grid's
+//! moments. The bytes published since the last drain come off the device in
 //! one asynchronous copy per batch, on the ring's own stream, into pinned
 //! staging; each record's header is checked (magic, check, sequence, step,
 //! kind, length) before its payload is used.
@@ -36,6 +39,7 @@ use crate::AppError;
 /// Record kinds: the high half says what, the low half which one.
 const KIND_FIELDS: u32 = 1 << 16;
 const KIND_WINDOW: u32 = 2 << 16;
+const KIND_PROBE: u32 = 3 << 16;
 
 /// What the ring carried over a run, for `summary.json`.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -59,6 +63,9 @@ pub struct Observation {
     /// Every exchange window's accumulator words, in the order of
     /// [`OutputRing::windows`].
     pub windows: Vec<Vec<f64>>,
+    /// The lattice fields of each probe's cells, in the order the ring was
+    /// given them (empty when the observation did not ask for them).
+    pub probes: Vec<Fields>,
 }
 
 /// A ring and its staging on a stepper's device; see the module documentation.
@@ -68,6 +75,9 @@ pub struct OutputRing {
     /// Byte offset of each patch's moments in the arena, hierarchy order.
     offsets: Vec<usize>,
     actives: Vec<Rect>,
+    /// Each probe's patch (hierarchy order), cells and byte offset in the
+    /// arena.
+    probes: Vec<(usize, Rect, usize)>,
     windows: Vec<WindowBuffer>,
     staging: StagingId,
     stream: StreamId,
@@ -79,14 +89,28 @@ pub struct OutputRing {
     stats: RingStats,
 }
 
+/// A record's payload as the f32 planes `save_moments` wrote.
+fn floats(payload: &[u8]) -> Vec<f32> {
+    payload
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("four bytes")))
+        .collect()
+}
+
 fn ring_error(e: RingError) -> AppError {
     AppError::Ring { source: e }
 }
 
 impl OutputRing {
     /// A ring of `capacity` bytes (`None`: room for one whole observation)
-    /// with its arena and staging, on the stepper's device.
-    pub fn new<D: Driver>(stepper: &Stepper<D>, capacity: Option<u64>) -> Result<OutputRing, AppError> {
+    /// with its arena and staging, on the stepper's device; `probes` are the
+    /// cells (a patch in hierarchy order and a rect in its storage
+    /// coordinates) an observation may sample alone.
+    pub fn new<D: Driver>(
+        stepper: &Stepper<D>,
+        capacity: Option<u64>,
+        probes: &[(usize, Rect)],
+    ) -> Result<OutputRing, AppError> {
         let hierarchy = stepper.hierarchy();
         let actives: Vec<Rect> = hierarchy.patches().map(|p| p.active).collect();
         let mut offsets = Vec::with_capacity(actives.len());
@@ -96,10 +120,19 @@ impl OutputRing {
             // 16-byte aligned records copy in 16-byte words.
             arena_bytes += SaveMoments::out_bytes(a).next_multiple_of(16);
         }
+        let probes: Vec<(usize, Rect, usize)> = probes
+            .iter()
+            .map(|(patch, rect)| {
+                let at = arena_bytes;
+                arena_bytes += SaveMoments::out_bytes(rect).next_multiple_of(16);
+                (*patch, *rect, at)
+            })
+            .collect();
         stepper.with_device(|driver, view| {
             let windows = view.windows();
             let observation: u64 = actives
                 .iter()
+                .chain(probes.iter().map(|(_, r, _)| r))
                 .map(|a| SaveMoments::out_bytes(a) as u64)
                 .chain(windows.iter().map(|w| w.bytes as u64))
                 .map(|b| record_bytes(b).expect("a record of a patch fits u64"))
@@ -115,6 +148,7 @@ impl OutputRing {
                 arena,
                 offsets,
                 actives: actives.clone(),
+                probes,
                 windows,
                 staging,
                 stream,
@@ -139,12 +173,13 @@ impl OutputRing {
     }
 
     /// Sends this interval's fields (when `fields` says what they need of
-    /// the covered cells) and exchange windows through the ring and returns
-    /// them.
+    /// the covered cells), the probes' cells (when `probes`) and exchange
+    /// windows through the ring and returns them.
     pub fn observe<D: Driver>(
         &mut self,
         stepper: &Stepper<D>,
         fields: Option<CoveredCells>,
+        probes: bool,
     ) -> Result<Observation, AppError> {
         // The windows read only the ledgers.
         if fields == Some(CoveredCells::Settled) {
@@ -165,6 +200,16 @@ impl OutputRing {
                     sources.push((KIND_FIELDS | k as u32, src, SaveMoments::out_bytes(active) as u64));
                 }
             }
+            if probes {
+                for (k, (patch, rect, offset)) in self.probes.iter().enumerate() {
+                    driver.launch(&view.moments_launch_of(self.arena, *offset, *patch, *rect))?;
+                    let src = lbm_core::BufferRef {
+                        id: self.arena,
+                        byte_offset: *offset as u64,
+                    };
+                    sources.push((KIND_PROBE | k as u32, src, SaveMoments::out_bytes(rect) as u64));
+                }
+            }
             for (k, w) in self.windows.iter().enumerate() {
                 sources.push((KIND_WINDOW | k as u32, w.buffer, w.bytes as u64));
             }
@@ -172,6 +217,7 @@ impl OutputRing {
                 window_start: view.window_start(),
                 fields: Vec::new(),
                 windows: Vec::new(),
+                probes: Vec::new(),
             };
             for (kind, src, bytes) in sources {
                 let launch = self.ring.record_launch(src, bytes, kind, step).map_err(ring_error)?;
@@ -183,16 +229,22 @@ impl OutputRing {
                 self.ring.enqueue(driver, &launch, self.tail).map_err(ring_error)?;
             }
             self.drain(driver, step, &mut out)?;
-            let expected = [fields.map_or(0, |_| self.actives.len()), self.windows.len()];
-            if [out.fields.len(), out.windows.len()] != expected {
+            let expected = [
+                fields.map_or(0, |_| self.actives.len()),
+                self.windows.len(),
+                if probes { self.probes.len() } else { 0 },
+            ];
+            if [out.fields.len(), out.windows.len(), out.probes.len()] != expected {
                 return Err(AppError::RingRecord {
                     sequence: self.sequence,
                     reason: format!(
-                        "interval {step} brought {} field and {} window records, not {} and {}",
+                        "interval {step} brought {} field, {} window and {} probe records, not {}, {} and {}",
                         out.fields.len(),
                         out.windows.len(),
+                        out.probes.len(),
                         expected[0],
-                        expected[1]
+                        expected[1],
+                        expected[2]
                     ),
                 });
             }
@@ -239,12 +291,12 @@ impl OutputRing {
             }
             match what {
                 KIND_FIELDS if index == out.fields.len() && index < self.actives.len() => {
-                    let planes: Vec<f32> = r
-                        .payload
-                        .chunks_exact(4)
-                        .map(|b| f32::from_le_bytes(b.try_into().expect("four bytes")))
-                        .collect();
-                    out.fields.push(Fields::from_planes(&self.actives[index], &planes));
+                    out.fields
+                        .push(Fields::from_planes(&self.actives[index], &floats(r.payload)));
+                }
+                KIND_PROBE if index == out.probes.len() && index < self.probes.len() => {
+                    out.probes
+                        .push(Fields::from_planes(&self.probes[index].1, &floats(r.payload)));
                 }
                 KIND_WINDOW if index == out.windows.len() && index < self.windows.len() => {
                     let words = r.payload.chunks_exact(8);
@@ -275,7 +327,7 @@ impl OutputRing {
 mod tests {
     use super::*;
     use crate::backend::BackendChoice;
-    use crate::output::fields::{PatchFields, finest_at, gather, physical};
+    use crate::output::fields::{PatchFields, ProbeCells, finest_at, gather, physical};
     use lbm_core::ExecConfig;
     use lbm_core::case::Case;
 
@@ -311,12 +363,12 @@ mod tests {
         // The largest record, a patch of DFG 2D-1 at its defaults, is 275568 bytes.
         for capacity in [None, Some(280_000)] {
             let (stepper, resolved) = stepper();
-            let mut ring = OutputRing::new(&stepper, capacity).unwrap();
+            let mut ring = OutputRing::new(&stepper, capacity, &[]).unwrap();
             stepper.step(23).unwrap();
             stepper.start_exchange_window().unwrap();
             for round in 0..3 {
                 stepper.step(5 + round).unwrap();
-                let observation = ring.observe(&stepper, Some(CoveredCells::Settled)).unwrap();
+                let observation = ring.observe(&stepper, Some(CoveredCells::Settled), false).unwrap();
                 let hierarchy = stepper.hierarchy();
                 assert_eq!(observation.fields.len(), hierarchy.patches().count());
                 for (f, p) in observation.fields.iter().zip(hierarchy.patches()) {
@@ -354,7 +406,7 @@ mod tests {
                     }
                 }
                 // Windows only: the fields stay on the device.
-                let windows_only = ring.observe(&stepper, None).unwrap();
+                let windows_only = ring.observe(&stepper, None, false).unwrap();
                 assert!(windows_only.fields.is_empty() && windows_only.windows.len() == 1);
             }
             let stats = ring.stats();
@@ -375,11 +427,11 @@ mod tests {
     #[test]
     fn probes_sample_the_same_bits_without_the_settle() {
         let (stepper, resolved) = stepper();
-        let mut ring = OutputRing::new(&stepper, None).unwrap();
+        let mut ring = OutputRing::new(&stepper, None, &[]).unwrap();
         stepper.step(40).unwrap();
         let hierarchy = stepper.hierarchy();
         let mut read = |covered| {
-            let observation = ring.observe(&stepper, Some(covered)).unwrap();
+            let observation = ring.observe(&stepper, Some(covered), false).unwrap();
             let lattice: Vec<Fields> = observation.fields;
             let mut patches = lattice.clone().into_iter();
             let physical = physical(&hierarchy, &resolved.units, &resolved.lattice.bodies, |_, _| {
@@ -418,13 +470,92 @@ mod tests {
         assert!(sampled > nx * ny / 2, "{sampled} of {} points sampled", nx * ny);
     }
 
+    /// Point probes sampled alone, each from its own few cells, give the
+    /// bits the whole fields give, at points a few finest cells apart over
+    /// the whole domain and at the patches' and the domain's edges and
+    /// corners, inside the cylinder (solid: no value) and outside the
+    /// domain (no patch); and the ring carries a few bytes per probe, not
+    /// the grid's moments.
+    #[test]
+    fn probes_sampled_alone_give_the_bits_of_the_whole_fields() {
+        let (stepper, resolved) = stepper();
+        let hierarchy = stepper.hierarchy();
+        let (units, bodies) = (&resolved.units, &resolved.lattice.bodies);
+        let finest = units.dx / 2f64.powi(hierarchy.n_levels() as i32 - 1);
+        let [lx, ly] = [2.2, 0.41];
+        let mut points = vec![
+            [0.0, 0.0],
+            [lx, ly],
+            [0.0, ly],
+            [lx, 0.0],
+            [0.2, 0.2],
+            [0.25, 0.2],
+            [-1.0, 0.1],
+        ];
+        for x in [0.05, 0.1, 0.45, 1.2] {
+            points.extend([
+                [x, 0.0],
+                [x, 0.2],
+                [x, ly],
+                [x - finest / 4.0, 0.1],
+                [x + finest / 4.0, 0.3],
+            ]);
+        }
+        let step = 3.1 * finest;
+        let [nx, ny] = [lx / step, ly / step].map(|n| n as usize);
+        points.extend((0..nx).flat_map(|i| (0..ny).map(move |j| [(i as f64 + 0.3) * step, (j as f64 + 0.6) * step])));
+        let cells: Vec<Option<ProbeCells>> = points
+            .iter()
+            .map(|p| ProbeCells::find(&hierarchy, units, bodies, *p))
+            .collect();
+        let rects: Vec<_> = cells.iter().flatten().map(|c| (c.patch, c.rect)).collect();
+        let mut ring = OutputRing::new(&stepper, None, &rects).unwrap();
+        stepper.step(40).unwrap();
+        let alone = ring.observe(&stepper, None, true).unwrap();
+        let bytes = ring.stats().bytes;
+        assert!(alone.fields.is_empty() && alone.probes.len() == rects.len());
+        assert!(
+            bytes < 200 * rects.len() as u64 + 4096,
+            "{bytes} bytes for {} probes",
+            rects.len()
+        );
+        let whole = ring.observe(&stepper, Some(CoveredCells::Band), false).unwrap();
+        assert!(whole.probes.is_empty());
+        let mut lattice = whole.fields.into_iter();
+        let patches = physical(&hierarchy, units, bodies, |_, _| {
+            Ok::<_, AppError>(lattice.next().unwrap())
+        })
+        .unwrap();
+        let mut sampled = alone.probes.iter();
+        let (mut values, mut solid, mut outside) = (0, 0, 0);
+        for (point, c) in points.iter().zip(&cells) {
+            let want = finest_at(&patches, *point).and_then(|f| f.sample(*point));
+            let got = c.as_ref().and_then(|c| c.sample(sampled.next().unwrap(), units));
+            assert_eq!(
+                got.map(|v| v.map(f64::to_bits)),
+                want.map(|v| v.map(f64::to_bits)),
+                "point {point:?}"
+            );
+            match (c, got) {
+                (None, _) => outside += 1,
+                (Some(_), None) => solid += 1,
+                (Some(_), Some(_)) => values += 1,
+            }
+        }
+        assert!(sampled.next().is_none());
+        assert!(
+            outside == 1 && solid > 1 && values > points.len() * 9 / 10,
+            "{values} values, {solid} solid, {outside} outside"
+        );
+    }
+
     #[test]
     fn a_ring_too_small_for_one_record_is_refused() {
         let (stepper, _) = stepper();
-        let mut ring = OutputRing::new(&stepper, Some(4096)).unwrap();
+        let mut ring = OutputRing::new(&stepper, Some(4096), &[]).unwrap();
         stepper.step(1).unwrap();
         let error = ring
-            .observe(&stepper, Some(CoveredCells::Settled))
+            .observe(&stepper, Some(CoveredCells::Settled), false)
             .err()
             .expect("a patch's record exceeds 4 KiB");
         assert!(error.to_string().contains("output ring"), "{error}");

@@ -27,7 +27,7 @@ const QUEUE: usize = 4;
 
 enum Job {
     Forces(f64, Vec<ExchangeRecord>),
-    Probes(f64, Arc<Vec<PatchFields>>),
+    Probes(f64, Vec<Option<[f64; 3]>>),
     Save(u64, Arc<Vec<PatchFields>>),
     State(mpsc::Sender<Result<WriterState, AppError>>),
     Finish(mpsc::Sender<Result<Written, AppError>>),
@@ -77,8 +77,8 @@ impl WriterThread {
     }
 
     /// A row of each point probe's CSV.
-    pub fn probes(&mut self, time: f64, patches: Arc<Vec<PatchFields>>) -> Result<(), AppError> {
-        self.send(Job::Probes(time, patches))
+    pub fn probes(&mut self, time: f64, values: Vec<Option<[f64; 3]>>) -> Result<(), AppError> {
+        self.send(Job::Probes(time, values))
     }
 
     /// The fields of a save point.
@@ -129,7 +129,7 @@ fn work(mut writer: Writer, queue: Receiver<Job>, save_nanos: &AtomicU64) {
         let result = match job {
             _ if failed.is_some() && !matches!(job, Job::State(_) | Job::Finish(_)) => Ok(()),
             Job::Forces(time, records) => writer.forces(time, &records),
-            Job::Probes(time, patches) => writer.probes(time, &patches),
+            Job::Probes(time, values) => writer.probes(time, &values),
             Job::Save(step, patches) => {
                 let start = Instant::now();
                 let saved = writer.save(step, &patches);

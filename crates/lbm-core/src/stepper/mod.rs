@@ -38,7 +38,7 @@ pub use observe::Fields;
 
 use crate::config::{ExecConfig, LatticeConfig, LevelPhysics};
 use crate::device::{Action, BufferId, BufferRef, Driver, Launch, PlanId};
-use crate::domain::hierarchy::{Hierarchy, Patch};
+use crate::domain::hierarchy::{Hierarchy, Patch, Rect};
 use crate::error::{Error, Result};
 use crate::kernels::KernelArgs;
 use crate::kernels::exchange::EXCHANGE_WORDS;
@@ -151,6 +151,30 @@ impl DeviceView<'_> {
                 .launch()
             })
             .collect()
+    }
+
+    /// One `save_moments` of the cells `rect` (storage coordinates, inside
+    /// the active region) of the `patch`-th patch in hierarchy order into
+    /// `arena` at `offset` bytes: what a point probe reads, without the rest
+    /// of the patch. Cells no settle is needed for, as
+    /// [`CoveredCells::Band`].
+    pub fn moments_launch_of(&self, arena: BufferId, offset: usize, patch: usize, rect: Rect) -> Launch {
+        let state = self.state;
+        let p = state.hierarchy.patches().nth(patch).expect("a patch of this hierarchy");
+        debug_assert!(
+            rect.x0 >= p.active.x0 && rect.x1 <= p.active.x1 && rect.y0 >= p.active.y0 && rect.y1 <= p.active.y1
+        );
+        SaveMoments {
+            f: current_buffer(&state.resources, p.level, p.index, state.step_count).into(),
+            out: BufferRef {
+                id: arena,
+                byte_offset: offset as u64,
+            },
+            layout: p.layout,
+            active: rect,
+            force: state.physics[p.level].force,
+        }
+        .launch()
     }
 
     /// The window accumulators, when the stepper observes the window.
