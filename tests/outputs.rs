@@ -166,8 +166,16 @@ fn probes_and_lines_are_written_every_sample_and_save_point() {
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let ring = &summary["ring"];
-    let (records, bytes, whole) = (ring["records"].as_u64(), ring["bytes"].as_u64(), ring["capacity_bytes"].as_u64());
-    assert_eq!(records, Some(29 + 2), "29 probe samples and two patches at the end: {ring}");
+    let (records, bytes, whole) = (
+        ring["records"].as_u64(),
+        ring["bytes"].as_u64(),
+        ring["capacity_bytes"].as_u64(),
+    );
+    assert_eq!(
+        records,
+        Some(29 + 2),
+        "29 probe samples and two patches at the end: {ring}"
+    );
     assert!(bytes.unwrap() < whole.unwrap() + 29 * 128, "{ring}");
     let line = std::fs::read_to_string(out.join("probes/mid.csv")).unwrap();
     assert_eq!(
