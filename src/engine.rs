@@ -30,6 +30,15 @@ pub(crate) enum Engine<D: Driver> {
 /// in body order, and each point probe's (p, u_x, u_y) when the probes were
 /// sampled alone (`None` in a row: the probe is outside every patch or reads
 /// a solid cell).
+/// A sample taken inside a chunk: its interval, each body's exchange
+/// window since the sample before, and the point probes' values (as
+/// [`Observed::probes`]).
+pub(crate) struct Sampled {
+    pub step: u64,
+    pub records: Vec<ExchangeRecord>,
+    pub probes: Option<Vec<Option<[f64; 3]>>>,
+}
+
 pub(crate) struct Observed {
     pub fields: Vec<Fields>,
     pub records: Vec<ExchangeRecord>,
@@ -220,9 +229,63 @@ impl Rings {
             })
     }
 
-    /// Whether [`Rings::observe`] can sample the point probes alone.
+    /// Whether [`Rings::observe`] can sample the point probes alone, and
+    /// [`Rings::step_sampled`] take samples inside a chunk (one stepper).
     pub fn sample_probes_alone(&self) -> bool {
         self.probes.is_some()
+    }
+
+    /// Samples of the exchange windows and the probes that fit the ring
+    /// without a wait for it to drain.
+    pub fn samples_in_room(&self) -> u64 {
+        self.rings.iter().map(OutputRing::samples_in_room).min().unwrap_or(0)
+    }
+
+    /// Steps one stepper's `n` intervals with one wait, the samples due
+    /// inside the chunk (after every interval that is a multiple of `every`,
+    /// the chunk's last excepted, which the caller observes as before: its
+    /// save point, checks and all) taken on the device: each body's
+    /// exchange window and, when `probes`, the point probes, each window
+    /// restarted after its sample. Returns the samples in order, each with
+    /// its interval. Needs [`Rings::sample_probes_alone`].
+    pub fn step_sampled<D: Driver>(
+        &mut self,
+        engine: &Engine<D>,
+        n: u64,
+        every: u64,
+        probes: bool,
+    ) -> Result<Vec<Sampled>, AppError> {
+        let (Engine::One(stepper), [ring], Some(cells)) = (engine, &mut self.rings[..], &self.probes) else {
+            unreachable!("samples inside a chunk need one stepper's ring");
+        };
+        stepper.step_sampled(n, |driver, view| match view.step_count() % every {
+            0 => ring.sample(driver, &view, probes),
+            _ => Ok(false),
+        })?;
+        let collected = stepper.with_device(|driver, _| ring.collect(driver))?;
+        let units = &self.units;
+        let mut out = Vec::with_capacity(collected.len());
+        for (step, observation) in collected {
+            let mut records: Vec<ExchangeRecord> = match observation.window_start {
+                Some(start) => (ring.windows().iter().zip(&observation.windows))
+                    .flat_map(|(w, words)| w.records(words, start, step))
+                    .collect(),
+                None => Vec::new(),
+            };
+            records.sort_by_key(|r| r.body);
+            let mut sampled = observation.probes.iter();
+            let probes = probes.then(|| {
+                cells
+                    .iter()
+                    .map(|c| {
+                        c.as_ref()
+                            .and_then(|c| c.sample(sampled.next().expect("one per probe's cells"), units))
+                    })
+                    .collect()
+            });
+            out.push(Sampled { step, records, probes });
+        }
+        Ok(out)
     }
 
     /// This interval's fields (when `fields`), point probes (when `probes`;

@@ -27,7 +27,7 @@ use lbm_core::{CoveredCells, Driver, ExecConfig};
 use crate::AppError;
 use crate::backend::{BackendChoice, Device, ptx_sha256};
 use crate::checkpoint;
-use crate::engine::{Engine, Rings};
+use crate::engine::{Engine, Rings, Sampled};
 use crate::guard::{EXIT_FAILED, EXIT_INTERRUPTED, Signals, Watchdog};
 use crate::output::fields::finest_at;
 use crate::output::ring::RingStats;
@@ -627,6 +627,23 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
 
 /// One process's part of a run: from a fresh start or a checkpoint to its
 /// stop (the run's end, or a pilot's), a wall limit or a signal.
+/// A chunk of intervals just stepped, with the samples taken inside it on
+/// the device (`Rings::step_sampled`), in order.
+pub(crate) struct Chunk {
+    pub intervals: u64,
+    pub sampled: Vec<Sampled>,
+}
+
+impl Chunk {
+    /// `intervals` stepped without samples inside.
+    pub(crate) fn plain(intervals: u64) -> Chunk {
+        Chunk {
+            intervals,
+            sampled: Vec::new(),
+        }
+    }
+}
+
 /// How a session paces its chunks between `advance` calls.
 pub(crate) struct Pace {
     last_checkpoint: Instant,
@@ -923,17 +940,35 @@ impl<D: Driver> Session<'_, D> {
     ) -> Result<Ending, AppError> {
         let mut pace = Pace::new();
         while self.state.done < self.stop {
-            let Some(n) = self.plan_chunk(limits, &pace) else {
+            let batch = self.samples_in_chunks();
+            let Some(n) = self.plan_chunk(limits, &pace, batch) else {
                 return Ok(Ending::WallLimit);
             };
             let start = Instant::now();
-            self.engine.step(n)?;
+            let chunk = match (batch, self.sampling()) {
+                (true, Some(every)) if n > 1 => {
+                    let probes = !self.resolved.output.probes.is_empty();
+                    let sampled = self.rings.step_sampled(&self.engine, n, every, probes)?;
+                    Chunk { intervals: n, sampled }
+                }
+                _ => {
+                    self.engine.step(n)?;
+                    Chunk::plain(n)
+                }
+            };
             let seconds = start.elapsed().as_secs_f64();
-            if let Some(ending) = self.finish_chunk(n, seconds, &mut pace, signals, watchdog, progress)? {
+            if let Some(ending) = self.finish_chunk(chunk, seconds, &mut pace, signals, watchdog, progress)? {
                 return Ok(ending);
             }
         }
         Ok(Ending::Completed)
+    }
+
+    /// Whether the samples between save points can be taken on the device
+    /// inside a chunk of intervals (one stepper), so that a chunk need not
+    /// end at each.
+    fn samples_in_chunks(&self) -> bool {
+        self.sampling().is_some() && self.rings.sample_probes_alone()
     }
 
     /// Whether the run still observes anything between save points (forces
@@ -954,9 +989,14 @@ impl<D: Driver> Session<'_, D> {
     /// save point, a checkpoint, a divergence check, `stop`), about
     /// `CHUNK_SECONDS` long, within the wall limit; `None` when the wall limit
     /// leaves no room.
-    pub(crate) fn plan_chunk(&self, limits: &Limits, pace: &Pace) -> Option<u64> {
+    pub(crate) fn plan_chunk(&self, limits: &Limits, pace: &Pace, samples_inside: bool) -> Option<u64> {
         let done = self.state.done;
-        let next_sample = self.sampling().map_or(u64::MAX, |sample| (done / sample + 1) * sample);
+        let next_sample = match (self.sampling(), samples_inside) {
+            (Some(sample), false) => (done / sample + 1) * sample,
+            // As many samples inside as the ring holds, then the chunk's end.
+            (Some(sample), true) => done + sample * self.rings.samples_in_room().max(1),
+            (None, _) => u64::MAX,
+        };
         let next_save = self.next_save();
         let next_checkpoint = self
             .checkpoint_every_intervals()
@@ -1012,7 +1052,7 @@ impl<D: Driver> Session<'_, D> {
     /// (a signal).
     pub(crate) fn finish_chunk(
         &mut self,
-        n: u64,
+        chunk: Chunk,
         seconds: f64,
         pace: &mut Pace,
         signals: &Signals,
@@ -1023,11 +1063,14 @@ impl<D: Driver> Session<'_, D> {
         let plan = &resolved.output;
         let bodies = &resolved.lattice.bodies;
         let next_save = self.next_save();
+        let n = chunk.intervals;
         self.state.stepping_seconds += seconds;
         pace.seconds_per_interval = Some(seconds / n as f64);
+        for s in chunk.sampled {
+            self.write_sample(s.step, s.records, s.probes.unwrap_or_default())?;
+        }
         self.state.done += n;
         let done = self.state.done;
-        let time = done as f64 * resolved.units.dt;
         let sampling = self
             .sampling()
             .is_some_and(|sample| done % sample == 0 || done == resolved.steps);
@@ -1048,33 +1091,13 @@ impl<D: Driver> Session<'_, D> {
             false => (Arc::new(Vec::new()), Vec::new(), None),
         };
         if sampling {
+            let probes = probes.unwrap_or_else(|| {
+                let at = |point| finest_at(&patches, point).and_then(|f| f.sample(point));
+                plan.probes.iter().map(|p| at(p.point)).collect()
+            });
+            self.write_sample(done, records, probes)?;
             if !bodies.is_empty() {
-                let coefficients = self.force_scale.coefficients(&records);
-                self.writer.forces(time, records)?;
-                self.state.history.push((done, coefficients.clone()));
-                self.state.coefficients = coefficients;
-                if let Some(b) = self
-                    .state
-                    .coefficients
-                    .iter()
-                    .position(|c| !c.iter().all(|v| v.is_finite()))
-                {
-                    self.check_health(false)?;
-                    return Err(diverged(
-                        done,
-                        time,
-                        format!("the force on body {b} is not finite"),
-                        self.out,
-                    ));
-                }
                 self.engine.start_exchange_window()?;
-            }
-            if !plan.probes.is_empty() {
-                let values = probes.unwrap_or_else(|| {
-                    let at = |point| finest_at(&patches, point).and_then(|f| f.sample(point));
-                    plan.probes.iter().map(|p| at(p.point)).collect()
-                });
-                self.writer.probes(time, values)?;
             }
         }
         if saving {
@@ -1108,6 +1131,42 @@ impl<D: Driver> Session<'_, D> {
             self.summary(Ending::Stalled, None, None)
         });
         Ok(signals.raised().then_some(Ending::Interrupted))
+    }
+
+    /// Writes the sample taken after interval `step`: each body's forces
+    /// from its exchange window `records` (a non-finite one ends the run as
+    /// diverged) and each point probe's value.
+    fn write_sample(
+        &mut self,
+        step: u64,
+        records: Vec<ExchangeRecord>,
+        probes: Vec<Option<[f64; 3]>>,
+    ) -> Result<(), AppError> {
+        let time = step as f64 * self.resolved.units.dt;
+        if !self.resolved.lattice.bodies.is_empty() {
+            let coefficients = self.force_scale.coefficients(&records);
+            self.writer.forces(time, records)?;
+            self.state.history.push((step, coefficients.clone()));
+            self.state.coefficients = coefficients;
+            if let Some(b) = self
+                .state
+                .coefficients
+                .iter()
+                .position(|c| !c.iter().all(|v| v.is_finite()))
+            {
+                self.check_health(false)?;
+                return Err(diverged(
+                    step,
+                    time,
+                    format!("the force on body {b} is not finite"),
+                    self.out,
+                ));
+            }
+        }
+        if !self.resolved.output.probes.is_empty() {
+            self.writer.probes(time, probes)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn engine(&mut self) -> &mut Engine<D> {

@@ -58,7 +58,7 @@ use crate::output::write_atomic;
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::run::{
-    Ending, Limits, Pace, Request, Session, SessionInput, exec, open_session, prepare_output, write_json,
+    Chunk, Ending, Limits, Pace, Request, Session, SessionInput, exec, open_session, prepare_output, write_json,
 };
 
 /// How the members advance.
@@ -579,7 +579,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                 let Some(session) = slot else { continue };
                 session.set_stop(reached);
                 if session.done() < reached {
-                    match session.plan_chunk(&options.limits, &paces[k]) {
+                    match session.plan_chunk(&options.limits, &paces[k], false) {
                         Some(n) => chunks[k] = Some(n),
                         None => {
                             ending = Ending::WallLimit;
@@ -628,7 +628,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                     continue;
                 };
                 let watchdog = watchdogs[k].as_ref().expect("a watchdog per open session");
-                match session.finish_chunk(n, seconds, &mut paces[k], &signals, watchdog, &mut silent) {
+                match session.finish_chunk(Chunk::plain(n), seconds, &mut paces[k], &signals, watchdog, &mut silent) {
                     Ok(None) => {}
                     Ok(Some(other)) => ending = other,
                     Err(e) => failed(k, slot, e),

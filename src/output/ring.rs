@@ -18,11 +18,15 @@
 //! not yet drained. When the ring is too full for the next record, the
 //! records before it are drained first; each such wait is counted in
 //! [`RingStats`]. Nothing is dropped or duplicated: the sequence numbers of
-//! the drained records must follow one another. The decisions that depend on
-//! what comes out (a non-finite force stops the run) are taken when the
-//! observation returns, at the same interval on every backend and machine;
-//! the files are then written by [`super::thread::WriterThread`] while the
-//! next intervals run.
+//! the drained records must follow one another. The samples due inside a
+//! chunk of intervals ([`OutputRing::sample`] during
+//! `Stepper::step_sampled`) stay on the device until the chunk's one wait
+//! and come back together ([`OutputRing::collect`]). The decisions that
+//! depend on what comes out (a non-finite force stops the run) are taken
+//! when the observations return, naming the same interval on every backend
+//! and machine (a run stops at the end of the chunk that holds it); the
+//! files are then written by [`super::thread::WriterThread`] while the next
+//! intervals run.
 
 use serde::Serialize;
 
@@ -30,7 +34,7 @@ use lbm_core::device::{EventId, StagingId, StreamId};
 use lbm_core::domain::hierarchy::Rect;
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::record_bytes;
-use lbm_core::stepper::Fields;
+use lbm_core::stepper::{DeviceView, Fields};
 use lbm_core::{BufferId, CoveredCells, Driver, Stepper, WindowBuffer};
 use ring_producer::{Ring, RingError, parse_records};
 
@@ -86,6 +90,8 @@ pub struct OutputRing {
     tail: u64,
     /// The sequence number of the last record drained.
     sequence: u64,
+    /// Observations enqueued since the last collect.
+    pending: Vec<Pending>,
     stats: RingStats,
 }
 
@@ -155,6 +161,7 @@ impl OutputRing {
                 event,
                 tail: 0,
                 sequence: 0,
+                pending: Vec::new(),
                 stats: RingStats {
                     capacity_bytes: capacity,
                     ..RingStats::default()
@@ -165,6 +172,16 @@ impl OutputRing {
 
     pub fn stats(&self) -> RingStats {
         self.stats
+    }
+
+    /// Samples of the probes' cells and the exchange windows the ring
+    /// holds at once.
+    pub fn samples_in_room(&self) -> u64 {
+        let sample: u64 = (self.probes.iter().map(|(_, r, _)| SaveMoments::out_bytes(r) as u64))
+            .chain(self.windows.iter().map(|w| w.bytes as u64))
+            .map(|b| record_bytes(b).expect("a record of a probe fits u64"))
+            .sum();
+        self.stats.capacity_bytes / sample.max(1)
     }
 
     /// The exchange windows whose words [`Observation::windows`] holds.
@@ -186,75 +203,115 @@ impl OutputRing {
             stepper.settle()?;
         }
         stepper.with_device(|driver, view| {
-            let step = view.step_count();
-            let mut sources = Vec::new();
-            if let Some(covered) = fields {
-                for launch in view.moments_launches(self.arena, &self.offsets, covered) {
-                    driver.launch(&launch)?;
-                }
-                for (k, (offset, active)) in self.offsets.iter().zip(&self.actives).enumerate() {
-                    let src = lbm_core::BufferRef {
-                        id: self.arena,
-                        byte_offset: *offset as u64,
-                    };
-                    sources.push((KIND_FIELDS | k as u32, src, SaveMoments::out_bytes(active) as u64));
-                }
+            self.enqueue(driver, view, fields, probes)?;
+            let mut taken = self.collect(driver)?;
+            Ok(taken.pop().expect("the observation just enqueued").1)
+        })
+    }
+
+    /// Enqueues a sample of the probes' cells (when `probes`) and the
+    /// exchange windows after the interval `view` is at, inside a chunk of
+    /// intervals (`Stepper::step_sampled`); [`OutputRing::collect`] brings
+    /// it back with the others. Says whether it enqueued anything.
+    pub fn sample<D: Driver>(&mut self, driver: &mut D, view: &DeviceView<'_>, probes: bool) -> Result<bool, AppError> {
+        if !probes && self.windows.is_empty() {
+            return Ok(false);
+        }
+        self.enqueue(driver, view, None, probes)?;
+        Ok(true)
+    }
+
+    /// Every observation enqueued since the last collect, in order, with
+    /// the interval each was taken after, once all of them are off the
+    /// device and complete.
+    pub fn collect<D: Driver>(&mut self, driver: &mut D) -> Result<Vec<(u64, Observation)>, AppError> {
+        self.drain(driver)?;
+        for p in &self.pending {
+            let got = [
+                p.observation.fields.len(),
+                p.observation.windows.len(),
+                p.observation.probes.len(),
+            ];
+            if got != p.expected {
+                return Err(AppError::RingRecord {
+                    sequence: self.sequence,
+                    reason: format!(
+                        "interval {} brought {} field, {} window and {} probe records, not {}, {} and {}",
+                        p.step, got[0], got[1], got[2], p.expected[0], p.expected[1], p.expected[2]
+                    ),
+                });
             }
-            if probes {
-                for (k, (patch, rect, offset)) in self.probes.iter().enumerate() {
-                    driver.launch(&view.moments_launch_of(self.arena, *offset, *patch, *rect))?;
-                    let src = lbm_core::BufferRef {
-                        id: self.arena,
-                        byte_offset: *offset as u64,
-                    };
-                    sources.push((KIND_PROBE | k as u32, src, SaveMoments::out_bytes(rect) as u64));
-                }
+        }
+        Ok(self.pending.drain(..).map(|p| (p.step, p.observation)).collect())
+    }
+
+    /// Enqueues the moments `fields` and `probes` ask for and one record per
+    /// patch, probe and window, draining first whatever a record would
+    /// overwrite.
+    fn enqueue<D: Driver>(
+        &mut self,
+        driver: &mut D,
+        view: &DeviceView<'_>,
+        fields: Option<CoveredCells>,
+        probes: bool,
+    ) -> Result<(), AppError> {
+        let step = view.step_count();
+        let mut sources = Vec::new();
+        if let Some(covered) = fields {
+            for launch in view.moments_launches(self.arena, &self.offsets, covered) {
+                driver.launch(&launch)?;
             }
-            for (k, w) in self.windows.iter().enumerate() {
-                sources.push((KIND_WINDOW | k as u32, w.buffer, w.bytes as u64));
+            for (k, (offset, active)) in self.offsets.iter().zip(&self.actives).enumerate() {
+                let src = lbm_core::BufferRef {
+                    id: self.arena,
+                    byte_offset: *offset as u64,
+                };
+                sources.push((KIND_FIELDS | k as u32, src, SaveMoments::out_bytes(active) as u64));
             }
-            let mut out = Observation {
+        }
+        if probes {
+            for (k, (patch, rect, offset)) in self.probes.iter().enumerate() {
+                driver.launch(&view.moments_launch_of(self.arena, *offset, *patch, *rect))?;
+                let src = lbm_core::BufferRef {
+                    id: self.arena,
+                    byte_offset: *offset as u64,
+                };
+                sources.push((KIND_PROBE | k as u32, src, SaveMoments::out_bytes(rect) as u64));
+            }
+        }
+        for (k, w) in self.windows.iter().enumerate() {
+            sources.push((KIND_WINDOW | k as u32, w.buffer, w.bytes as u64));
+        }
+        self.pending.push(Pending {
+            step,
+            expected: [
+                fields.map_or(0, |_| self.actives.len()),
+                self.windows.len(),
+                if probes { self.probes.len() } else { 0 },
+            ],
+            observation: Observation {
                 window_start: view.window_start(),
                 fields: Vec::new(),
                 windows: Vec::new(),
                 probes: Vec::new(),
-            };
-            for (kind, src, bytes) in sources {
-                let launch = self.ring.record_launch(src, bytes, kind, step).map_err(ring_error)?;
-                let need = record_bytes(bytes).expect("a record of a patch fits u64");
-                if self.ring.would_overwrite(need, self.tail) {
-                    self.stats.waits += 1;
-                    self.drain(driver, step, &mut out)?;
-                }
-                self.ring.enqueue(driver, &launch, self.tail).map_err(ring_error)?;
+            },
+        });
+        for (kind, src, bytes) in sources {
+            let launch = self.ring.record_launch(src, bytes, kind, step).map_err(ring_error)?;
+            let need = record_bytes(bytes).expect("a record of a patch fits u64");
+            if self.ring.would_overwrite(need, self.tail) {
+                self.stats.waits += 1;
+                self.drain(driver)?;
             }
-            self.drain(driver, step, &mut out)?;
-            let expected = [
-                fields.map_or(0, |_| self.actives.len()),
-                self.windows.len(),
-                if probes { self.probes.len() } else { 0 },
-            ];
-            if [out.fields.len(), out.windows.len(), out.probes.len()] != expected {
-                return Err(AppError::RingRecord {
-                    sequence: self.sequence,
-                    reason: format!(
-                        "interval {step} brought {} field, {} window and {} probe records, not {}, {} and {}",
-                        out.fields.len(),
-                        out.windows.len(),
-                        out.probes.len(),
-                        expected[0],
-                        expected[1],
-                        expected[2]
-                    ),
-                });
-            }
-            Ok(out)
-        })
+            self.ring.enqueue(driver, &launch, self.tail).map_err(ring_error)?;
+        }
+        Ok(())
     }
 
     /// Copies what was published since the last drain off the device in one
-    /// batch and checks and sorts its records into `out`.
-    fn drain<D: Driver>(&mut self, driver: &mut D, step: u64, out: &mut Observation) -> Result<(), AppError> {
+    /// batch and checks and sorts its records into the pending observation
+    /// of their interval.
+    fn drain<D: Driver>(&mut self, driver: &mut D) -> Result<(), AppError> {
         let head = self.ring.reserved_head();
         if head == self.tail {
             return Ok(());
@@ -286,9 +343,22 @@ impl OutputRing {
                 sequence: r.header.sequence,
                 reason,
             };
-            if r.header.step != step {
-                return Err(refuse(format!("it is of interval {}, not {step}", r.header.step)));
-            }
+            // Records come in the order they were enqueued: into the first
+            // pending observation of their interval that still lacks them.
+            let Some(p) = self.pending.iter_mut().find(|p| {
+                p.step == r.header.step
+                    && [
+                        p.observation.fields.len(),
+                        p.observation.windows.len(),
+                        p.observation.probes.len(),
+                    ] != p.expected
+            }) else {
+                return Err(refuse(format!(
+                    "it is of interval {}, which no pending observation awaits",
+                    r.header.step
+                )));
+            };
+            let out = &mut p.observation;
             match what {
                 KIND_FIELDS if index == out.fields.len() && index < self.actives.len() => {
                     out.fields
@@ -321,6 +391,14 @@ impl OutputRing {
         self.tail = head;
         Ok(())
     }
+}
+
+/// An observation enqueued and not yet collected: its interval, the field,
+/// window and probe records it awaits, and those it has.
+struct Pending {
+    step: u64,
+    expected: [usize; 3],
+    observation: Observation,
 }
 
 #[cfg(test)]
@@ -547,6 +625,60 @@ mod tests {
             outside == 1 && solid > 1 && values > points.len() * 9 / 10,
             "{values} values, {solid} solid, {outside} outside"
         );
+    }
+
+    /// Samples taken on the device inside a chunk (`Stepper::step_sampled`,
+    /// each window restarted after its sample) bring the bits that a wait,
+    /// an observation and a window restart after every interval bring:
+    /// windows, their starts and the probes' cells, interval by interval,
+    /// with a ring too small for the chunk's samples (records wait for it
+    /// to drain, nothing lost) and one large enough.
+    #[test]
+    fn samples_inside_a_chunk_equal_one_observation_per_interval() {
+        let (reference, resolved) = stepper();
+        let hierarchy = reference.hierarchy();
+        let points = [[0.4, 0.2], [0.15, 0.3], [1.5, 0.1]];
+        let rects: Vec<_> = points
+            .iter()
+            .filter_map(|p| ProbeCells::find(&hierarchy, &resolved.units, &resolved.lattice.bodies, *p))
+            .map(|c| (c.patch, c.rect))
+            .collect();
+        let mut ring = OutputRing::new(&reference, None, &rects).unwrap();
+        reference.step(20).unwrap();
+        reference.start_exchange_window().unwrap();
+        let mut want = Vec::new();
+        for _ in 0..9 {
+            reference.step(1).unwrap();
+            want.push((reference.step_count(), ring.observe(&reference, None, true).unwrap()));
+            reference.start_exchange_window().unwrap();
+        }
+        for capacity in [Some(2048), None] {
+            let (chunked, _) = stepper();
+            let mut ring = OutputRing::new(&chunked, capacity, &rects).unwrap();
+            chunked.step(20).unwrap();
+            chunked.start_exchange_window().unwrap();
+            chunked
+                .step_sampled(9, |driver, view| ring.sample(driver, &view, true))
+                .unwrap();
+            let mut got = chunked.with_device(|driver, _| ring.collect(driver)).unwrap();
+            got.push((chunked.step_count(), ring.observe(&chunked, None, true).unwrap()));
+            assert_eq!(got.len(), want.len());
+            for ((step, a), (wstep, b)) in got.iter().zip(&want) {
+                assert_eq!((step, a.window_start), (wstep, b.window_start), "{capacity:?}");
+                let words = |o: &Observation| -> Vec<u64> { o.windows.iter().flatten().map(|v| v.to_bits()).collect() };
+                assert_eq!(words(a), words(b), "{capacity:?}: interval {step}");
+                assert!(
+                    words(a).iter().any(|w| *w != 0),
+                    "interval {step}: an empty window shows nothing"
+                );
+                let probes = |o: &Observation| -> Vec<Vec<u32>> { o.probes.iter().map(bits).collect() };
+                assert_eq!(probes(a), probes(b), "{capacity:?}: interval {step}");
+                assert_eq!(a.probes.len(), rects.len());
+            }
+            if capacity.is_some() {
+                assert!(ring.stats().waits > 0, "{:?}", ring.stats());
+            }
+        }
     }
 
     #[test]

@@ -194,6 +194,30 @@ impl DeviceView<'_> {
     }
 }
 
+/// Refuses an exchange window where the stepper keeps none.
+fn window_available(state: &State) -> Result<()> {
+    match state.exec.observe_window_exchange {
+        true => Ok(()),
+        false => Err(Error::NotAvailable {
+            what: "exchange window".into(),
+            reason: "the stepper was built without observe_window_exchange",
+        }),
+    }
+}
+
+/// Enqueues the zeroing of every window accumulator and opens the window at
+/// the stepper's interval.
+fn restart_window<D: Driver>(driver: &mut D, state: &mut State) -> Result<()> {
+    for acc in &state.resources.accumulators {
+        if let Some(window) = acc.window {
+            driver.memset_async(window, 0, acc.bytes, 0)?;
+        }
+    }
+    state.window_start = Some(state.step_count);
+    state.window_valid = true;
+    Ok(())
+}
+
 impl WindowBuffer {
     /// Each body's record from the accumulator's `words` over base
     /// intervals `start..end`.
@@ -550,23 +574,51 @@ impl<D: Driver> Stepper<D> {
         let mut inner = self.lock();
         inner.state.require_ready("start an exchange window")?;
         let Inner { driver, state } = &mut *inner;
-        if !state.exec.observe_window_exchange {
-            return Err(Error::NotAvailable {
-                what: "exchange window".into(),
-                reason: "the stepper was built without observe_window_exchange",
-            });
-        }
-        for acc in &state.resources.accumulators {
-            if let Some(window) = acc.window
-                && let Err(e) = driver.memset_async(window, 0, acc.bytes, 0)
-            {
+        window_available(state)?;
+        restart_window(driver, state).inspect_err(|_| state.fail())
+    }
+
+    /// Steps `n` intervals as [`Stepper::step`] does, with one wait at the
+    /// end, and after each but the last hands the driver and a view of the
+    /// state after that interval to `sample`, which enqueues what it reads
+    /// (the output ring's records) and says whether it took a sample; where
+    /// it did, the exchange window (if the stepper keeps one) restarts
+    /// there, as
+    /// [`Stepper::start_exchange_window`] after a read would. So the
+    /// samples inside a chunk of intervals cost no host round trip each.
+    pub fn step_sampled<E: From<Error>>(
+        &self,
+        n: u64,
+        mut sample: impl FnMut(&mut D, DeviceView<'_>) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<(), E> {
+        let mut inner = self.lock();
+        inner.state.require_ready("step")?;
+        let Inner { driver, state } = &mut *inner;
+        state.status = Status::Advancing;
+        state.exchange_valid = false;
+        state.settled = false;
+        let mut advance = || -> std::result::Result<(), E> {
+            for k in 0..n {
+                driver.replay(state.prepared[parity_at_interval_start(0, state.step_count)])?;
+                state.step_count += 1;
+                let took = k + 1 < n && sample(driver, DeviceView { state })?;
+                if took && state.exec.observe_window_exchange {
+                    restart_window(driver, state)?;
+                }
+            }
+            Ok(driver.synchronize()?)
+        };
+        match advance() {
+            Ok(()) => {
+                state.exchange_valid = state.exec.observe_raw_exchange;
+                state.status = Status::Ready;
+                Ok(())
+            }
+            Err(e) => {
                 state.fail();
-                return Err(e);
+                Err(e)
             }
         }
-        state.window_start = Some(state.step_count);
-        state.window_valid = true;
-        Ok(())
     }
 
     /// The momentum exchange on `body` over the last completed interval.
