@@ -419,9 +419,7 @@ impl<D: Driver> Stepper<D> {
         let mut inner = self.lock();
         inner.state.require_ready("step")?;
         let Inner { driver, state } = &mut *inner;
-        state.status = Status::Advancing;
-        state.exchange_valid = false;
-        state.settled = false;
+        state.start_advancing();
         state.in_flight = n;
         let enqueued =
             (0..n).try_for_each(|k| driver.replay(state.prepared[parity_at_interval_start(0, state.step_count + k)]));
@@ -558,8 +556,7 @@ impl<D: Driver> Stepper<D> {
             Ok(()) => {
                 state.step_count += state.in_flight;
                 state.in_flight = 0;
-                state.exchange_valid = state.exec.observe_raw_exchange;
-                state.status = Status::Ready;
+                state.end_advancing();
                 Ok(())
             }
             Err(e) => {
@@ -594,9 +591,7 @@ impl<D: Driver> Stepper<D> {
         let mut inner = self.lock();
         inner.state.require_ready("step")?;
         let Inner { driver, state } = &mut *inner;
-        state.status = Status::Advancing;
-        state.exchange_valid = false;
-        state.settled = false;
+        state.start_advancing();
         let mut advance = || -> std::result::Result<(), E> {
             for k in 0..n {
                 driver.replay(state.prepared[parity_at_interval_start(0, state.step_count)])?;
@@ -610,8 +605,7 @@ impl<D: Driver> Stepper<D> {
         };
         match advance() {
             Ok(()) => {
-                state.exchange_valid = state.exec.observe_raw_exchange;
-                state.status = Status::Ready;
+                state.end_advancing();
                 Ok(())
             }
             Err(e) => {
@@ -892,6 +886,19 @@ impl State {
                 Err(e)
             }
         }
+    }
+
+    /// Intervals are being enqueued: what they change is no longer read.
+    fn start_advancing(&mut self) {
+        self.status = Status::Advancing;
+        self.exchange_valid = false;
+        self.settled = false;
+    }
+
+    /// The intervals enqueued are done.
+    fn end_advancing(&mut self) {
+        self.exchange_valid = self.exec.observe_raw_exchange;
+        self.status = Status::Ready;
     }
 
     fn require_ready(&self, action: &'static str) -> Result<()> {
