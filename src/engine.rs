@@ -113,13 +113,6 @@ impl<D: Driver> Engine<D> {
         }
     }
 
-    pub fn step(&mut self, n: u64) -> lbm_core::Result<()> {
-        match self {
-            Engine::One(s) => s.step(n),
-            Engine::Split(s) => s.step(n),
-        }
-    }
-
     /// Enqueues `n` intervals without waiting where the engine can (one
     /// stepper); a split advances them here, its exchange waiting each
     /// interval.
@@ -230,7 +223,7 @@ impl Rings {
     }
 
     /// Whether [`Rings::observe`] can sample the point probes alone, and
-    /// [`Rings::step_sampled`] take samples inside a chunk (one stepper).
+    /// [`Rings::begin_sampled`] take samples inside a chunk (one stepper).
     pub fn sample_probes_alone(&self) -> bool {
         self.probes.is_some()
     }
@@ -241,27 +234,36 @@ impl Rings {
         self.rings.iter().map(OutputRing::samples_in_room).min().unwrap_or(0)
     }
 
-    /// Steps one stepper's `n` intervals with one wait, the samples due
-    /// inside the chunk (after every interval that is a multiple of `every`,
-    /// the chunk's last excepted, which the caller observes as before: its
-    /// save point, checks and all) taken on the device: each body's
-    /// exchange window and, when `probes`, the point probes, each window
-    /// restarted after its sample. Returns the samples in order, each with
-    /// its interval. Needs [`Rings::sample_probes_alone`].
-    pub fn step_sampled<D: Driver>(
+    /// Enqueues one stepper's `n` intervals and the samples due inside the
+    /// chunk (after every interval that is a multiple of `every`, the
+    /// chunk's last excepted, which the caller observes as before: its save
+    /// point, checks and all), taken on the device: each body's exchange
+    /// window and, when `probes`, the point probes, each window restarted
+    /// after its sample. [`Rings::finish_sampled`] waits and brings them.
+    /// Needs [`Rings::sample_probes_alone`].
+    pub fn begin_sampled<D: Driver>(
         &mut self,
         engine: &Engine<D>,
         n: u64,
         every: u64,
         probes: bool,
-    ) -> Result<Vec<Sampled>, AppError> {
+    ) -> Result<(), AppError> {
+        let (Engine::One(stepper), [ring]) = (engine, &mut self.rings[..]) else {
+            unreachable!("samples inside a chunk need one stepper's ring");
+        };
+        stepper.begin_step_sampled(n, |driver, view| match view.step_count() % every {
+            0 => ring.sample(driver, &view, probes),
+            _ => Ok(false),
+        })
+    }
+
+    /// Waits for what [`Rings::begin_sampled`] enqueued and returns its
+    /// samples in order, each with its interval (`probes` as given there).
+    pub fn finish_sampled<D: Driver>(&mut self, engine: &Engine<D>, probes: bool) -> Result<Vec<Sampled>, AppError> {
         let (Engine::One(stepper), [ring], Some(cells)) = (engine, &mut self.rings[..], &self.probes) else {
             unreachable!("samples inside a chunk need one stepper's ring");
         };
-        stepper.step_sampled(n, |driver, view| match view.step_count() % every {
-            0 => ring.sample(driver, &view, probes),
-            _ => Ok(false),
-        })?;
+        stepper.finish_step()?;
         let collected = stepper.with_device(|driver, _| ring.collect(driver))?;
         let units = &self.units;
         let mut out = Vec::with_capacity(collected.len());

@@ -628,7 +628,7 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
 /// One process's part of a run: from a fresh start or a checkpoint to its
 /// stop (the run's end, or a pilot's), a wall limit or a signal.
 /// A chunk of intervals just stepped, with the samples taken inside it on
-/// the device (`Rings::step_sampled`), in order.
+/// the device (`Rings::begin_sampled`, `Rings::finish_sampled`), in order.
 pub(crate) struct Chunk {
     pub intervals: u64,
     pub sampled: Vec<Sampled>,
@@ -945,17 +945,8 @@ impl<D: Driver> Session<'_, D> {
                 return Ok(Ending::WallLimit);
             };
             let start = Instant::now();
-            let chunk = match (batch, self.sampling()) {
-                (true, Some(every)) if n > 1 => {
-                    let probes = !self.resolved.output.probes.is_empty();
-                    let sampled = self.rings.step_sampled(&self.engine, n, every, probes)?;
-                    Chunk { intervals: n, sampled }
-                }
-                _ => {
-                    self.engine.step(n)?;
-                    Chunk::plain(n)
-                }
-            };
+            self.begin_chunk(n, batch)?;
+            let chunk = self.end_chunk(n, batch)?;
             let seconds = start.elapsed().as_secs_f64();
             if let Some(ending) = self.finish_chunk(chunk, seconds, &mut pace, signals, watchdog, progress)? {
                 return Ok(ending);
@@ -964,10 +955,37 @@ impl<D: Driver> Session<'_, D> {
         Ok(Ending::Completed)
     }
 
+    /// Enqueues a chunk of `n` intervals, with the samples due inside it
+    /// where `samples_inside` (as `plan_chunk` was told), without waiting.
+    pub(crate) fn begin_chunk(&mut self, n: u64, samples_inside: bool) -> Result<(), AppError> {
+        match (samples_inside && n > 1, self.sampling()) {
+            (true, Some(every)) => {
+                let probes = !self.resolved.output.probes.is_empty();
+                self.rings.begin_sampled(&self.engine, n, every, probes)
+            }
+            _ => Ok(self.engine.begin_step(n)?),
+        }
+    }
+
+    /// Waits for the chunk [`Session::begin_chunk`] enqueued.
+    pub(crate) fn end_chunk(&mut self, n: u64, samples_inside: bool) -> Result<Chunk, AppError> {
+        match (samples_inside && n > 1, self.sampling()) {
+            (true, Some(_)) => {
+                let probes = !self.resolved.output.probes.is_empty();
+                let sampled = self.rings.finish_sampled(&self.engine, probes)?;
+                Ok(Chunk { intervals: n, sampled })
+            }
+            _ => {
+                self.engine.finish_step()?;
+                Ok(Chunk::plain(n))
+            }
+        }
+    }
+
     /// Whether the samples between save points can be taken on the device
     /// inside a chunk of intervals (one stepper), so that a chunk need not
     /// end at each.
-    fn samples_in_chunks(&self) -> bool {
+    pub(crate) fn samples_in_chunks(&self) -> bool {
         self.sampling().is_some() && self.rings.sample_probes_alone()
     }
 
@@ -1167,9 +1185,5 @@ impl<D: Driver> Session<'_, D> {
             self.writer.probes(time, probes)?;
         }
         Ok(())
-    }
-
-    pub(crate) fn engine(&mut self) -> &mut Engine<D> {
-        &mut self.engine
     }
 }

@@ -575,11 +575,18 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         reached = (reached + boundary_every).min(stop);
         loop {
             let mut chunks: Vec<Option<u64>> = vec![None; sessions.len()];
+            // A fused batch's members advance by the same intervals, so
+            // their chunks end at each sample; lockstep members take the
+            // samples inside their chunks where they can.
+            let inside: Vec<bool> = sessions
+                .iter()
+                .map(|s| !fused && s.as_ref().is_some_and(|s| s.samples_in_chunks()))
+                .collect();
             for (k, slot) in sessions.iter_mut().enumerate() {
                 let Some(session) = slot else { continue };
                 session.set_stop(reached);
                 if session.done() < reached {
-                    match session.plan_chunk(&options.limits, &paces[k], false) {
+                    match session.plan_chunk(&options.limits, &paces[k], inside[k]) {
                         Some(n) => chunks[k] = Some(n),
                         None => {
                             ending = Ending::WallLimit;
@@ -608,27 +615,28 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
             let start = Instant::now();
             for (k, slot) in sessions.iter_mut().enumerate() {
                 if let (Some(n), Some(session)) = (chunks[k], slot.as_mut())
-                    && let Err(e) = session.engine().begin_step(n)
+                    && let Err(e) = session.begin_chunk(n, inside[k])
                 {
                     chunks[k] = None;
-                    failed(k, slot, e.into());
+                    failed(k, slot, e);
                 }
             }
+            let mut ended: Vec<Option<Chunk>> = (0..sessions.len()).map(|_| None).collect();
             for (k, slot) in sessions.iter_mut().enumerate() {
-                if let (Some(_), Some(session)) = (chunks[k], slot.as_mut())
-                    && let Err(e) = session.engine().finish_step()
-                {
-                    chunks[k] = None;
-                    failed(k, slot, e.into());
+                if let (Some(n), Some(session)) = (chunks[k], slot.as_mut()) {
+                    match session.end_chunk(n, inside[k]) {
+                        Ok(chunk) => ended[k] = Some(chunk),
+                        Err(e) => failed(k, slot, e),
+                    }
                 }
             }
             let seconds = start.elapsed().as_secs_f64();
             for (k, slot) in sessions.iter_mut().enumerate() {
-                let (Some(n), Some(session)) = (chunks[k], slot.as_mut()) else {
+                let (Some(chunk), Some(session)) = (ended[k].take(), slot.as_mut()) else {
                     continue;
                 };
                 let watchdog = watchdogs[k].as_ref().expect("a watchdog per open session");
-                match session.finish_chunk(Chunk::plain(n), seconds, &mut paces[k], &signals, watchdog, &mut silent) {
+                match session.finish_chunk(chunk, seconds, &mut paces[k], &signals, watchdog, &mut silent) {
                     Ok(None) => {}
                     Ok(Some(other)) => ending = other,
                     Err(e) => failed(k, slot, e),

@@ -20,7 +20,7 @@
 //! [`RingStats`]. Nothing is dropped or duplicated: the sequence numbers of
 //! the drained records must follow one another. The samples due inside a
 //! chunk of intervals ([`OutputRing::sample`] during
-//! `Stepper::step_sampled`) stay on the device until the chunk's one wait
+//! `Stepper::begin_step_sampled`) stay on the device until the chunk's one wait
 //! and come back together ([`OutputRing::collect`]). The decisions that
 //! depend on what comes out (a non-finite force stops the run) are taken
 //! when the observations return, naming the same interval on every backend
@@ -211,7 +211,7 @@ impl OutputRing {
 
     /// Enqueues a sample of the probes' cells (when `probes`) and the
     /// exchange windows after the interval `view` is at, inside a chunk of
-    /// intervals (`Stepper::step_sampled`); [`OutputRing::collect`] brings
+    /// intervals (`Stepper::begin_step_sampled`); [`OutputRing::collect`] brings
     /// it back with the others. Says whether it enqueued anything.
     pub fn sample<D: Driver>(&mut self, driver: &mut D, view: &DeviceView<'_>, probes: bool) -> Result<bool, AppError> {
         if !probes && self.windows.is_empty() {

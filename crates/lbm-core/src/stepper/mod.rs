@@ -575,15 +575,15 @@ impl<D: Driver> Stepper<D> {
         restart_window(driver, state).inspect_err(|_| state.fail())
     }
 
-    /// Steps `n` intervals as [`Stepper::step`] does, with one wait at the
-    /// end, and after each but the last hands the driver and a view of the
-    /// state after that interval to `sample`, which enqueues what it reads
-    /// (the output ring's records) and says whether it took a sample; where
-    /// it did, the exchange window (if the stepper keeps one) restarts
-    /// there, as
-    /// [`Stepper::start_exchange_window`] after a read would. So the
-    /// samples inside a chunk of intervals cost no host round trip each.
-    pub fn step_sampled<E: From<Error>>(
+    /// Enqueues `n` intervals as [`Stepper::begin_step`] does and, after
+    /// each but the last, hands the driver and a view of the state after
+    /// that interval to `sample`, which enqueues what it reads (the output
+    /// ring's records) and says whether it took a sample; where it did, the
+    /// exchange window (if the stepper keeps one) restarts there, as
+    /// [`Stepper::start_exchange_window`] after a read would. So the samples
+    /// inside a chunk of intervals cost no host round trip each;
+    /// [`Stepper::finish_step`] waits for all of it.
+    pub fn begin_step_sampled<E: From<Error>>(
         &self,
         n: u64,
         mut sample: impl FnMut(&mut D, DeviceView<'_>) -> std::result::Result<bool, E>,
@@ -592,7 +592,10 @@ impl<D: Driver> Stepper<D> {
         inner.state.require_ready("step")?;
         let Inner { driver, state } = &mut *inner;
         state.start_advancing();
-        let mut advance = || -> std::result::Result<(), E> {
+        // The views count the intervals enqueued so far: nothing stays in
+        // flight for `finish_step` to add.
+        state.in_flight = 0;
+        let mut enqueue = || -> std::result::Result<(), E> {
             for k in 0..n {
                 driver.replay(state.prepared[parity_at_interval_start(0, state.step_count)])?;
                 state.step_count += 1;
@@ -601,18 +604,19 @@ impl<D: Driver> Stepper<D> {
                     restart_window(driver, state)?;
                 }
             }
-            Ok(driver.synchronize()?)
+            Ok(())
         };
-        match advance() {
-            Ok(()) => {
-                state.end_advancing();
-                Ok(())
-            }
-            Err(e) => {
-                state.fail();
-                Err(e)
-            }
-        }
+        enqueue().inspect_err(|_| state.fail())
+    }
+
+    /// [`Stepper::begin_step_sampled`], then [`Stepper::finish_step`].
+    pub fn step_sampled<E: From<Error>>(
+        &self,
+        n: u64,
+        sample: impl FnMut(&mut D, DeviceView<'_>) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<(), E> {
+        self.begin_step_sampled(n, sample)?;
+        Ok(self.finish_step()?)
     }
 
     /// The momentum exchange on `body` over the last completed interval.
