@@ -25,11 +25,6 @@ pub(crate) enum Engine<D: Driver> {
     Split(Box<Split<D>>),
 }
 
-/// One observation of the whole domain: every patch's lattice fields in
-/// hierarchy order (empty when not asked for), each body's exchange window,
-/// in body order, and each point probe's (p, u_x, u_y) when the probes were
-/// sampled alone (`None` in a row: the probe is outside every patch or reads
-/// a solid cell).
 /// A sample taken inside a chunk: its interval, each body's exchange
 /// window since the sample before, and the point probes' values (as
 /// [`Observed::probes`]).
@@ -39,6 +34,11 @@ pub(crate) struct Sampled {
     pub probes: Option<Vec<Option<[f64; 3]>>>,
 }
 
+/// One observation of the whole domain: every patch's lattice fields in
+/// hierarchy order (empty when not asked for), each body's exchange window,
+/// in body order, and each point probe's (p, u_x, u_y) when the probes were
+/// sampled alone (`None` in a row: the probe is outside every patch or reads
+/// a solid cell).
 pub(crate) struct Observed {
     pub fields: Vec<Fields>,
     pub records: Vec<ExchangeRecord>,
@@ -265,29 +265,15 @@ impl Rings {
         };
         stepper.finish_step()?;
         let collected = stepper.with_device(|driver, _| ring.collect(driver))?;
-        let units = &self.units;
-        let mut out = Vec::with_capacity(collected.len());
-        for (step, observation) in collected {
-            let mut records: Vec<ExchangeRecord> = match observation.window_start {
-                Some(start) => (ring.windows().iter().zip(&observation.windows))
-                    .flat_map(|(w, words)| w.records(words, start, step))
-                    .collect(),
-                None => Vec::new(),
-            };
-            records.sort_by_key(|r| r.body);
-            let mut sampled = observation.probes.iter();
-            let probes = probes.then(|| {
-                cells
-                    .iter()
-                    .map(|c| {
-                        c.as_ref()
-                            .and_then(|c| c.sample(sampled.next().expect("one per probe's cells"), units))
-                    })
-                    .collect()
-            });
-            out.push(Sampled { step, records, probes });
-        }
-        Ok(out)
+        Ok(collected
+            .into_iter()
+            .map(|(step, observation)| {
+                let mut records = ring.records(&observation, step);
+                records.sort_by_key(|r| r.body);
+                let probes = probes.then(|| probe_values(cells, &observation.probes, &self.units));
+                Sampled { step, records, probes }
+            })
+            .collect())
     }
 
     /// This interval's fields (when `fields`), point probes (when `probes`;
@@ -307,17 +293,13 @@ impl Rings {
         let mut sampled = Vec::new();
         for (ring, stepper) in self.rings.iter_mut().zip(engine.steppers()) {
             let observation = ring.observe(stepper, fields, probes)?;
-            sampled.extend(observation.probes);
-            if let Some(start) = observation.window_start {
-                for record in (ring.windows().iter().zip(&observation.windows))
-                    .flat_map(|(w, words)| w.records(words, start, done))
-                {
-                    match records.iter_mut().find(|r| r.body == record.body) {
-                        Some(r) => r.add_part(&record),
-                        None => records.push(record),
-                    }
+            for record in ring.records(&observation, done) {
+                match records.iter_mut().find(|r| r.body == record.body) {
+                    Some(r) => r.add_part(&record),
+                    None => records.push(record),
                 }
             }
+            sampled.extend(observation.probes);
             parts.push(observation.fields);
         }
         records.sort_by_key(|r| r.body);
@@ -346,19 +328,7 @@ impl Rings {
         };
         let probes = match (probes, &self.probes) {
             (false, _) | (true, None) => None,
-            (true, Some(cells)) => {
-                let mut sampled = sampled.iter();
-                let units = &self.units;
-                Some(
-                    cells
-                        .iter()
-                        .map(|c| {
-                            c.as_ref()
-                                .and_then(|c| c.sample(sampled.next().expect("one per probe's cells"), units))
-                        })
-                        .collect(),
-                )
-            }
+            (true, Some(cells)) => Some(probe_values(cells, &sampled, &self.units)),
         };
         Ok(Observed {
             fields,
@@ -366,4 +336,17 @@ impl Rings {
             probes,
         })
     }
+}
+
+/// Each probe's (p, u_x, u_y) from the lattice fields of its cells,
+/// `sampled` in the order of the probes that have cells.
+fn probe_values(cells: &[Option<ProbeCells>], sampled: &[Fields], units: &UnitSystem) -> Vec<Option<[f64; 3]>> {
+    let mut sampled = sampled.iter();
+    cells
+        .iter()
+        .map(|c| {
+            c.as_ref()
+                .and_then(|c| c.sample(sampled.next().expect("one per probe's cells"), units))
+        })
+        .collect()
 }

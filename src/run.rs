@@ -625,8 +625,6 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
     write_atomic(path, (text + "\n").as_bytes())
 }
 
-/// One process's part of a run: from a fresh start or a checkpoint to its
-/// stop (the run's end, or a pilot's), a wall limit or a signal.
 /// A chunk of intervals just stepped, with the samples taken inside it on
 /// the device (`Rings::begin_sampled`, `Rings::finish_sampled`), in order.
 pub(crate) struct Chunk {
@@ -660,6 +658,8 @@ impl Pace {
     }
 }
 
+/// One process's part of a run: from a fresh start or a checkpoint to its
+/// stop (the run's end, or a pilot's), a wall limit or a signal.
 pub(crate) struct Session<'a, D: Driver> {
     backend: &'static str,
     engine: Engine<D>,
@@ -958,28 +958,34 @@ impl<D: Driver> Session<'_, D> {
     /// Enqueues a chunk of `n` intervals, with the samples due inside it
     /// where `samples_inside` (as `plan_chunk` was told), without waiting.
     pub(crate) fn begin_chunk(&mut self, n: u64, samples_inside: bool) -> Result<(), AppError> {
-        match (samples_inside && n > 1, self.sampling()) {
-            (true, Some(every)) => {
+        match self.inside(n, samples_inside) {
+            Some(every) => {
                 let probes = !self.resolved.output.probes.is_empty();
                 self.rings.begin_sampled(&self.engine, n, every, probes)
             }
-            _ => Ok(self.engine.begin_step(n)?),
+            None => Ok(self.engine.begin_step(n)?),
         }
     }
 
     /// Waits for the chunk [`Session::begin_chunk`] enqueued.
     pub(crate) fn end_chunk(&mut self, n: u64, samples_inside: bool) -> Result<Chunk, AppError> {
-        match (samples_inside && n > 1, self.sampling()) {
-            (true, Some(_)) => {
+        match self.inside(n, samples_inside) {
+            Some(_) => {
                 let probes = !self.resolved.output.probes.is_empty();
                 let sampled = self.rings.finish_sampled(&self.engine, probes)?;
                 Ok(Chunk { intervals: n, sampled })
             }
-            _ => {
+            None => {
                 self.engine.finish_step()?;
                 Ok(Chunk::plain(n))
             }
         }
+    }
+
+    /// The sample period of a chunk of `n` intervals that takes samples
+    /// inside (it has room for one), or `None`.
+    fn inside(&self, n: u64, samples_inside: bool) -> Option<u64> {
+        self.sampling().filter(|_| samples_inside && n > 1)
     }
 
     /// Whether the samples between save points can be taken on the device

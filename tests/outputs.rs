@@ -70,6 +70,26 @@ fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
         4,
         "speed and vorticity twice"
     );
+    // numpy reads the point probe's CSV by its column names: a row per
+    // interval, the last one's values those the file holds.
+    let centre = &summary["probes"]["centre"];
+    assert_eq!(centre["rows"], 200, "{centre}");
+    let file = std::fs::read_to_string(out.join("probes/centre.csv")).unwrap();
+    let last: Vec<f64> = file
+        .lines()
+        .last()
+        .unwrap()
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let numpy: Vec<f64> = centre["last"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(numpy, last);
+    assert!(last[2].abs() > 0.0, "the flow at the centre moves: {last:?}");
     // L0 cells under the refined patch are marked refined, no cell is solid.
     assert_eq!(summary["ghost"]["t000000200/L0_p0"]["refined"], 32 * 32);
     assert_eq!(summary["ghost"]["t000000200/L1_p0"]["refined"], 0);

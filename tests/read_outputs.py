@@ -100,6 +100,21 @@ def main(run):
     if times != sorted(times) or not times:
         fail(f"fields.pvd: timesteps {times} are not ascending")
     summary["pvd_times"] = times
+    # Point probes: one row per sample, named columns, times ascending.
+    for csv in sorted((run / "probes").glob("*.csv")) if (run / "probes").exists() else []:
+        table = np.genfromtxt(csv, delimiter=",", names=True)
+        if table.dtype.names[:2] != ("time_s", "p_pa") and table.dtype.names[:2] != ("time_s", "s_m"):
+            fail(f"{csv.name}: columns {table.dtype.names}")
+        rows = np.atleast_1d(table)
+        if table.dtype.names == ("time_s", "p_pa", "ux_m_s", "uy_m_s"):
+            if not (np.diff(rows["time_s"]) > 0).all():
+                fail(f"{csv.name}: times are not ascending")
+            if not all(np.isfinite(rows[c]).all() for c in table.dtype.names):
+                fail(f"{csv.name}: non-finite values")
+        summary.setdefault("probes", {})[csv.stem] = {
+            "rows": int(rows.shape[0]),
+            "last": [float(rows[c][-1]) for c in table.dtype.names],
+        }
     print(json.dumps(summary))
 
 

@@ -34,6 +34,7 @@ use lbm_core::device::{EventId, StagingId, StreamId};
 use lbm_core::domain::hierarchy::Rect;
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::record_bytes;
+use lbm_core::ledger::ExchangeRecord;
 use lbm_core::stepper::{DeviceView, Fields};
 use lbm_core::{BufferId, CoveredCells, Driver, Stepper, WindowBuffer};
 use ring_producer::{Ring, RingError, parse_records};
@@ -184,9 +185,15 @@ impl OutputRing {
         self.stats.capacity_bytes / sample.max(1)
     }
 
-    /// The exchange windows whose words [`Observation::windows`] holds.
-    pub fn windows(&self) -> &[WindowBuffer] {
-        &self.windows
+    /// Each body's record from `observation`'s windows over the intervals
+    /// since its window opened, to `end` (none where no window is open).
+    pub fn records(&self, observation: &Observation, end: u64) -> Vec<ExchangeRecord> {
+        let Some(start) = observation.window_start else {
+            return Vec::new();
+        };
+        (self.windows.iter().zip(&observation.windows))
+            .flat_map(|(w, words)| w.records(words, start, end))
+            .collect()
     }
 
     /// Sends this interval's fields (when `fields` says what they need of
@@ -227,11 +234,7 @@ impl OutputRing {
     pub fn collect<D: Driver>(&mut self, driver: &mut D) -> Result<Vec<(u64, Observation)>, AppError> {
         self.drain(driver)?;
         for p in &self.pending {
-            let got = [
-                p.observation.fields.len(),
-                p.observation.windows.len(),
-                p.observation.probes.len(),
-            ];
+            let got = p.got();
             if got != p.expected {
                 return Err(AppError::RingRecord {
                     sequence: self.sequence,
@@ -345,14 +348,11 @@ impl OutputRing {
             };
             // Records come in the order they were enqueued: into the first
             // pending observation of their interval that still lacks them.
-            let Some(p) = self.pending.iter_mut().find(|p| {
-                p.step == r.header.step
-                    && [
-                        p.observation.fields.len(),
-                        p.observation.windows.len(),
-                        p.observation.probes.len(),
-                    ] != p.expected
-            }) else {
+            let Some(p) = self
+                .pending
+                .iter_mut()
+                .find(|p| p.step == r.header.step && p.got() != p.expected)
+            else {
                 return Err(refuse(format!(
                     "it is of interval {}, which no pending observation awaits",
                     r.header.step
@@ -399,6 +399,14 @@ struct Pending {
     step: u64,
     expected: [usize; 3],
     observation: Observation,
+}
+
+impl Pending {
+    /// The field, window and probe records it has.
+    fn got(&self) -> [usize; 3] {
+        let o = &self.observation;
+        [o.fields.len(), o.windows.len(), o.probes.len()]
+    }
 }
 
 #[cfg(test)]
@@ -457,13 +465,8 @@ mod tests {
                         p.name()
                     );
                 }
-                let start = observation.window_start.unwrap();
-                let records: Vec<_> = ring
-                    .windows()
-                    .iter()
-                    .zip(&observation.windows)
-                    .flat_map(|(w, words)| w.records(words, start, stepper.step_count()))
-                    .collect();
+                assert!(observation.window_start.is_some());
+                let records = ring.records(&observation, stepper.step_count());
                 let direct = stepper.read_exchange_window(0).unwrap();
                 assert_eq!(format!("{:?}", records), format!("{:?}", [direct]));
                 let units = &resolved.units;
@@ -627,7 +630,7 @@ mod tests {
         );
     }
 
-    /// Samples taken on the device inside a chunk (`Stepper::step_sampled`,
+    /// Samples taken on the device inside a chunk (`Stepper::begin_step_sampled`,
     /// each window restarted after its sample) bring the bits that a wait,
     /// an observation and a window restart after every interval bring:
     /// windows, their starts and the probes' cells, interval by interval,
@@ -658,8 +661,9 @@ mod tests {
             chunked.step(20).unwrap();
             chunked.start_exchange_window().unwrap();
             chunked
-                .step_sampled(9, |driver, view| ring.sample(driver, &view, true))
+                .begin_step_sampled(9, |driver, view| ring.sample(driver, &view, true))
                 .unwrap();
+            chunked.finish_step().unwrap();
             let mut got = chunked.with_device(|driver, _| ring.collect(driver)).unwrap();
             got.push((chunked.step_count(), ring.observe(&chunked, None, true).unwrap()));
             assert_eq!(got.len(), want.len());

@@ -609,16 +609,6 @@ impl<D: Driver> Stepper<D> {
         enqueue().inspect_err(|_| state.fail())
     }
 
-    /// [`Stepper::begin_step_sampled`], then [`Stepper::finish_step`].
-    pub fn step_sampled<E: From<Error>>(
-        &self,
-        n: u64,
-        sample: impl FnMut(&mut D, DeviceView<'_>) -> std::result::Result<bool, E>,
-    ) -> std::result::Result<(), E> {
-        self.begin_step_sampled(n, sample)?;
-        Ok(self.finish_step()?)
-    }
-
     /// The momentum exchange on `body` over the last completed interval.
     pub fn read_raw_exchange(&self, body: usize) -> Result<ExchangeRecord> {
         let mut inner = self.lock();
