@@ -65,8 +65,9 @@ pub struct Observation {
     /// Every patch's lattice fields in hierarchy order (empty when the
     /// observation did not ask for fields).
     pub fields: Vec<Fields>,
-    /// Every exchange window's accumulator words, in the order of
-    /// [`OutputRing::windows`].
+    /// Every exchange window's accumulator words, in the order of the
+    /// stepper's windows (`DeviceView::windows`; [`OutputRing::records`]
+    /// turns them into each body's record).
     pub windows: Vec<Vec<f64>>,
     /// The lattice fields of each probe's cells, in the order the ring was
     /// given them (empty when the observation did not ask for them).
