@@ -11,6 +11,8 @@
 // compiled twice).
 #include "batch.cuh"
 
+
+
 #include "common.cuh"
 
 // Each pass in its own namespace, so that the two copies of a family's
@@ -19,7 +21,8 @@
 #define LBM_KERNEL(name) extern "C" __global__ void name
 // A kernel whose registers are capped so that `blocks` blocks of
 // LBM_BLOCK_THREADS threads fit on one multiprocessor (its definition says
-// why); its batch entry is not capped.
+// why); its batch entry is capped only where it is declared with
+// LBM_BOUNDED_BATCH_ENTRY below.
 #define LBM_BOUNDED_KERNEL(name, blocks) \
     extern "C" __global__ void __launch_bounds__(LBM_BLOCK_THREADS, blocks) name
 namespace lbm_plain {
@@ -51,8 +54,8 @@ namespace lbm_batch {
 LBM_BATCH_ENTRY(stream_collide)
 LBM_BATCH_ENTRY(stream_collide_bulk)
 LBM_BATCH_ENTRY(stream_collide_bulk_walled)
-LBM_BATCH_ENTRY(fill_ghost)
-LBM_BATCH_ENTRY(restrict_to_parent)
+LBM_BOUNDED_BATCH_ENTRY(fill_ghost, 4)
+LBM_BOUNDED_BATCH_ENTRY(restrict_to_parent, 5)
 LBM_BATCH_ENTRY(accumulate_fine_flux)
 LBM_BATCH_ENTRY(correct_interface_mass)
 LBM_BATCH_ENTRY(accumulate_exchange)

@@ -68,3 +68,11 @@ struct LbmBatch<void (*)(A...), body> {
     extern "C" __global__ void name##_batch(const unsigned long long* __restrict__ words) {    \
         LbmBatch<decltype(&lbm_batch::name), &lbm_batch::name>::run(words);                     \
     }
+
+// A batch entry whose registers are capped so that `blocks` blocks of
+// LBM_BLOCK_THREADS threads fit on one multiprocessor.
+#define LBM_BOUNDED_BATCH_ENTRY(name, blocks)                                                               \
+    extern "C" __global__ void __launch_bounds__(LBM_BLOCK_THREADS, blocks)                                  \
+        name##_batch(const unsigned long long* __restrict__ words) {                                         \
+        LbmBatch<decltype(&lbm_batch::name), &lbm_batch::name>::run(words);                                 \
+    }

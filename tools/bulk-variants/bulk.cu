@@ -184,11 +184,15 @@ int main() {
             float* io[2] = {a, b};
             const unsigned int* skip = nullptr;
             unsigned int nn = n, one = 1, last = n - 1;
+            // Every side of the region a neighbour a fixed offset away (no wrap, no wall).
+            unsigned int sides = 0;
+            float wall[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
             float op = 1.6f, om = 1.1f, fx = forced ? 1e-6f : 0.0f, fy = 0.0f;
             for (int r = 0; r < reps + 3; ++r) {
                 if (r == 3) cudaEventRecord(e0);
                 void* args[] = {&io[r % 2], &io[1 - r % 2], &skip, &nn, &nn, &nn, &nn, &one, &one, &last, &last,
-                                &op, &om, &fx, &fy};
+                                &sides, &wall[0], &wall[1], &wall[2], &wall[3], &wall[4], &wall[5], &wall[6],
+                                &wall[7], &op, &om, &fx, &fy};
                 cuLaunchKernel(engine, (w + 31 + 255) / 256, h_rows, 1, 256, 1, 1, 0, nullptr, args, nullptr);
             }
             cudaEventRecord(e1);

@@ -342,6 +342,7 @@ impl Driver for CpuDriver {
     fn free(&mut self, buffer: BufferId) -> Result<()> {
         self.get(buffer)?;
         self.buffers[buffer.0 as usize] = None;
+        self.plans.note_free();
         Ok(())
     }
 

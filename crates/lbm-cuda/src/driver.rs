@@ -549,7 +549,13 @@ impl CudaDriver {
             .iter()
             .try_for_each(|a| self.enqueue_action(&self.stream, a, &mut tables));
         // End the capture whatever happened, so the stream is usable again.
-        let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        // Capture copies each launch's stream priority into its node, but a
+        // graph runs every node at its launch stream's priority unless told
+        // otherwise: without this flag a group's side launches lose the
+        // priority that gets their blocks ahead of the first launch's.
+        let ended = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY);
         recorded?;
         let graph = ended.map_err(|e| cuda_error(operation.clone(), e))?;
         if let Some(graph) = &graph {
@@ -631,6 +637,7 @@ impl Driver for CudaDriver {
         self.bind("free")?;
         // Dropping the slice frees it in stream order, after all enqueued work.
         self.buffers[buffer.0 as usize] = None;
+        self.plans.note_free();
         Ok(())
     }
 

@@ -320,10 +320,12 @@ fn all_cu_includes_every_kernel_family() {
             in_pass,
             "kernels/all.cu: {file} belongs in the batch pass exactly when one of its kernels has a `_batch` entry"
         );
+        let entry = batch_pass.contains(&format!("LBM_BATCH_ENTRY({name})"))
+            || batch_pass.contains(&format!("LBM_BOUNDED_BATCH_ENTRY({name},"));
         assert_eq!(
-            batch_pass.contains(&format!("LBM_BATCH_ENTRY({name})")),
+            entry,
             batches(name),
-            "kernels/all.cu: LBM_BATCH_ENTRY({name}) exactly when Kernel::batches says so"
+            "kernels/all.cu: LBM_BATCH_ENTRY({name}) or LBM_BOUNDED_BATCH_ENTRY({name}, ..) exactly when Kernel::batches says so"
         );
     }
 }

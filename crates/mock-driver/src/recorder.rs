@@ -184,6 +184,7 @@ impl Recorder {
             }
             self.buffers[id.0 as usize].live = false;
             self.live_bytes -= bytes as u64;
+            self.plans.note_free();
             Ok(())
         });
         self.outcome(EventKind::Free, result)

@@ -284,10 +284,22 @@ pub(super) fn check_patch(layout: &Layout, active: &Rect) -> std::result::Result
 
 /// The prepared plans of one driver: each checked once when it is added,
 /// then handed out for replay after a check that none of its buffers was
-/// freed since. A driver keeps one and enqueues the actions itself.
+/// freed since. A driver keeps one, tells it of every free
+/// ([`PlanTable::note_free`]) and enqueues the actions itself.
 #[derive(Default)]
 pub struct PlanTable {
-    plans: Vec<Option<std::sync::Arc<[Action]>>>,
+    plans: Vec<Option<Prepared>>,
+    /// Buffers the driver has freed so far.
+    frees: u64,
+}
+
+struct Prepared {
+    actions: std::sync::Arc<[Action]>,
+    /// [`PlanTable::frees`] when every buffer of the plan was last found
+    /// live: a replay before the next free needs no look. A fused batch's
+    /// plan names thousands of buffers, and looking them all up at every
+    /// replay cost the host about as much as the GPU's interval.
+    checked: std::cell::Cell<u64>,
 }
 
 impl PlanTable {
@@ -300,8 +312,17 @@ impl PlanTable {
         size_of: impl Fn(BufferId) -> Option<usize>,
     ) -> Result<PlanId> {
         check_actions(actions, backend, size_of)?;
-        self.plans.push(Some(actions.into()));
+        self.plans.push(Some(Prepared {
+            actions: actions.into(),
+            checked: std::cell::Cell::new(self.frees),
+        }));
         Ok(PlanId(self.plans.len() as u32 - 1))
+    }
+
+    /// Counts a freed buffer: every plan is looked at again at its next
+    /// replay.
+    pub fn note_free(&mut self) {
+        self.frees += 1;
     }
 
     /// The actions of `plan`, refused when it is unknown or a buffer it
@@ -312,18 +333,20 @@ impl PlanTable {
         backend: &'static str,
         size_of: impl Fn(BufferId) -> Option<usize>,
     ) -> Result<std::sync::Arc<[Action]>> {
-        let actions = self
+        let prepared = self
             .plans
             .get(plan.0 as usize)
-            .cloned()
-            .flatten()
+            .and_then(Option::as_ref)
             .ok_or(Error::UnknownHandle {
                 backend,
                 what: "plan",
                 id: plan.0,
             })?;
-        check_replay(plan, &actions, backend, size_of)?;
-        Ok(actions)
+        if prepared.checked.get() != self.frees {
+            check_replay(plan, &prepared.actions, backend, size_of)?;
+            prepared.checked.set(self.frees);
+        }
+        Ok(prepared.actions.clone())
     }
 
     /// The id the next prepared plan gets.
@@ -343,5 +366,55 @@ impl PlanTable {
                 id: plan.0,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+
+    use super::*;
+
+    #[test]
+    fn a_replay_looks_at_its_buffers_only_after_a_free_and_refuses_a_freed_one() {
+        let live = RefCell::new([true, true]);
+        let looks = Cell::new(0);
+        let size_of = |id: BufferId| {
+            looks.set(looks.get() + 1);
+            live.borrow()[id.0 as usize].then_some(64)
+        };
+        let memset = Action::Memset {
+            buffer: BufferId(0),
+            byte_offset: 0,
+            bytes: 64,
+            value: 0,
+        };
+        let mut table = PlanTable::default();
+        let plan = table.prepare(&[memset], "test", size_of).unwrap();
+        looks.set(0);
+        table.replay(plan, "test", size_of).unwrap();
+        assert_eq!(looks.get(), 0, "no free since the plan was checked");
+        // Another buffer freed: one look, the plan still replays, then none again.
+        live.borrow_mut()[1] = false;
+        table.note_free();
+        table.replay(plan, "test", size_of).unwrap();
+        assert_eq!(looks.get(), 1);
+        table.replay(plan, "test", size_of).unwrap();
+        assert_eq!(looks.get(), 1);
+        live.borrow_mut()[0] = false;
+        table.note_free();
+        let refused = table.replay(plan, "test", size_of);
+        assert!(
+            matches!(
+                refused,
+                Err(Error::StalePlan {
+                    buffer: BufferId(0),
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        // Still refused: a refusal does not mark the plan checked.
+        assert!(table.replay(plan, "test", size_of).is_err());
     }
 }
