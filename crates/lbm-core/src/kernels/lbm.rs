@@ -675,12 +675,15 @@ impl StreamCollideBulk {
 
     /// A row's threads start up to [`ALIGN_CELLS`] - 1 cells before the
     /// region (at an aligned storage index), so they cover that many more:
-    /// blocks of one row of 256 threads, or, when a row spans less than that,
-    /// of [`SHORT_ROWS`] rows of 32 (a 256-thread block would mostly idle).
+    /// blocks of one row of 256 threads, or, where those would leave more
+    /// than a fifth of a row's threads idle (a row spanning less than a
+    /// block, or a little more than a whole number of blocks), of
+    /// [`SHORT_ROWS`] rows of 32.
     fn shape(&self) -> ExactShape {
         let span = self.interior.width() + ALIGN_CELLS - 1;
         let rows = self.interior.height().max(1);
-        match span < BLOCK_THREADS {
+        let long_row_threads = span.div_ceil(BLOCK_THREADS) * BLOCK_THREADS;
+        match 4 * long_row_threads > 5 * span {
             true => ExactShape {
                 grid: [span.div_ceil(ALIGN_CELLS).max(1), rows.div_ceil(SHORT_ROWS), 1],
                 block: [ALIGN_CELLS, SHORT_ROWS, 1],
