@@ -11,8 +11,6 @@
 // compiled twice).
 #include "batch.cuh"
 
-
-
 #include "common.cuh"
 
 // Each pass in its own namespace, so that the two copies of a family's
