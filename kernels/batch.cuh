@@ -64,15 +64,14 @@ struct LbmBatch<void (*)(A...), body> {
     }
 };
 
-#define LBM_BATCH_ENTRY(name)                                                                   \
-    extern "C" __global__ void name##_batch(const unsigned long long* __restrict__ words) {    \
-        LbmBatch<decltype(&lbm_batch::name), &lbm_batch::name>::run(words);                     \
+// The `_batch` entry of `name`, its signature qualified by `bounds` (empty,
+// or a __launch_bounds__).
+#define LBM_BATCH_ENTRY_BOUNDED_BY(name, bounds)                                                  \
+    extern "C" __global__ void bounds name##_batch(const unsigned long long* __restrict__ words) { \
+        LbmBatch<decltype(&lbm_batch::name), &lbm_batch::name>::run(words);                       \
     }
-
+#define LBM_BATCH_ENTRY(name) LBM_BATCH_ENTRY_BOUNDED_BY(name, )
 // A batch entry whose registers are capped so that `blocks` blocks of
 // LBM_BLOCK_THREADS threads fit on one multiprocessor.
-#define LBM_BOUNDED_BATCH_ENTRY(name, blocks)                                                               \
-    extern "C" __global__ void __launch_bounds__(LBM_BLOCK_THREADS, blocks)                                  \
-        name##_batch(const unsigned long long* __restrict__ words) {                                         \
-        LbmBatch<decltype(&lbm_batch::name), &lbm_batch::name>::run(words);                                 \
-    }
+#define LBM_BOUNDED_BATCH_ENTRY(name, blocks) \
+    LBM_BATCH_ENTRY_BOUNDED_BY(name, __launch_bounds__(LBM_BLOCK_THREADS, blocks))
