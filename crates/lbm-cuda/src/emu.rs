@@ -210,6 +210,7 @@ impl Driver for EmuDriver {
     fn free(&mut self, buffer: BufferId) -> Result<()> {
         self.buffer(buffer)?;
         self.buffers[buffer.0 as usize] = None;
+        self.plans.note_free();
         Ok(())
     }
     fn upload(&mut self, buffer: BufferId, byte_offset: usize, data: &[u8]) -> Result<()> {
