@@ -182,6 +182,15 @@ LBM_KERNEL(stream_collide)(
     const size_t index = cell_index(layout, x, y);
 
     WallTable walls = {wall_distance, n_wall_cells, -2};
+    // A list with a wall table carries each cell's slot in it after the
+    // numbers (lbm_core::kernels::lbm::CellList): one check, where the
+    // bisection is a chain of dependent loads; a wrong hint bisects.
+    if (cells != nullptr && n_wall_cells != 0) {
+        const unsigned int hint = cells[n_cells + t];
+        if (hint < n_wall_cells && wall_distance[hint] == (unsigned int)index) {
+            walls.slot = (int)hint;
+        }
+    }
     float f[LBM_Q];
     if (flags[index] != LBM_FLAG_FLUID) {
         read_cell(src, plane, index, f);

@@ -36,7 +36,7 @@ use lbm_core::kernels::halo::{HaloColumn, PackHalo, UnpackHalo};
 use lbm_core::kernels::health::CheckHealth;
 use lbm_core::kernels::lbm::{
     BulkSide, CellList, StreamCollide, StreamCollideBulk, WallDistances, boundary_cells, bulk_interior, bulk_open,
-    bulk_sides, bulk_skip,
+    bulk_sides, bulk_skip, cell_list_words,
 };
 use lbm_core::kernels::moments::SaveMoments;
 use lbm_core::kernels::producer::{ProduceChunked, RingControl};
@@ -117,6 +117,31 @@ fn random_wall_table(rng: &mut Rng, plane: usize, cells: usize) -> (Vec<u32>, u3
     });
     let table: Vec<u32> = listed.iter().copied().chain(q.collect::<Vec<_>>()).collect();
     (table, cells as u32)
+}
+
+/// The words of a cell list for `launch`: with a wall table, the cells'
+/// slots after them as the host writes them (`cell_list_words`), a tenth of
+/// them spoiled (beyond the table, or naming another of its cells), which
+/// the kernel must notice and bisect instead.
+fn with_slots(rng: &mut Rng, cells: &[u32], launch: &StreamCollide, table: &[u32], layout: &Layout) -> Vec<u32> {
+    let Some(walls) = launch.wall_distance else {
+        return cells.to_vec();
+    };
+    let n = walls.cells as usize;
+    let mut words = cell_list_words(cells, table, n, layout, &launch.active);
+    assert!(
+        words[cells.len()..].iter().any(|s| *s < walls.cells),
+        "some listed cells have slots"
+    );
+    for slot in &mut words[cells.len()..] {
+        if rng.below(10) == 0 {
+            *slot = match rng.below(2) {
+                0 => walls.cells + rng.below(5),
+                _ => rng.below(walls.cells),
+            };
+        }
+    }
+    words
 }
 
 /// Cell flags: a solid disc of radius 3 in the middle of the allocation and
@@ -345,7 +370,7 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 // region at its end (skipped): only those cells are written.
                 let mut listed: Vec<u32> = (0..active.cells() as u32).filter(|_| rng.below(3) == 0).collect();
                 listed.extend([active.cells() as u32, active.cells() as u32 + 7]);
-                let cells = twin.buffer("cells", &listed);
+                let cells = twin.buffer("cells", &with_slots(&mut rng, &listed, &general, &table, &layout));
                 let dst_listed = twin.buffer("dst.listed", &vec![f32::NAN; Q * plane]);
                 let list = CellList {
                     cells: cells.into(),
@@ -389,7 +414,10 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 };
                 let sides = bulk_sides(active, &interior, general.boundaries, general.wall_velocity);
                 let boundary = boundary_cells(&flag_bytes, &layout, active, &interior);
-                let cells = twin.buffer("cells.boundary", &boundary);
+                let cells = twin.buffer(
+                    "cells.boundary",
+                    &with_slots(&mut rng, &boundary, &general, &table, &layout),
+                );
                 let skip = twin.buffer("skip", &bulk_skip(&flag_bytes, &layout, &interior));
                 let mut solid_copied = vec![f32::NAN; Q * plane];
                 for (x, y) in (interior.y0..interior.y1).flat_map(|y| (interior.x0..interior.x1).map(move |x| (x, y))) {

@@ -35,7 +35,15 @@ use vector::Vector;
 
 /// Cells of the active region, each a number in its row-major order
 /// (`(y - y0) * width + (x - x0)`), ascending: what [`StreamCollide`] updates
-/// instead of every active cell.
+/// instead of every active cell. With a wall-distance table in the launch,
+/// the buffer holds `count` more words after the numbers: each listed cell's
+/// slot in the table ([`cell_list_words`]), which the CUDA kernel takes
+/// after one check where the table's bisection is a chain of dependent
+/// loads. A slot is only a hint: a wrong one (not below the table's cell
+/// count, or naming another cell) makes the kernel bisect, and in a table of
+/// ascending distinct indices, the only kind [`wall_distance_table`] builds,
+/// the bisection finds the very slot a right hint names, so the CPU, which
+/// always bisects, computes the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CellList {
     pub cells: BufferRef,
@@ -347,7 +355,11 @@ impl KernelArgs for StreamCollide {
             BufferUse::read("flags", self.flags, self.layout.plane_cells(), 1),
         ];
         if let Some(list) = self.cells {
-            uses.push(BufferUse::read("cells", list.cells, list.count as usize * 4, 4));
+            let words = match self.wall_distance {
+                Some(_) => 2 * list.count as usize,
+                None => list.count as usize,
+            };
+            uses.push(BufferUse::read("cells", list.cells, words * 4, 4));
         }
         if let Some(w) = self.wall_distance {
             uses.push(BufferUse::read(
@@ -388,7 +400,8 @@ impl KernelArgs for StreamCollide {
             },
             cells: self.wall_distance.map_or(0, |w| w.cells as usize),
         };
-        let cells = self.cells.map(|_| r.get::<u32>("cells"));
+        // The numbers without the slots that may follow them (the CPU bisects).
+        let cells = self.cells.map(|list| &r.get::<u32>("cells")[..list.count as usize]);
         let dst = views.writes.get("dst");
         stream_collide(self, r.get("src"), dst, r.get("flags"), walls, &inlet, cells);
     }
@@ -607,6 +620,26 @@ pub fn boundary_cells(flags: &[u8], layout: &Layout, active: &Rect, interior: &R
         cells.extend((r.x1..a.x1).map(|x| cell_number(&a, x, y)));
     }
     cells
+}
+
+/// The words of a [`CellList`] buffer for `cells` (numbers of `active`,
+/// ascending) in a launch with the wall-distance table `table` of
+/// `wall_cells` cells ([`wall_distance_table`]): the numbers, then each
+/// cell's slot in the table, `u32::MAX` for a cell the table does not hold
+/// (or a number beyond the region, which the kernels skip).
+pub fn cell_list_words(cells: &[u32], table: &[u32], wall_cells: usize, layout: &Layout, active: &Rect) -> Vec<u32> {
+    let slot: std::collections::HashMap<u32, u32> = table[..wall_cells]
+        .iter()
+        .enumerate()
+        .map(|(s, &index)| (index, s as u32))
+        .collect();
+    let width = active.width();
+    let storage = |cell: u32| layout.index(active.x0 + cell % width, active.y0 + cell / width) as u32;
+    let slots = cells.iter().map(|&c| match (c as usize) < active.cells() {
+        true => slot.get(&storage(c)).copied().unwrap_or(u32::MAX),
+        false => u32::MAX,
+    });
+    cells.iter().copied().chain(slots).collect()
 }
 
 /// The span `[first, last]` of row `y` of the bulk region `interior` from
