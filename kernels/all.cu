@@ -23,6 +23,7 @@
 // LBM_BOUNDED_BATCH_ENTRY below.
 #define LBM_BOUNDED_KERNEL(name, blocks) \
     extern "C" __global__ void __launch_bounds__(LBM_BLOCK_THREADS, blocks) name
+#define LBM_PROLOGUE() lbm_prologue()
 namespace lbm_plain {
 #include "lbm.cu"
 #include "refine.cu"
@@ -36,9 +37,12 @@ namespace lbm_plain {
 }  // namespace lbm_plain
 #undef LBM_KERNEL
 #undef LBM_BOUNDED_KERNEL
+#undef LBM_PROLOGUE
 
+// A `_batch` entry runs the prologue itself, before it reads its table.
 #define LBM_KERNEL(name) __device__ __forceinline__ void name
 #define LBM_BOUNDED_KERNEL(name, blocks) __device__ __forceinline__ void name
+#define LBM_PROLOGUE()
 namespace lbm_batch {
 #include "lbm.cu"
 #include "refine.cu"
@@ -48,6 +52,7 @@ namespace lbm_batch {
 }  // namespace lbm_batch
 #undef LBM_KERNEL
 #undef LBM_BOUNDED_KERNEL
+#undef LBM_PROLOGUE
 
 LBM_BATCH_ENTRY(stream_collide)
 LBM_BATCH_ENTRY(stream_collide_bulk)

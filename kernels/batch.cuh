@@ -8,7 +8,10 @@
 // as its address, a 32-bit value in the low half of its word), and calls the
 // device function with the words of member blockIdx.z, converted to the
 // function's own parameter types. The body is the very code of the plain
-// kernel, so each member computes the bits its own launch computes.
+// kernel, so each member computes the bits its own launch computes. The
+// entry runs common.cuh's lbm_prologue before it reads the table (the body's
+// own LBM_PROLOGUE is empty in the batch pass): waiting after the reads would
+// hold every word in registers through the wait.
 //
 // What it does not do: it checks nothing about the table (lbm-core's launch
 // check of every member's launch and the driver's packing,
@@ -68,6 +71,7 @@ struct LbmBatch<void (*)(A...), body> {
 // or a __launch_bounds__).
 #define LBM_BATCH_ENTRY_BOUNDED_BY(name, bounds)                                                  \
     extern "C" __global__ void bounds name##_batch(const unsigned long long* __restrict__ words) { \
+        lbm_prologue();                                                                           \
         LbmBatch<decltype(&lbm_batch::name), &lbm_batch::name>::run(words);                       \
     }
 #define LBM_BATCH_ENTRY(name) LBM_BATCH_ENTRY_BOUNDED_BY(name, )

@@ -51,6 +51,7 @@ __device__ __forceinline__ float amplitude_factor(unsigned int kind, float param
 
 LBM_KERNEL(update_boundary_state)(float* state, const float* __restrict__ table,
                                                  unsigned int table_points, unsigned int kind, float parameter) {
+    LBM_PROLOGUE();
     if (thread_index() != 0) {
         return;
     }

@@ -360,6 +360,13 @@ __device__ __forceinline__ unsigned int mirror_axis(int c, unsigned int lo, unsi
     return (unsigned int)c;
 }
 
+// The tangential wall velocity of side `side`, by selects rather than an
+// index: an array indexed at run time lives in local memory.
+__device__ __forceinline__ float tangential_of(PatchSides sides, int side) {
+    return side == 0 ? sides.tangential[0]
+                     : (side == 1 ? sides.tangential[1] : (side == 2 ? sides.tangential[2] : sides.tangential[3]));
+}
+
 // cpu::reflect: the moments of a mirror image in wall side `side`.
 __device__ __forceinline__ Moments reflect(Moments m, PatchSides sides, int side) {
     const bool no_slip = side_kind(sides.kinds, side) == LBM_PATCH_SIDE_WALL;
@@ -367,9 +374,9 @@ __device__ __forceinline__ Moments reflect(Moments m, PatchSides sides, int side
     r.delta_rho = m.delta_rho;
     if (side < 2) {
         r.ux = -m.ux;
-        r.uy = no_slip ? 2.0f * sides.tangential[side] - m.uy : m.uy;
+        r.uy = no_slip ? 2.0f * tangential_of(sides, side) - m.uy : m.uy;
     } else {
-        r.ux = no_slip ? 2.0f * sides.tangential[side] - m.ux : m.ux;
+        r.ux = no_slip ? 2.0f * tangential_of(sides, side) - m.ux : m.ux;
         r.uy = -m.uy;
     }
     return r;
@@ -385,6 +392,22 @@ __device__ __forceinline__ Moments reflect_crossed(Moments m, PatchSides sides, 
         m = reflect(m, sides, crossed_y);
     }
     return m;
+}
+
+// Every kernel opens with this (LBM_PROLOGUE() in the kernel families, which
+// all.cu defines per pass), because lbm_cuda launches every kernel with
+// programmatic stream serialization: a kernel may then be scheduled while
+// the one before it in its stream drains, instead of after it completed. A
+// plan's interval is a chain of short dependent kernels (a fused batch's, a
+// few dozen), and the gap between two of them costs as much as a small
+// kernel's work. So the prologue first lets the next kernel be scheduled
+// (once every block of this one has started), then waits until the kernels
+// this one depends on have completed and their writes are visible; nothing
+// may touch global memory before that (the tidy test reads the PTX for it).
+// Without the launch attribute (another host, a plain launch) both are no-ops.
+__device__ __forceinline__ void lbm_prologue() {
+    cudaTriggerProgrammaticLaunchCompletion();
+    cudaGridDependencySynchronize();
 }
 
 // The global thread index of a one-dimensional launch.

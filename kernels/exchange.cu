@@ -53,6 +53,7 @@ LBM_KERNEL(accumulate_exchange)(const float* __restrict__ f, unsigned int plane_
                                                unsigned int n_slots, unsigned int blocks_per_slot, double* partials,
                                                unsigned int* arrivals, double* interval, double* window,
                                                unsigned int window_on) {
+    LBM_PROLOGUE();
     __shared__ double partial[3][LBM_BLOCK_THREADS];
     // The host launches exactly n_slots x blocks_per_slot blocks of
     // LBM_BLOCK_THREADS threads (uniform branch: the whole block leaves or

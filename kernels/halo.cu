@@ -35,6 +35,7 @@ __device__ __forceinline__ long long halo_slot(unsigned int nx, unsigned int ny,
 LBM_KERNEL(pack_halo)(const float* __restrict__ f, float* __restrict__ halo, unsigned int nx, unsigned int ny,
                       unsigned int tile_x, unsigned int tile_y, unsigned int x0, unsigned int y0,
                       unsigned int x1, unsigned int y1, unsigned int towards) {
+    LBM_PROLOGUE();
     (void)x1;
     const unsigned long long t = thread_index();
     const long long i = halo_slot(nx, ny, tile_x, tile_y, x0, y0, y1, towards, t);
@@ -46,6 +47,7 @@ LBM_KERNEL(pack_halo)(const float* __restrict__ f, float* __restrict__ halo, uns
 LBM_KERNEL(unpack_halo)(float* __restrict__ f, const float* __restrict__ halo, unsigned int nx, unsigned int ny,
                         unsigned int tile_x, unsigned int tile_y, unsigned int x0, unsigned int y0,
                         unsigned int x1, unsigned int y1, unsigned int towards) {
+    LBM_PROLOGUE();
     (void)x1;
     const unsigned long long t = thread_index();
     const long long i = halo_slot(nx, ny, tile_x, tile_y, x0, y0, y1, towards, t);

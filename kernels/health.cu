@@ -26,6 +26,7 @@ LBM_KERNEL(check_health)(const float* __restrict__ f, const unsigned char* __res
                                         unsigned int* result, unsigned int nx, unsigned int ny,
                                         unsigned int tile_x, unsigned int tile_y, unsigned int x0, unsigned int y0,
                                         unsigned int x1, unsigned int y1, float speed_limit) {
+    LBM_PROLOGUE();
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     const unsigned long long t = thread_index();

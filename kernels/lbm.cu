@@ -153,6 +153,7 @@ LBM_KERNEL(stream_collide)(
     float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
     float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
     unsigned int n_wall_cells) {
+    LBM_PROLOGUE();
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     const unsigned long long t = thread_index();
@@ -401,6 +402,7 @@ LBM_KERNEL(stream_collide_bulk)(const float* __restrict__ src, float* __restrict
                                                float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
                                                float wall_y_max_ux, float wall_y_max_uy, float omega_plus,
                                                float omega_minus, float force_x, float force_y) {
+    LBM_PROLOGUE();
     unsigned int ux;
     unsigned int y;
     if (!bulk_cell(tile_x, x0, y0, x1, y1, &ux, &y)) {
@@ -454,6 +456,7 @@ LBM_BOUNDED_KERNEL(stream_collide_bulk_walled, 8)(const float* __restrict__ src,
                                                float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
                                                float wall_y_max_ux, float wall_y_max_uy, float omega_plus,
                                                float omega_minus, float force_x, float force_y) {
+    LBM_PROLOGUE();
     unsigned int ux;
     unsigned int y;
     if (!bulk_cell(tile_x, x0, y0, x1, y1, &ux, &y)) {

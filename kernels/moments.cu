@@ -17,6 +17,7 @@ LBM_KERNEL(save_moments)(const float* __restrict__ f, float* __restrict__ out, u
                                         unsigned int ny, unsigned int tile_x, unsigned int tile_y,
                                         unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1,
                                         float force_x, float force_y) {
+    LBM_PROLOGUE();
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     const unsigned long long cells = (unsigned long long)width * height;

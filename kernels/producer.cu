@@ -98,6 +98,7 @@ __device__ void arrive_and_publish(unsigned char* control, ull head, ull sequenc
 
 LBM_KERNEL(produce_static)(const unsigned char* src, unsigned char* ring, unsigned char* control,
                                           unsigned long long capacity, unsigned long long nbytes) {
+    LBM_PROLOGUE();
     const ull head = *ring_word(control, LBM_RING_HEAD);
     const ull sequence = *ring_word(control, LBM_RING_SEQUENCE);
     ring_copy(ring, capacity, head % capacity, src, nbytes, worker_index(), worker_count());
@@ -107,6 +108,7 @@ LBM_KERNEL(produce_static)(const unsigned char* src, unsigned char* ring, unsign
 LBM_KERNEL(produce_prefix)(const unsigned char* src, const unsigned int* row_count,
                                           unsigned char* ring, unsigned char* control, unsigned long long capacity,
                                           unsigned long long row_bytes, unsigned int max_rows) {
+    LBM_PROLOGUE();
     const ull head = *ring_word(control, LBM_RING_HEAD);
     const ull sequence = *ring_word(control, LBM_RING_SEQUENCE);
     const unsigned int rows = *row_count;
@@ -139,6 +141,7 @@ LBM_KERNEL(produce_chunked)(const unsigned char* src, const unsigned long long* 
                                            unsigned char* ring, unsigned char* control, unsigned long long capacity,
                                            unsigned long long src_bytes, unsigned int n_chunks,
                                            unsigned long long total_bytes) {
+    LBM_PROLOGUE();
     __shared__ ull offsets[LBM_RING_MAX_CHUNKS];
     __shared__ bool valid;
     const ull head = *ring_word(control, LBM_RING_HEAD);
@@ -192,6 +195,7 @@ __device__ void write_header(unsigned char* ring, ull capacity, ull at, unsigned
 LBM_KERNEL(produce_record)(const unsigned char* payload, unsigned char* ring, unsigned char* control,
                                           unsigned long long capacity, unsigned long long payload_bytes,
                                           unsigned int kind, unsigned long long step) {
+    LBM_PROLOGUE();
     const ull head = *ring_word(control, LBM_RING_HEAD);
     const ull sequence = *ring_word(control, LBM_RING_SEQUENCE);
     const ull unpadded = LBM_RECORD_HEADER_BYTES + payload_bytes;

@@ -78,6 +78,7 @@ LBM_BOUNDED_KERNEL(fill_ghost, 4)(const float* __restrict__ coarse_t, const floa
                                       float tangential_x_max, float tangential_y_min, float tangential_y_max,
                                       float alpha, float tau_plus, float tau_minus, float coarse_force_x,
                                       float coarse_force_y) {
+    LBM_PROLOGUE();
     // The parent moments under the block's run of band cells. A run of
     // LBM_FILL_RUN fine cells spans at most LBM_FILL_RUN / 2 + 1 parent floors
     // and the stencil adds one before and two after; LBM_GHOST fine cells
@@ -286,6 +287,7 @@ LBM_BOUNDED_KERNEL(restrict_to_parent, 5)(const float* __restrict__ fine_src, fl
                                               float tangential_x_max, float tangential_y_min,
                                               float tangential_y_max, float tau_plus, float tau_minus,
                                               float coarse_force_x, float coarse_force_y) {
+    LBM_PROLOGUE();
     // The moments of the block's fine cells: its tile of parent cells' 2x2
     // blocks and the ring of fine cells around them, each computed once here
     // instead of by every parent cell whose 4x4 stencil reaches it (four times

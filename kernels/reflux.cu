@@ -71,6 +71,7 @@ __device__ __forceinline__ unsigned int ring_cells(unsigned int w, unsigned int 
 LBM_KERNEL(accumulate_fine_flux)(const float* __restrict__ fine, float* __restrict__ flux,
                                                 unsigned int nx, unsigned int ny, unsigned int tile_x,
                                                 unsigned int tile_y, unsigned int side_kinds) {
+    LBM_PROLOGUE();
     // Four threads per ring cell, one per fine cell of its 2x2 block (the
     // CPU's corner order: (0, 0), (1, 0), (0, 1), (1, 1)), each taking its
     // eight link differences; the first of the four then adds all 32 in the
@@ -146,6 +147,7 @@ LBM_KERNEL(correct_interface_mass)(const float* __restrict__ coarse_t, float* __
                                                   unsigned int ny, unsigned int tile_x, unsigned int tile_y,
                                                   unsigned int x0, unsigned int y0, unsigned int x1,
                                                   unsigned int y1, unsigned int side_kinds, unsigned int phase) {
+    LBM_PROLOGUE();
     __shared__ double partial[LBM_BLOCK_THREADS];
     __shared__ bool last;
     // The host launches ceil(ring / LBM_BLOCK_THREADS) blocks, at least one, of

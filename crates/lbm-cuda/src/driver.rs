@@ -28,11 +28,12 @@
 //! plan), and it refuses an overlapping copy within one buffer (the CPU
 //! driver allows it).
 
+use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
-    PinnedHostSlice, PushKernelArg, result, sys,
+    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice,
+    result, sys,
 };
 use cudarc::nvrtc::Ptx;
 use lbm_core::device::{
@@ -377,21 +378,16 @@ impl CudaDriver {
 
     /// Enqueues a launch that the check has passed on `stream`.
     fn enqueue(&self, stream: &CudaStream, launch: &Launch) -> Result<()> {
-        let params = marshal(&launch.args, |id| Ok(self.buffer(id)?.ptr))?;
-        let mut builder = stream.launch_builder(&self.functions[kernel_index(launch.kernel)]);
-        for param in &params {
-            match param {
-                Param::U32(v) => builder.arg(v),
-                Param::U64(v) => builder.arg(v),
-                Param::F32(v) => builder.arg(v),
-                Param::F64(v) => builder.arg(v),
-            };
-        }
-        let config = LaunchConfig {
-            grid_dim: launch.grid.into(),
-            block_dim: launch.block.into(),
-            shared_mem_bytes: 0,
-        };
+        let mut params = marshal(&launch.args, |id| Ok(self.buffer(id)?.ptr))?;
+        let mut pointers: Vec<*mut c_void> = params
+            .iter_mut()
+            .map(|param| match param {
+                Param::U32(v) => std::ptr::from_mut(v).cast(),
+                Param::U64(v) => std::ptr::from_mut(v).cast(),
+                Param::F32(v) => std::ptr::from_mut(v).cast(),
+                Param::F64(v) => std::ptr::from_mut(v).cast(),
+            })
+            .collect();
         // SAFETY: the parameters follow the kernel's signature (the typed decoder
         // accepted the argument kinds and count, and the tidy test pins each
         // `__global__` signature to them); `check_launch` proved every access
@@ -399,8 +395,16 @@ impl CudaDriver {
         // optional buffer (a null pointer) is never read; those buffers stay
         // allocated until the launch completes because frees are stream-ordered;
         // and `params` outlives this call, which copies the values.
-        unsafe { builder.launch(config) }.map_err(|e| cuda_error(format!("launch {}", launch.kernel), e))?;
-        Ok(())
+        unsafe {
+            self.launch_programmatic(
+                stream,
+                &self.functions[kernel_index(launch.kernel)],
+                launch.grid,
+                launch.block,
+                &mut pointers,
+                || format!("launch {}", launch.kernel),
+            )
+        }
     }
 
     /// Enqueues a batch that the check has passed, through its kernel's
@@ -411,13 +415,8 @@ impl CudaDriver {
         let function = self.batch_functions[kernel_index(first.kernel)]
             .as_ref()
             .expect("check_batch admits only kernels with a _batch entry");
-        let mut builder = stream.launch_builder(function);
-        builder.arg(&table.ptr);
-        let config = LaunchConfig {
-            grid_dim: (first.grid[0], first.grid[1], batch.members() as u32),
-            block_dim: first.block.into(),
-            shared_mem_bytes: 0,
-        };
+        let mut table_ptr = table.ptr;
+        let grid = [first.grid[0], first.grid[1], batch.members() as u32];
         // SAFETY: the entry takes one pointer, to `table`: every member's
         // arguments as words in signature order (`batch_words`, which
         // batch.cuh reads back with the body's own parameter types, the tidy
@@ -426,8 +425,72 @@ impl CudaDriver {
         // touches bytes another writes; the table lives as long as the plan,
         // and a plan's buffers outlive its replays (a freed one makes the
         // replay stale).
-        unsafe { builder.launch(config) }.map_err(|e| cuda_error(format!("launch {}_batch", first.kernel), e))?;
-        Ok(())
+        unsafe {
+            self.launch_programmatic(
+                stream,
+                function,
+                grid,
+                first.block,
+                &mut [std::ptr::from_mut(&mut table_ptr).cast()],
+                || format!("launch {}_batch", first.kernel),
+            )
+        }
+    }
+
+    /// Launches `function` on `stream` with programmatic stream
+    /// serialization: the kernel may be scheduled while the one before it
+    /// drains instead of after it completed, because every kernel's prologue
+    /// (common.cuh's `lbm_prologue`, pinned by the tidy test) waits for its
+    /// prerequisites before it touches memory. A plan's interval is a chain
+    /// of short dependent kernels, and without the attribute each link costs
+    /// a full drain and launch. cudarc's launch builder sets no launch
+    /// attribute, hence `cuLaunchKernelEx`.
+    ///
+    /// # Safety
+    ///
+    /// `params` point at values of the kernel's parameter types, in its
+    /// order, and the kernel's accesses with them are valid.
+    unsafe fn launch_programmatic(
+        &self,
+        stream: &CudaStream,
+        function: &CudaFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        params: &mut [*mut c_void],
+        operation: impl Fn() -> String,
+    ) -> Result<()> {
+        self.bind(&operation())?;
+        let mut attributes = [sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue {
+                programmaticStreamSerializationAllowed: 1,
+            },
+        }];
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid[0],
+            gridDimY: grid[1],
+            gridDimZ: grid[2],
+            blockDimX: block[0],
+            blockDimY: block[1],
+            blockDimZ: block[2],
+            sharedMemBytes: 0,
+            hStream: stream.cu_stream(),
+            attrs: attributes.as_mut_ptr(),
+            numAttrs: attributes.len() as u32,
+        };
+        // SAFETY: the caller's contract for `params`; `config` and its
+        // attribute outlive the call, which copies them.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                function.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(|e| cuda_error(operation(), e))
     }
 
     /// Enqueues one checked action of a plan on `stream`; a batch takes the

@@ -17,6 +17,9 @@
 //! - `kernels/all.cu` includes every other `.cu` file, every `.cu`/`.cuh`
 //!   file opens with a comment naming itself, and `kernels/host_emu.cpp` (the
 //!   host build for `cargo xtask kernel-emu`) lists every kernel.
+//! - Every entry of the PTX lets its dependents be scheduled and waits for
+//!   its prerequisites before it touches global memory (the driver launches
+//!   every kernel with programmatic stream serialization).
 //!
 //! The kernels directory is `$LBM_WORKSPACE_ROOT/kernels` when that is set (the
 //! GPU pack sets it), else the one beside this crate. This parser knows just
@@ -269,6 +272,50 @@ fn the_embedded_ptx_has_every_kernel_with_its_parameters() {
         entries, expected,
         "kernels/lbm.ptx does not match the kernels: run `cargo xtask ptx`"
     );
+}
+
+/// lbm_cuda launches every kernel with programmatic stream serialization,
+/// so a kernel may start while the one before it still runs: each entry
+/// must let its dependents be scheduled and then wait for its prerequisites
+/// (common.cuh's `lbm_prologue`) before any access to memory that another
+/// kernel writes. Read in the PTX itself, where a compiler's reordering
+/// would show.
+#[test]
+fn every_entry_waits_for_the_kernel_before_it_ahead_of_any_global_access() {
+    let mut rest = lbm_cuda::PTX;
+    let mut entries = 0;
+    while let Some(at) = rest.find(".entry ") {
+        let after = &rest[at + ".entry ".len()..];
+        let name = after[..after.find('(').expect("an entry has parameters")].trim();
+        let end = after[1..].find(".entry ").map_or(after.len(), |e| e + 1);
+        let body = &after[..end];
+        let wait = body
+            .find("griddepcontrol.wait;")
+            .unwrap_or_else(|| panic!("kernels/lbm.ptx: {name} never waits for its prerequisites (LBM_PROLOGUE)"));
+        assert!(
+            body[..wait].contains("griddepcontrol.launch_dependents;"),
+            "kernels/lbm.ptx: {name} does not let its dependents be scheduled before it waits (LBM_PROLOGUE)"
+        );
+        let early = body[..wait].lines().map(str::trim).find(|line| {
+            let instruction = line
+                .split_whitespace()
+                .find(|w| !w.starts_with('@'))
+                .unwrap_or_default();
+            ["ld.", "st.", "atom.", "red.", "prefetch", "cp."]
+                .iter()
+                .any(|op| instruction.starts_with(op))
+                && !["ld.param", "ld.local", "st.local", "ld.shared", "st.shared"]
+                    .iter()
+                    .any(|own| instruction.starts_with(own))
+        });
+        assert_eq!(
+            early, None,
+            "kernels/lbm.ptx: {name} touches memory before it waits for the kernel before it"
+        );
+        entries += 1;
+        rest = &after[end..];
+    }
+    assert!(entries >= Kernel::ALL.len(), "kernels/lbm.ptx has {entries} entries");
 }
 
 #[test]
