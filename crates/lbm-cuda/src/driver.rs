@@ -459,7 +459,7 @@ impl CudaDriver {
         params: &mut [*mut c_void],
         operation: impl Fn() -> String,
     ) -> Result<()> {
-        self.bind(&operation())?;
+        self.bind("launch a kernel")?;
         let mut attributes = [sys::CUlaunchAttribute {
             id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
             pad: [0; 4],
