@@ -404,7 +404,7 @@ __device__ __forceinline__ Moments reflect_crossed(Moments m, PatchSides sides, 
 // (once every block of this one has started), then waits until the kernels
 // this one depends on have completed and their writes are visible; nothing
 // may touch global memory before that (the tidy test reads the PTX for it).
-// Without the launch attribute (another host, a plain launch) both are no-ops.
+// In a launch without the attribute (tools/bulk-variants) both are no-ops.
 __device__ __forceinline__ void lbm_prologue() {
     cudaTriggerProgrammaticLaunchCompletion();
     cudaGridDependencySynchronize();

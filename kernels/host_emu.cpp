@@ -72,8 +72,8 @@ static inline unsigned int atomicExch(unsigned int* address, unsigned int value)
 // Blocks run one after another and a block's threads meet at a real barrier,
 // so there is nothing further to order.
 static inline void __threadfence() {}
-// Launches run one after another, each to completion, so a batch entry's
-// programmatic dependency on the previous launch always holds already.
+// Launches run one after another, each to completion, so a kernel's
+// programmatic dependency on the previous launch (lbm_prologue) always holds.
 static inline void cudaTriggerProgrammaticLaunchCompletion() {}
 static inline void cudaGridDependencySynchronize() {}
 // CUDA's built-in vector type, as the producers copy 16-byte words.

@@ -1202,3 +1202,55 @@ fn anti_bounce_back(k: &StreamCollide, src: &[f32], x: u32, y: u32, i: usize, in
     let cu = C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1];
     -src[OPP[i] * plane + index] + 2.0 * W[i] * (4.5 * cu * cu - 1.5 * (u[0] * u[0] + u[1] * u[1]))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slots the host writes are the table's own positions of the listed
+    /// cells (so the kernel's hint hits), on a tiled layout whose storage
+    /// order is not the list's row-major order.
+    #[test]
+    fn a_cell_lists_slots_name_each_listed_cells_place_in_the_wall_table() {
+        let layout = Layout {
+            nx: 12,
+            ny: 10,
+            tile: [4, 4],
+        };
+        let active = Rect::new(1, 2, 11, 9);
+        let cells: Vec<u32> = (0..active.cells() as u32)
+            .step_by(3)
+            .chain([active.cells() as u32 + 5])
+            .collect();
+        // Every fifth listed cell and one cell outside the list have body links.
+        let number = |c: u32| (active.x0 + c % active.width(), active.y0 + c / active.width());
+        let walled: Vec<u32> = cells[..cells.len() - 1]
+            .iter()
+            .step_by(5)
+            .map(|&c| layout.index(number(c).0, number(c).1) as u32)
+            .chain([layout.index(0, 0) as u32])
+            .collect();
+        let (table, wall_cells) = wall_distance_table(walled.iter().map(|&index| (index, 1, 0.25)));
+        assert_eq!(wall_cells, walled.len());
+        let words = cell_list_words(&cells, &table, wall_cells, &layout, &active);
+        assert_eq!(&words[..cells.len()], &cells[..], "the numbers come first, unchanged");
+        let slots = &words[cells.len()..];
+        assert_eq!(slots.len(), cells.len());
+        for (&c, &slot) in cells.iter().zip(slots) {
+            if c as usize >= active.cells() {
+                assert_eq!(slot, u32::MAX, "a number beyond the region");
+                continue;
+            }
+            let index = layout.index(number(c).0, number(c).1) as u32;
+            match walled.contains(&index) {
+                true => {
+                    assert_eq!(table[slot as usize], index, "cell {c}");
+                    let bisected = wall_distance(&table, wall_cells, index, 1);
+                    assert_eq!(bisected, f32::from_bits(table[wall_cells + slot as usize * Q + 1]));
+                }
+                false => assert_eq!(slot, u32::MAX, "cell {c} has no body link"),
+            }
+        }
+        assert_eq!(slots.iter().filter(|s| **s != u32::MAX).count(), walled.len() - 1);
+    }
+}

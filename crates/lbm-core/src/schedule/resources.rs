@@ -527,10 +527,11 @@ impl Resources {
                 let list = match has_list(patch, &bulk) {
                     true => {
                         let cells = boundary_cells(&mask, &patch.layout, &patch.active, &bulk);
+                        let count = cells.len() as u32;
                         // The plan's list launch takes the wall table
                         // whenever the patch has one, and with it the slots.
                         let words = match tables.links.is_empty() {
-                            true => cells.clone(),
+                            true => cells,
                             false => cell_list_words(
                                 &cells,
                                 &tables.wall_distance,
@@ -540,7 +541,7 @@ impl Resources {
                             ),
                         };
                         let id = self.upload(driver, format!("{name}.boundary_cells"), bytemuck::cast_slice(&words))?;
-                        Some((id, cells.len() as u32))
+                        Some((id, count))
                     }
                     false => None,
                 };
