@@ -464,6 +464,7 @@ pub(crate) fn open_session<'a>(
         started,
         last_checkpoint: None,
         checkpoint_seconds: None,
+        probe_history: Vec::new(),
     })
 }
 
@@ -563,6 +564,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         started,
         last_checkpoint: Some(relative(dir, &found.path)),
         checkpoint_seconds: None,
+        probe_history: Vec::new(),
     };
     session.drive(options.limits, options.quiet)
 }
@@ -682,6 +684,10 @@ pub(crate) struct Session<'a, D: Driver> {
     last_checkpoint: Option<String>,
     /// How long the last checkpoint took to write.
     checkpoint_seconds: Option<f64>,
+    /// (interval, each point probe's (p, ux, uy), physical units) of every
+    /// sample this session took; not in checkpoints (a sweep's results read
+    /// it, and a sweep is not resumed whole).
+    probe_history: Vec<(u64, Vec<Option<[f64; 3]>>)>,
 }
 
 impl<D: Driver> Session<'_, D> {
@@ -703,6 +709,12 @@ impl<D: Driver> Session<'_, D> {
     /// Each sample's interval and every body's (cd, cl) then.
     pub(crate) fn coefficient_history(&self) -> Vec<(u64, Vec<[f64; 2]>)> {
         self.state.history.clone()
+    }
+
+    /// Each sample's interval and every point probe's (p, ux, uy) then, in
+    /// Pa and m/s (`None` where a probe reads no fluid).
+    pub(crate) fn probe_history(&self) -> &[(u64, Vec<Option<[f64; 3]>>)] {
+        &self.probe_history
     }
 
     pub(crate) fn updates_per_interval(&self) -> u64 {
@@ -1188,7 +1200,8 @@ impl<D: Driver> Session<'_, D> {
             }
         }
         if !self.resolved.output.probes.is_empty() {
-            self.writer.probes(time, probes)?;
+            self.writer.probes(time, probes.clone())?;
+            self.probe_history.push((step, probes));
         }
         Ok(())
     }

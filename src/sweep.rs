@@ -2,8 +2,9 @@
 //! cartesian product of key values, each member a complete run with its own
 //! outputs under `members/NNN/`, and one `sweep.csv` (a row per member: its
 //! parameters, the final and time-averaged drag and lift coefficients of
-//! every body, the Strouhal number when the lift oscillates) with a PNG plot
-//! of each quantity against the first swept key.
+//! every body, the Strouhal number when the lift oscillates, the last and
+//! time-averaged values of every point probe) with a PNG plot of each
+//! quantity against the first swept key.
 //!
 //! Every member is built and checked before any runs: a key the case does
 //! not know, a value out of range, or a key that would change what must be
@@ -105,6 +106,10 @@ struct MemberResult {
     error: Option<String>,
     /// Each body's coefficients.
     bodies: Vec<BodyResult>,
+    /// Each point probe's values (absent from records written before
+    /// probes were in them).
+    #[serde(default)]
+    probes: Vec<ProbeResult>,
     mlups: f64,
     mass_drift: Option<f64>,
     /// The member's output directory, relative to the sweep's.
@@ -120,6 +125,46 @@ struct BodyResult {
     cl_mean: f64,
     strouhal: Option<f64>,
 }
+
+/// A point probe's last sample and its means over the second half of the
+/// samples, Pa and m/s; `None` where the probe read no fluid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct ProbeResult {
+    name: String,
+    /// p, ux, uy.
+    last: [Option<f64>; 3],
+    mean: [Option<f64>; 3],
+}
+
+impl ProbeResult {
+    /// The results of probe `k` from a run's samples.
+    fn of(name: &str, k: usize, history: &[(u64, Vec<Option<[f64; 3]>>)]) -> ProbeResult {
+        let value = |sample: &(u64, Vec<Option<[f64; 3]>>), c: usize| {
+            sample
+                .1
+                .get(k)
+                .copied()
+                .flatten()
+                .map(|v| v[c])
+                .filter(|v| v.is_finite())
+        };
+        let half = &history[history.len() / 2..];
+        ProbeResult {
+            name: name.to_owned(),
+            last: std::array::from_fn(|c| history.last().and_then(|s| value(s, c))),
+            // A mean over samples that all read fluid, or none.
+            mean: std::array::from_fn(|c| {
+                let values: Option<Vec<f64>> = half.iter().map(|s| value(s, c)).collect();
+                values
+                    .filter(|v| !v.is_empty())
+                    .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+            }),
+        }
+    }
+}
+
+/// A probe's quantities, named as the columns of its `probes/NAME.csv`.
+const PROBE_COLUMNS: [&str; 3] = ["p_pa", "ux_m_s", "uy_m_s"];
 
 /// `sweep.json`: what the sweep was and what this directory holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -519,6 +564,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         },
         error: Some(e.to_string()),
         bodies: Vec::new(),
+        probes: Vec::new(),
         mlups: 0.0,
         mass_drift: None,
         out: member_dir(m.index, count),
@@ -654,6 +700,14 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         let Some(session) = slot else { continue };
         let member = chosen[k];
         let history = session.coefficient_history();
+        let probes: Vec<ProbeResult> = member
+            .resolved
+            .output
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(k, probe)| ProbeResult::of(&probe.name, k, session.probe_history()))
+            .collect();
         let summary = session.end_cleanly(ending);
         results[k] = Some(match summary {
             Ok(summary) => {
@@ -686,6 +740,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                         .unwrap_or_default(),
                     error: summary.error.clone(),
                     bodies,
+                    probes,
                     mlups: summary.mlups,
                     mass_drift: summary.mass_drift,
                     out: member_dir(member.index, count),
@@ -736,25 +791,52 @@ fn write_results(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
     Ok(())
 }
 
-/// How a quantity is read from a body's results.
-type Read = fn(&BodyResult) -> Option<f64>;
+/// How a quantity is read from a member's results.
+type Read = Box<dyn Fn(&MemberResult) -> Option<f64>>;
 
-/// The quantities of every body: column name, body, and how to read it.
-fn quantities(bodies: usize) -> Vec<(String, usize, Read)> {
-    let columns: [(&str, Read); 5] = [
+/// The quantities of the record's members: each body's coefficients, then
+/// each point probe's values (the probes of the first member that has any;
+/// every member of a sweep has the same), column name and how to read it.
+fn quantities(record: &SweepRecord) -> Vec<(String, Read)> {
+    type BodyRead = fn(&BodyResult) -> Option<f64>;
+    let body_columns: [(&str, BodyRead); 5] = [
         ("cd", |b| Some(b.cd)),
         ("cl", |b| Some(b.cl)),
         ("cd_mean", |b| Some(b.cd_mean)),
         ("cl_mean", |b| Some(b.cl_mean)),
         ("strouhal", |b| b.strouhal),
     ];
-    (0..bodies)
-        .flat_map(|b| {
-            columns
-                .iter()
-                .map(move |(name, get)| (format!("body{b}_{name}"), b, *get))
-        })
-        .collect()
+    let bodies = record.results.iter().map(|r| r.bodies.len()).max().unwrap_or(0);
+    let mut out: Vec<(String, Read)> = Vec::new();
+    for b in 0..bodies {
+        for (name, get) in body_columns {
+            out.push((
+                format!("body{b}_{name}"),
+                Box::new(move |r: &MemberResult| r.bodies.get(b).and_then(get)),
+            ));
+        }
+    }
+    let probes: Vec<String> = record
+        .results
+        .iter()
+        .find(|r| !r.probes.is_empty())
+        .map(|r| r.probes.iter().map(|p| p.name.clone()).collect())
+        .unwrap_or_default();
+    for (k, name) in probes.into_iter().enumerate() {
+        for (c, column) in PROBE_COLUMNS.iter().enumerate() {
+            for mean in [false, true] {
+                let suffix = if mean { "_mean" } else { "" };
+                out.push((
+                    format!("probe_{name}_{column}{suffix}"),
+                    Box::new(move |r: &MemberResult| {
+                        let p = r.probes.get(k)?;
+                        if mean { p.mean[c] } else { p.last[c] }
+                    }),
+                ));
+            }
+        }
+    }
+    out
 }
 
 fn csv_field(text: &str) -> String {
@@ -765,12 +847,11 @@ fn csv_field(text: &str) -> String {
 }
 
 fn csv(record: &SweepRecord) -> String {
-    let bodies = record.results.iter().map(|r| r.bodies.len()).max().unwrap_or(0);
-    let quantities = quantities(bodies);
+    let quantities = quantities(record);
     let mut header: Vec<String> = vec!["member".into()];
     header.extend(record.sweeps.iter().map(|s| csv_field(&s.key)));
     header.extend(["ended".into(), "mlups".into(), "mass_drift".into()]);
-    header.extend(quantities.iter().map(|(name, _, _)| name.clone()));
+    header.extend(quantities.iter().map(|(name, _)| csv_field(name)));
     header.push("out".into());
     let mut text = header.join(",") + "\n";
     for r in &record.results {
@@ -779,14 +860,8 @@ fn csv(record: &SweepRecord) -> String {
         row.push(csv_field(&r.ended));
         row.push(format!("{}", r.mlups));
         row.push(r.mass_drift.map(|d| format!("{d:e}")).unwrap_or_default());
-        for (_, b, get) in &quantities {
-            row.push(
-                r.bodies
-                    .get(*b)
-                    .and_then(get)
-                    .map(|v| format!("{v}"))
-                    .unwrap_or_default(),
-            );
+        for (_, get) in &quantities {
+            row.push(get(r).map(|v| format!("{v}")).unwrap_or_default());
         }
         row.push(csv_field(&r.out));
         text += &(row.join(",") + "\n");
@@ -806,13 +881,12 @@ fn plots_of(record: &SweepRecord) -> Vec<(String, crate::output::picture::Image)
             .ok()
             .unwrap_or_else(|| first.values.iter().position(|x| x == v).unwrap_or(0) as f64)
     };
-    let bodies = record.results.iter().map(|r| r.bodies.len()).max().unwrap_or(0);
     let mut out = Vec::new();
-    for (name, b, get) in quantities(bodies) {
+    for (name, get) in quantities(record) {
         let mut panels: BTreeMap<String, Vec<[f64; 2]>> = BTreeMap::new();
         for r in &record.results {
             let rest = describe(&r.parameters[1..].to_vec());
-            if let Some(y) = r.bodies.get(b).and_then(get) {
+            if let Some(y) = get(r) {
                 panels.entry(rest).or_default().push([x_of(r), y]);
             }
         }

@@ -75,6 +75,30 @@ fn a_one_member_sweep_is_a_plain_run_of_its_case() {
         (swept - run).abs() <= 1e-9 * run.abs().max(1.0),
         "{swept} against {run}"
     );
+    // Its point probe's last value and its mean over the second half of the
+    // samples are those of the plain run's probes/wake.csv.
+    let wake = csv_rows(&plain.join("probes/wake.csv"));
+    let samples = &wake[1..];
+    for (c, name) in ["p_pa", "ux_m_s", "uy_m_s"].into_iter().enumerate() {
+        let column = |suffix: &str| {
+            let key = format!("probe_wake_{name}{suffix}");
+            let at = rows[0]
+                .iter()
+                .position(|h| *h == key)
+                .unwrap_or_else(|| panic!("{key} in {:?}", rows[0]));
+            rows[1][at].parse::<f64>().unwrap()
+        };
+        let value = |row: &Vec<String>| row[c + 1].parse::<f64>().unwrap();
+        let half = &samples[samples.len() / 2..];
+        let mean = half.iter().map(value).sum::<f64>() / half.len() as f64;
+        let last = value(samples.last().unwrap());
+        let scale = half.iter().map(|r| value(r).abs()).fold(1e-12, f64::max);
+        for (swept, run) in [(column(""), last), (column("_mean"), mean)] {
+            assert!((swept - run).abs() <= 1e-8 * scale, "{name}: {swept} against {run}");
+        }
+    }
+    let png = std::fs::read(sweep.join("plots/probe_wake_ux_m_s_mean.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     for dir in [sweep, plain] {
         std::fs::remove_dir_all(dir).unwrap();
     }

@@ -374,9 +374,12 @@ impl LatticeConfig {
                     &format!("level {level} relaxation time"),
                     format!("{tau:.5}"),
                     &format!(
-                        "at least {:.3} for {:?}: raise the resolution or the lattice velocity",
+                        "at least {:.3} for {} collision: raise the resolution or the lattice velocity",
                         0.5 + min,
-                        self.collision
+                        match self.collision {
+                            Collision::Bgk => "BGK",
+                            Collision::Trt { .. } => "TRT",
+                        }
                     ),
                 ));
             }
