@@ -958,6 +958,29 @@ mod tests {
         }
     }
 
+    /// The coefficients in forces.csv and the Reynolds number `lbm check`
+    /// prints use the output's reference velocity and length: each case's
+    /// name states its Reynolds number, and they must give it.
+    #[test]
+    fn every_case_files_reference_values_give_the_reynolds_number_its_name_states() {
+        for (name, text) in CASE_FILES {
+            let case = Case::from_toml(text).unwrap();
+            let stated: f64 = case
+                .name
+                .split(", ")
+                .find_map(|part| part.strip_prefix("Re ")?.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: no `Re N` in its name {:?}", case.name));
+            let plan = case.resolve().unwrap().output;
+            let reynolds = plan.reference_velocity * plan.reference_length / case.fluid.viscosity;
+            assert!(
+                (reynolds - stated).abs() <= 1e-9 * stated,
+                "{name}: U L / nu = {reynolds} with its output's U = {} m/s, L = {} m; its name says Re {stated}",
+                plan.reference_velocity,
+                plan.reference_length
+            );
+        }
+    }
+
     #[test]
     fn a_speed_over_the_mach_limit_is_refused_naming_its_key() {
         refused(
