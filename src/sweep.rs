@@ -421,33 +421,40 @@ fn member_dir(index: usize, members: usize) -> String {
 }
 
 /// The Strouhal number `f L / U` of the lift over the second half of
-/// `series` (time s, cl), when it oscillates: at least three upward
-/// crossings of its mean, a swing above 1e-3 and above 1% of `drag` (the
-/// mean drag coefficient: the acoustic ringing of a start is far smaller
-/// than shedding), and the last quarter's swing at least half the third
-/// quarter's (a ringing that decays is no shedding).
-fn strouhal(series: &[(f64, f64)], drag: f64, length: f64, velocity: f64) -> Option<f64> {
+/// `series` (time s, cd, cl), when it oscillates as a wake sheds: at least
+/// three upward crossings of its mean; a swing above 1e-3, above 1% of the
+/// mean drag and at least the drag's own swing (shedding moves the lift at
+/// its frequency more than the drag, which it moves at twice that; the
+/// pressure waves of an impulsive start ringing in the domain, and a drag
+/// still settling, move the drag more); and the last quarter's swing at
+/// least half the third quarter's (a ringing that decays is no shedding).
+fn strouhal(series: &[(f64, f64, f64)], length: f64, velocity: f64) -> Option<f64> {
     let half = &series[series.len() / 2..];
     if half.len() < 8 {
         return None;
     }
-    let mean = half.iter().map(|p| p.1).sum::<f64>() / half.len() as f64;
-    let swing = |s: &[(f64, f64)]| {
-        let (lo, hi) = s.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
-            (lo.min(p.1), hi.max(p.1))
-        });
+    let lift = |p: &(f64, f64, f64)| p.2;
+    let drag = |p: &(f64, f64, f64)| p.1;
+    let mean = half.iter().map(lift).sum::<f64>() / half.len() as f64;
+    let drag_mean = half.iter().map(drag).sum::<f64>() / half.len() as f64;
+    let swing = |s: &[(f64, f64, f64)], value: fn(&(f64, f64, f64)) -> f64| {
+        let (lo, hi) = s
+            .iter()
+            .map(value)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
         hi - lo
     };
     let q = half.len() / 2;
-    let (third, last) = (swing(&half[..q]), swing(&half[q..]));
-    if !(swing(half) > 1e-3_f64.max(0.01 * drag.abs()) && last >= 0.5 * third) {
+    let (third, last) = (swing(&half[..q], lift), swing(&half[q..], lift));
+    let whole = swing(half, lift);
+    if !(whole > 1e-3_f64.max(0.01 * drag_mean.abs()) && whole >= swing(half, drag) && last >= 0.5 * third) {
         return None;
     }
     let crossings: Vec<f64> = half
         .windows(2)
-        .filter(|w| w[0].1 < mean && w[1].1 >= mean)
+        .filter(|w| w[0].2 < mean && w[1].2 >= mean)
         .map(|w| {
-            let f = (mean - w[0].1) / (w[1].1 - w[0].1);
+            let f = (mean - w[0].2) / (w[1].2 - w[0].2);
             w[0].0 + f * (w[1].0 - w[0].0)
         })
         .collect();
@@ -716,15 +723,17 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                 let bodies = (0..summary.coefficients.len())
                     .map(|b| {
                         let mean = |c: usize| half.iter().map(|(_, v)| v[b][c]).sum::<f64>() / half.len().max(1) as f64;
-                        let lift: Vec<(f64, f64)> = history.iter().map(|(s, v)| (*s as f64 * dt, v[b][1])).collect();
+                        let series: Vec<(f64, f64, f64)> = history
+                            .iter()
+                            .map(|(s, v)| (*s as f64 * dt, v[b][0], v[b][1]))
+                            .collect();
                         BodyResult {
                             cd: summary.coefficients[b][0],
                             cl: summary.coefficients[b][1],
                             cd_mean: mean(0),
                             cl_mean: mean(1),
                             strouhal: strouhal(
-                                &lift,
-                                mean(0),
+                                &series,
                                 member.resolved.output.reference_length,
                                 member.resolved.output.reference_velocity,
                             ),
@@ -1025,28 +1034,36 @@ mod tests {
     #[test]
     fn the_strouhal_number_needs_a_sustained_oscillation() {
         let f = 2.0;
-        let series = |decay: f64| -> Vec<(f64, f64)> {
+        let tau = 2.0 * std::f64::consts::PI;
+        // Drag of mean `drag` swinging by `drag_swing` at twice the lift's frequency.
+        let series = |decay: f64, drag: f64, drag_swing: f64| -> Vec<(f64, f64, f64)> {
             (0..400)
                 .map(|i| {
                     let t = i as f64 * 0.01;
-                    (t, 0.3 * (-decay * t).exp() * (2.0 * std::f64::consts::PI * f * t).sin())
+                    let cd = drag + 0.5 * drag_swing * (tau * 2.0 * f * t).cos();
+                    (t, cd, 0.3 * (-decay * t).exp() * (tau * f * t).sin())
                 })
                 .collect()
         };
-        let st = strouhal(&series(0.0), 3.0, 0.1, 0.2).unwrap();
+        let st = strouhal(&series(0.0, 3.0, 0.05), 0.1, 0.2).unwrap();
         assert!((st - f * 0.1 / 0.2).abs() < 1e-3, "{st}");
         assert_eq!(
-            strouhal(&series(3.0), 3.0, 0.1, 0.2),
+            strouhal(&series(3.0, 3.0, 0.05), 0.1, 0.2),
             None,
             "a decaying ringing is not shedding"
         );
         assert_eq!(
-            strouhal(&series(0.0), 100.0, 0.1, 0.2),
+            strouhal(&series(0.0, 100.0, 0.05), 0.1, 0.2),
             None,
             "a swing of 0.6 against a drag of 100 is noise"
         );
-        let steady: Vec<(f64, f64)> = (0..400).map(|i| (i as f64, 0.01)).collect();
-        assert_eq!(strouhal(&steady, 3.0, 0.1, 0.2), None);
+        assert_eq!(
+            strouhal(&series(0.0, 3.0, 0.7), 0.1, 0.2),
+            None,
+            "a drag swinging more than the lift is a start's ringing, not shedding"
+        );
+        let steady: Vec<(f64, f64, f64)> = (0..400).map(|i| (i as f64, 3.0, 0.01)).collect();
+        assert_eq!(strouhal(&steady, 0.1, 0.2), None);
     }
 
     #[test]
