@@ -24,6 +24,9 @@
 #define LBM_BOUNDED_KERNEL(name, blocks) \
     extern "C" __global__ void __launch_bounds__(LBM_BLOCK_THREADS, blocks) name
 #define LBM_PROLOGUE() lbm_prologue()
+// A kernel of the plain pass only, its entry `name`_spread (lbm.cu says why).
+#define LBM_SPREAD_KERNEL(name) extern "C" __global__ void name##_spread
+#define LBM_PLAIN_PASS
 namespace lbm_plain {
 #include "lbm.cu"
 #include "refine.cu"
@@ -35,6 +38,8 @@ namespace lbm_plain {
 #include "moments.cu"
 #include "producer.cu"
 }  // namespace lbm_plain
+#undef LBM_PLAIN_PASS
+#undef LBM_SPREAD_KERNEL
 #undef LBM_KERNEL
 #undef LBM_BOUNDED_KERNEL
 #undef LBM_PROLOGUE

@@ -117,6 +117,7 @@ struct EmuKernel {
 
 static const EmuKernel EMU_KERNELS[] = {
     {"stream_collide", [](void** p) { emu_call(stream_collide, p); }, false},
+    {"stream_collide_spread", [](void** p) { emu_call(stream_collide_spread, p); }, true},
     {"stream_collide_bulk", [](void** p) { emu_call(stream_collide_bulk, p); }, false},
     {"stream_collide_bulk_walled", [](void** p) { emu_call(stream_collide_bulk_walled, p); }, false},
     {"fill_ghost", [](void** p) { emu_call(fill_ghost, p); }, true},

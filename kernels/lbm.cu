@@ -11,8 +11,10 @@
 // side) and together write exactly what the general kernel alone writes.
 //
 // `stream_collide` mirrors lbm_core::kernels::lbm::{stream_collide, pull, body_wall,
-// anti_bounce_back} cell by cell: one thread per active cell, row-major over
-// the active region, or per listed cell; solid cells are copied unchanged. A population that would
+// anti_bounce_back} cell by cell: one thread per active cell, row-major
+// over the active region, or per listed cell (`stream_collide_spread`: a
+// column of nine threads per cell, one per population); solid cells are
+// copied unchanged. A population that would
 // come from beyond a side of the active region takes that side's rule, the first
 // match in this order winning at a corner: inlet (bounce-back with the inlet
 // profile's sample for the row and direction, domain::order::inlet_sample, times the
@@ -305,6 +307,230 @@ LBM_KERNEL(stream_collide)(
     collide(f, omega_plus, omega_minus, force_x, force_y);
     write_cell(dst, plane, index, f);
 }
+
+#ifdef LBM_PLAIN_PASS
+// The population arriving at (x, y) along `i` by the general rules
+// (cpu::pull): the side rule of the first side its source lies beyond, else
+// the neighbour or the body's return. `outflow_ux`, `outflow_uy` matter only
+// next to an outflow side.
+__device__ __forceinline__ float pull_general(
+    const float* __restrict__ src, const unsigned char* __restrict__ flags, WallTable* walls, Layout layout,
+    const float* __restrict__ inlet_profile, const float* __restrict__ boundary_state, unsigned int x,
+    unsigned int y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
+    unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
+    float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
+    float wall_y_max_ux, float wall_y_max_uy, float outflow_ux, float outflow_uy, int i, size_t index,
+    size_t plane) {
+    const unsigned int width = x1 - x0;
+    const unsigned int height = y1 - y0;
+    // cpu::pull, in signed arithmetic because a source may lie before x0 or y0.
+    int sx = (int)x - lbm_cx(i);
+    int sy = (int)y - lbm_cy(i);
+    const int side_x = sx < (int)x0 ? 0 : (sx >= (int)x1 ? 1 : -1);
+    const int side_y = sy < (int)y0 ? 2 : (sy >= (int)y1 ? 3 : -1);
+    const unsigned int kind_x = edge_kind(side_x, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
+    const unsigned int kind_y = edge_kind(side_y, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
+    const float cx = (float)lbm_cx(i);
+    const float cy = (float)lbm_cy(i);
+
+    // Inlet or wall: bounce-back carrying the side's velocity; at a corner
+    // an inlet wins over a wall, so each row injects its profile's whole
+    // mass flux, and between walls the y side wins, so a lid's two
+    // diagonal terms cancel (cpu::pull).
+    int bounce = -1;
+    unsigned int bounce_kind = LBM_BOUNDARY_NONE;
+    if (kind_x == LBM_BOUNDARY_INLET || kind_y == LBM_BOUNDARY_INLET) {
+        bounce = kind_x == LBM_BOUNDARY_INLET ? side_x : side_y;
+        bounce_kind = LBM_BOUNDARY_INLET;
+    } else if (kind_y == LBM_BOUNDARY_WALL) {
+        bounce = side_y;
+        bounce_kind = kind_y;
+    } else if (kind_x == LBM_BOUNDARY_WALL) {
+        bounce = side_x;
+        bounce_kind = kind_x;
+    }
+    if (bounce >= 0) {
+        float ux;
+        float uy;
+        if (bounce_kind == LBM_BOUNDARY_INLET) {
+            // domain::order::inlet_sample: where the link crosses the inlet.
+            ux = inlet_profile[LBM_INLET_SAMPLE(y - y0, lbm_cy(i))] * boundary_state[1];
+            uy = 0.0f;
+        } else {
+            ux = bounce == 0 ? wall_x_min_ux
+                             : (bounce == 1 ? wall_x_max_ux : (bounce == 2 ? wall_y_min_ux : wall_y_max_ux));
+            uy = bounce == 0 ? wall_x_min_uy
+                             : (bounce == 1 ? wall_x_max_uy : (bounce == 2 ? wall_y_min_uy : wall_y_max_uy));
+        }
+        // cpu::pull's bounce: 2 w_i rho0 (c_i . u_w) / cs2 added to the leaving population.
+        const float leaving = src[(size_t)lbm_opp(i) * plane + index];
+        const float cu = cx * ux + cy * uy;
+        return leaving + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
+    }
+
+    // Outflow: anti-bounce-back at rest density.
+    if (kind_x == LBM_BOUNDARY_OUTFLOW || kind_y == LBM_BOUNDARY_OUTFLOW) {
+        const float cu = cx * outflow_ux + cy * outflow_uy;
+        return -src[(size_t)lbm_opp(i) * plane + index] +
+               2.0f * lbm_w(i) * (4.5f * cu * cu - 1.5f * (outflow_ux * outflow_ux + outflow_uy * outflow_uy));
+    }
+
+    // Free slip: the population that left this row (column) towards the wall, mirrored.
+    int direction = i;
+    if (kind_x == LBM_BOUNDARY_FREE_SLIP) {
+        direction = lbm_mirror_x(direction);
+        sx = (int)x;
+    }
+    if (kind_y == LBM_BOUNDARY_FREE_SLIP) {
+        direction = lbm_mirror_y(direction);
+        sy = (int)y;
+    }
+    if (kind_x == LBM_BOUNDARY_PERIODIC) {
+        sx += side_x == 0 ? (int)width : -(int)width;
+    }
+    if (kind_y == LBM_BOUNDARY_PERIODIC) {
+        sy += side_y == 2 ? (int)height : -(int)height;
+    }
+    const size_t source = cell_index(layout, (unsigned int)sx, (unsigned int)sy);
+    return neighbour_or_wall(src, flags, walls, layout, x0, y0, x1, y1, x, y, i, direction, index, source, plane);
+}
+
+// The population arriving at `index` along the constant `I`: the fixed
+// offset in the interior of a one-tile layout (every neighbour in the active
+// region, cpu::stream_collide's fast path), else the general rules.
+template <int I>
+__device__ __forceinline__ float pull_one(
+    const float* __restrict__ src, const unsigned char* __restrict__ flags, WallTable* walls, Layout layout,
+    const float* __restrict__ inlet_profile, const float* __restrict__ boundary_state, bool interior,
+    unsigned int x, unsigned int y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1,
+    unsigned int boundary_x_min, unsigned int boundary_x_max, unsigned int boundary_y_min,
+    unsigned int boundary_y_max, float wall_x_min_ux, float wall_x_min_uy, float wall_x_max_ux,
+    float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy, float wall_y_max_ux, float wall_y_max_uy,
+    float outflow_ux, float outflow_uy, size_t index, size_t plane) {
+    if (interior) {
+        const size_t source =
+            (size_t)((long long)index - (long long)lbm_cx(I) - (long long)lbm_cy(I) * (long long)layout.tx);
+        return neighbour_or_wall(src, flags, walls, layout, x0, y0, x1, y1, x, y, I, I, index, source, plane);
+    }
+    return pull_general(src, flags, walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
+                        boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,
+                        wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy, wall_y_max_ux,
+                        wall_y_max_uy, outflow_ux, outflow_uy, I, index, plane);
+}
+
+// A block of stream_collide: LBM_LIST_CELLS cells along x, one row of
+// threads per population along y. Each thread pulls one population of its
+// cell (its own chain of loads: the neighbour's flag, the body's wall
+// distance, the values), the block shares them, and the first row collides
+// and stores each cell: a cell's nine pulls run side by side instead of one
+// after another in one thread, which is what bounded this kernel on short
+// lists (a rim and the spans around a body). Its entry is
+// `stream_collide_spread`, a plain kernel only: a fused batch runs
+// `stream_collide` (one thread per cell), whose members' lists together
+// already fill the device.
+#define LBM_LIST_CELLS 32u
+
+LBM_SPREAD_KERNEL(stream_collide)(
+    const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
+    const unsigned int* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
+    const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,
+    unsigned int nx, unsigned int ny, unsigned int tile_x,
+    unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
+    unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
+    float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
+    float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
+    unsigned int n_wall_cells) {
+    LBM_PROLOGUE();
+    __shared__ float pulled[LBM_Q][LBM_LIST_CELLS];
+    const unsigned int width = x1 - x0;
+    const unsigned int height = y1 - y0;
+    const unsigned int lane = threadIdx.x;
+    const int i = (int)threadIdx.y;
+    const unsigned long long t = (unsigned long long)blockIdx.x * LBM_LIST_CELLS + lane;
+    // A listed cell is a number in the active region's row-major order; one
+    // that lies outside it is skipped, as on the CPU. Every thread reaches
+    // the barrier, so none returns before it.
+    unsigned int cell = 0;
+    bool live;
+    if (cells != nullptr) {
+        live = t < n_cells;
+        if (live) {
+            cell = cells[t];
+        }
+    } else {
+        live = t < (unsigned long long)width * height;
+        cell = (unsigned int)t;
+    }
+    live = live && (unsigned long long)cell < (unsigned long long)width * height;
+    const Layout layout = make_layout(nx, ny, tile_x, tile_y);
+    const size_t plane = plane_cells(layout);
+    // 32-bit division: far cheaper than 64-bit, and an active region never
+    // holds 2^32 cells (its nine planes would not fit in device memory).
+    const unsigned int x = x0 + (live ? cell % width : 0u);
+    const unsigned int y = y0 + (live ? cell / width : 0u);
+    const size_t index = cell_index(layout, x, y);
+    const bool fluid = live && flags[index] == LBM_FLAG_FLUID;
+    if (live && !fluid) {
+        // A solid cell keeps its populations: each thread copies its own.
+        dst[(size_t)i * plane + index] = src[(size_t)i * plane + index];
+    }
+    if (fluid) {
+        WallTable walls = {wall_distance, n_wall_cells, -2};
+        // A list with a wall table carries each cell's slot in it after the
+        // numbers (lbm_core::kernels::lbm::CellList): one check, where the
+        // bisection is a chain of dependent loads; a wrong hint bisects.
+        if (cells != nullptr && n_wall_cells != 0) {
+            const unsigned int hint = cells[n_cells + t];
+            if (hint < n_wall_cells && wall_distance[hint] == (unsigned int)index) {
+                walls.slot = (int)hint;
+            }
+        }
+        const bool interior = nx <= tile_x && x > x0 && x + 1 < x1 && y > y0 && y + 1 < y1;
+        // A population comes from beyond a side only in a cell next to it,
+        // so only there is the outflow velocity the side rule needs computed:
+        // bit for bit what the CPU computes per population.
+        float outflow_ux = 0.0f;
+        float outflow_uy = 0.0f;
+        if (!interior && next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max,
+                                 boundary_y_min, boundary_y_max)) {
+            outflow_velocity(src, layout, plane, index, x, y, x0, force_x, force_y, &outflow_ux, &outflow_uy);
+        }
+#define LBM_PULL_ONE(I)                                                                                          \
+    case I:                                                                                                      \
+        value = pull_one<I>(src, flags, &walls, layout, inlet_profile, boundary_state, interior, x, y, x0, y0, x1, \
+                            y1, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,   \
+                            wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy,           \
+                            wall_y_max_ux, wall_y_max_uy, outflow_ux, outflow_uy, index, plane);                 \
+        break;
+        float value = 0.0f;
+        // The row of threads is one population for the whole warp, so the
+        // switch does not diverge.
+        switch (i) {
+            LBM_PULL_ONE(0)
+            LBM_PULL_ONE(1)
+            LBM_PULL_ONE(2)
+            LBM_PULL_ONE(3)
+            LBM_PULL_ONE(4)
+            LBM_PULL_ONE(5)
+            LBM_PULL_ONE(6)
+            LBM_PULL_ONE(7)
+            LBM_PULL_ONE(8)
+        }
+#undef LBM_PULL_ONE
+        pulled[i][lane] = value;
+    }
+    __syncthreads();
+    if (fluid && i == 0) {
+        float f[LBM_Q];
+#pragma unroll
+        for (int k = 0; k < LBM_Q; ++k) {
+            f[k] = pulled[k][lane];
+        }
+        collide(f, omega_plus, omega_minus, force_x, force_y);
+        write_cell(dst, plane, index, f);
+    }
+}
+#endif  // LBM_PLAIN_PASS
 
 // lattice::collide operation for operation, with each opposite pair's two
 // results computed together and stored at once: the same expressions in the

@@ -1080,7 +1080,7 @@ mod tests {
         );
         let nearly = bgk.replace("viscosity = 0.01", "viscosity = 0.0005");
         let e = Case::from_toml(&nearly).unwrap().resolve().unwrap_err().to_string();
-        assert!(e.contains("0.510") && e.contains("Bgk"), "{e}");
+        assert!(e.contains("0.510") && e.contains("BGK collision"), "{e}");
         // Level 1 of the cavity has tau = 0.5 + 2 (tau0 - 0.5) = 0.5 + 19.2 nu.
         refused(
             &CAVITY.replace("viscosity = 0.01", "viscosity = 0.105"),

@@ -252,6 +252,10 @@ pub const BLOCK_THREADS: u32 = 256;
 /// Threads per block a CUDA device accepts at most.
 pub const MAX_BLOCK_THREADS: u32 = 1024;
 
+/// The entry of `stream_collide` with one thread per population
+/// ([`Launch::cuda_entry`]).
+pub const SPREAD_ENTRY: &str = "stream_collide_spread";
+
 /// A complete kernel launch: built only by the launch structs of
 /// [`crate::kernels`], replayed by every driver, logged by the mock.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -263,6 +267,18 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// The `__global__` entry that runs the launch: its kernel's, but
+    /// `stream_collide` in blocks a column of [`crate::lattice::Q`] threads
+    /// high (one thread per population, `StreamCollide`'s own shape) runs
+    /// `stream_collide_spread`; one thread per cell (a fused batch's) runs
+    /// `stream_collide`.
+    pub fn cuda_entry(&self) -> &'static str {
+        match self.kernel {
+            Kernel::StreamCollide if self.block[1] == crate::lattice::Q as u32 => SPREAD_ENTRY,
+            kernel => kernel.cuda_name(),
+        }
+    }
+
     /// A one-dimensional launch of at least `threads` threads in blocks of 256.
     pub fn linear(kernel: Kernel, threads: usize, args: Vec<Arg>) -> Launch {
         let blocks = threads.div_ceil(BLOCK_THREADS as usize).max(1);

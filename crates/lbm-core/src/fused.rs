@@ -39,9 +39,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::{ExecConfig, LatticeConfig};
 use crate::cpu::CpuDriver;
-use crate::device::{Action, Arg, BatchLaunch, BufferId, Driver, EventId, Launch, PlanId, StagingId, StreamId};
+use crate::device::{Action, Arg, BatchLaunch, BufferId, Driver, EventId, Kernel, Launch, PlanId, StagingId, StreamId};
 use crate::error::{Error, Result};
+use crate::kernels::KernelArgs;
 use crate::kernels::check_actions;
+use crate::kernels::lbm::StreamCollide;
 use crate::ledger::MemoryLedger;
 use crate::stepper::{INTERVAL_PLANS, Stepper};
 
@@ -325,7 +327,7 @@ impl<D: Driver> Shared<D> {
                 .iter()
                 .enumerate()
                 .map(|(m, own)| match pick(own) {
-                    Action::Launch(l) => self.launch_of(m, l),
+                    Action::Launch(l) => per_cell(self.launch_of(m, l)),
                     _ => unreachable!("every member's step has member 0's shape (checked at prepare)"),
                 })
                 .collect(),
@@ -789,5 +791,24 @@ impl<D: Driver> Driver for MemberDriver<D> {
             }
             Plan::Released => Err(unknown("plan", plan.0)),
         }
+    }
+}
+
+/// `launch` as a fused batch runs it: `stream_collide` one thread per cell
+/// ([`StreamCollide::per_cell_shape`]), because the members' lists together
+/// already fill the device; every other kernel as it is.
+fn per_cell(launch: Launch) -> Launch {
+    match launch.kernel {
+        Kernel::StreamCollide => {
+            let shape = StreamCollide::decode(&launch)
+                .expect("a member's launch passed the launch check")
+                .per_cell_shape();
+            Launch {
+                grid: shape.grid,
+                block: shape.block,
+                ..launch
+            }
+        }
+        _ => launch,
     }
 }

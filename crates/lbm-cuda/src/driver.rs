@@ -37,7 +37,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use lbm_core::device::{
-    Action, BatchLaunch, EventId, PeerBuffer, PeerEvent, PeerStream, PlanId, StagingId, StreamId, live_buffer,
+    Action, BatchLaunch, EventId, PeerBuffer, PeerEvent, PeerStream, PlanId, SPREAD_ENTRY, StagingId, StreamId,
+    live_buffer,
 };
 use lbm_core::error::CudaCode;
 use lbm_core::kernels::{PlanTable, check_launch};
@@ -74,6 +75,8 @@ pub struct CudaDriver {
     events: Vec<CudaEvent>,
     /// One function per kernel, in [`Kernel::ALL`] order.
     functions: Vec<CudaFunction>,
+    /// `stream_collide_spread` ([`Launch::cuda_entry`]).
+    spread_function: CudaFunction,
     /// Each kernel's `_batch` entry, in [`Kernel::ALL`] order (`None` for a
     /// kernel without one).
     batch_functions: Vec<Option<CudaFunction>>,
@@ -299,6 +302,9 @@ impl CudaDriver {
                     .map_err(|e| cuda_error(format!("find kernel {}", k.cuda_name()), e))
             })
             .collect::<Result<Vec<_>>>()?;
+        let spread_function = module
+            .load_function(SPREAD_ENTRY)
+            .map_err(|e| cuda_error(format!("find kernel {SPREAD_ENTRY}"), e))?;
         let batch_functions = Kernel::ALL
             .iter()
             .map(|k| {
@@ -321,6 +327,7 @@ impl CudaDriver {
             plan_mode: PlanMode::default(),
             events: Vec::new(),
             functions,
+            spread_function,
             batch_functions,
             batch_tables: Vec::new(),
             streams: Vec::new(),
@@ -398,7 +405,10 @@ impl CudaDriver {
         unsafe {
             self.launch_programmatic(
                 stream,
-                &self.functions[kernel_index(launch.kernel)],
+                match launch.cuda_entry() {
+                    SPREAD_ENTRY => &self.spread_function,
+                    _ => &self.functions[kernel_index(launch.kernel)],
+                },
                 launch.grid,
                 launch.block,
                 &mut pointers,

@@ -106,7 +106,7 @@ impl EmuDriver {
             .iter()
             .map(|a| arg_word(a, &|id| self.address(id)))
             .collect::<Result<Vec<u64>>>()?;
-        self.call(launch.kernel.cuda_name(), launch, 1, &mut slots)
+        self.call(launch.cuda_entry(), launch, 1, &mut slots)
     }
 
     /// One action of a replayed plan; a group's members in order.

@@ -50,7 +50,7 @@ fn the_log_names_buffers_and_renders_one_line_per_call() {
         "upload buf#2 \"p.flags\" [0, 16) fnv1a64 ",
         "memset buf#0 \"p.f.a\" [4, 12) = 0xff",
         "copy buf#0 \"p.f.a\" [0, 16) -> buf#1 \"p.f.b\" [0, 16)",
-        "launch stream_collide grid [1, 1, 1] block [256, 1, 1] (src = buf#0 \"p.f.a\", dst = buf#1 \"p.f.b\", \
+        "launch stream_collide grid [1, 1, 1] block [32, 9, 1] (src = buf#0 \"p.f.a\", dst = buf#1 \"p.f.b\", \
          flags = buf#2 \"p.flags\", wall_distance = none, inlet_profile = none, boundary_state = none, \
          cells = none, n_cells = 0u32, nx = 4u32, ny = 4u32, tile_x = 4u32, tile_y = 4u32, x0 = 0u32, y0 = 0u32, x1 = 4u32, y1 = 4u32, \
          boundary_x_min = 0u32, boundary_x_max = 0u32, boundary_y_min = 0u32, boundary_y_max = 0u32, \

@@ -8,7 +8,7 @@ use crate::device::{Action, BatchLaunch, BufferId, Launch, MAX_BATCH_MEMBERS, MA
 use crate::domain::hierarchy::{Layout, Rect};
 use crate::error::{Error, LaunchProblem, Result};
 
-use super::{Access, FamilyVisitor, KernelArgs, dispatch, uses_of};
+use super::{Access, ExactShape, FamilyVisitor, KernelArgs, dispatch, uses_of};
 
 /// Checks `launch` against buffer sizes (`size_of` answers bytes, or `None`
 /// for a buffer the driver does not hold); see the module documentation.
@@ -194,8 +194,10 @@ fn check<K: KernelArgs>(
             max: MAX_BLOCK_THREADS,
         });
     }
+    let is = |shape: Option<ExactShape>| shape.is_some_and(|s| grid == s.grid && block == s.block);
     if let Some(shape) = k.required_shape()
-        && (grid != shape.grid || block != shape.block)
+        && !is(Some(shape))
+        && !is(k.alternative_shape())
     {
         return Err(LaunchProblem::ExactShape {
             grid,

@@ -133,7 +133,31 @@ pub struct StreamCollide {
     pub force: [f32; 2],
 }
 
+/// Cells per block of `stream_collide`: a column of [`Q`] threads each,
+/// one per population (kernels/lbm.cu's `LBM_LIST_CELLS`).
+pub const LIST_CELLS: u32 = 32;
+
 impl StreamCollide {
+    /// Blocks of [`LIST_CELLS`] x [`Q`] threads over the launch's cells: a
+    /// cell's nine pulls side by side, what a short list (one patch's rim
+    /// and the spans around its body) needs to keep the device busy.
+    fn shape(&self) -> ExactShape {
+        ExactShape {
+            grid: [(self.work_items() as u32).div_ceil(LIST_CELLS).max(1), 1, 1],
+            block: [LIST_CELLS, Q as u32, 1],
+        }
+    }
+
+    /// One thread per cell, in blocks of [`BLOCK_THREADS`]: what a fused
+    /// batch launches, whose members' lists together already fill the
+    /// device (there nine threads a cell only add waves). The same bits.
+    pub fn per_cell_shape(&self) -> ExactShape {
+        ExactShape {
+            grid: [(self.work_items() as u32).div_ceil(BLOCK_THREADS).max(1), 1, 1],
+            block: [BLOCK_THREADS, 1, 1],
+        }
+    }
+
     /// A whole `nx` x `ny` allocation, row-major, periodic on every side,
     /// without bodies, inlet or force: the benchmark case.
     pub fn periodic(
@@ -226,7 +250,7 @@ impl KernelArgs for StreamCollide {
             Arg::F32(self.force[1]),
             Arg::U32(self.wall_distance.map_or(0, |w| w.cells)),
         ]);
-        Launch::linear(Kernel::StreamCollide, self.work_items(), args)
+        self.shape().launch(Kernel::StreamCollide, args)
     }
 
     fn decode(launch: &Launch) -> Result<Self> {
@@ -310,6 +334,16 @@ impl KernelArgs for StreamCollide {
 
     fn work_items(&self) -> usize {
         self.cells.map_or(self.active.cells(), |c| c.count as usize)
+    }
+
+    /// The kernel maps a block's columns onto cells and its rows onto the
+    /// populations it shares between them.
+    fn required_shape(&self) -> Option<ExactShape> {
+        Some(self.shape())
+    }
+
+    fn alternative_shape(&self) -> Option<ExactShape> {
+        Some(self.per_cell_shape())
     }
 
     fn check_shape(&self) -> std::result::Result<(), LaunchProblem> {
@@ -1252,5 +1286,57 @@ mod tests {
             }
         }
         assert_eq!(slots.iter().filter(|s| **s != u32::MAX).count(), walled.len() - 1);
+    }
+
+    /// A list launch comes in nine threads a cell; the launch check takes
+    /// that shape or one thread a cell (a fused batch's) over the same
+    /// cells, and no grid that leaves cells out.
+    #[test]
+    fn a_list_launch_is_nine_threads_a_cell_or_one_and_covers_every_cell() {
+        use crate::device::BufferId;
+        let k = StreamCollide {
+            cells: Some(CellList {
+                cells: BufferId(3).into(),
+                count: 300,
+            }),
+            ..StreamCollide::periodic(
+                BufferId(0).into(),
+                BufferId(1).into(),
+                BufferId(2).into(),
+                [40, 30],
+                crate::fixtures::benchmark_physics(),
+            )
+        };
+        let launch = k.launch();
+        assert_eq!((launch.grid, launch.block), ([10, 1, 1], [LIST_CELLS, Q as u32, 1]));
+        let size_of = |id: BufferId| {
+            Some(if id.0 == 3 {
+                4 * 300
+            } else {
+                population_bytes(&k.layout)
+            })
+        };
+        let check = |grid: [u32; 3], block: [u32; 3]| {
+            crate::kernels::check_launch(
+                &Launch {
+                    grid,
+                    block,
+                    ..launch.clone()
+                },
+                size_of,
+            )
+        };
+        check(launch.grid, launch.block).unwrap();
+        let per_cell = k.per_cell_shape();
+        assert_eq!((per_cell.grid, per_cell.block), ([2, 1, 1], [BLOCK_THREADS, 1, 1]));
+        check(per_cell.grid, per_cell.block).unwrap();
+        for (grid, block) in [
+            ([9, 1, 1], [LIST_CELLS, Q as u32, 1]),
+            ([1, 1, 1], [BLOCK_THREADS, 1, 1]),
+            ([2, 1, 1], [128, 2, 1]),
+        ] {
+            let e = check(grid, block).unwrap_err().to_string();
+            assert!(e.contains("grid") && e.contains("block"), "{grid:?} {block:?}: {e}");
+        }
     }
 }

@@ -143,6 +143,12 @@ pub trait KernelArgs: Sized + Sync {
     fn required_shape(&self) -> Option<ExactShape> {
         None
     }
+    /// A second grid and block the kernel also accepts beside
+    /// [`Self::required_shape`]: `stream_collide` one thread per cell, the
+    /// shape a fused batch launches it in.
+    fn alternative_shape(&self) -> Option<ExactShape> {
+        None
+    }
     /// Runs the CPU reference over `views`, which hold every buffer of
     /// [`Self::buffer_uses`] by parameter name (the launch check passed).
     fn run_on_host(&self, views: &mut HostViews);
