@@ -953,7 +953,7 @@ impl<D: Driver> Session<'_, D> {
         let mut pace = Pace::new();
         while self.state.done < self.stop {
             let batch = self.samples_in_chunks();
-            let Some(n) = self.plan_chunk(limits, &pace, batch) else {
+            let Some(n) = self.plan_chunk(limits, &pace, batch)? else {
                 return Ok(Ending::WallLimit);
             };
             let start = Instant::now();
@@ -1025,7 +1025,12 @@ impl<D: Driver> Session<'_, D> {
     /// save point, a checkpoint, a divergence check, `stop`), about
     /// `CHUNK_SECONDS` long, within the wall limit; `None` when the wall limit
     /// leaves no room.
-    pub(crate) fn plan_chunk(&self, limits: &Limits, pace: &Pace, samples_inside: bool) -> Option<u64> {
+    pub(crate) fn plan_chunk(
+        &mut self,
+        limits: &Limits,
+        pace: &Pace,
+        samples_inside: bool,
+    ) -> Result<Option<u64>, AppError> {
         let done = self.state.done;
         let next_sample = match (self.sampling(), samples_inside) {
             (Some(sample), false) => (done / sample + 1) * sample,
@@ -1049,6 +1054,13 @@ impl<D: Driver> Session<'_, D> {
             None => 1,
         };
         if let Some(limit) = limits.max_wall_seconds {
+            // The first save point's cost is unknown until it is written, and
+            // it may be far more than a checkpoint's (pictures, several
+            // formats): it is waited for, once, so that no chunk is committed
+            // that its writing would push past the limit.
+            if self.writer.save_seconds().is_none() && self.writer.save_left_seconds() > 0.0 {
+                self.writer.wait()?;
+            }
             // The last checkpoint, and the plots and summary: about what a
             // save point costs; twice that when this chunk ends at one.
             // Until a save point has been timed, a save is taken to cost what
@@ -1057,18 +1069,22 @@ impl<D: Driver> Session<'_, D> {
             // just after the first save point still ends near the limit.
             let saving = done + n == next_save;
             let save_seconds = self.writer.save_seconds().unwrap_or_else(|| self.checkpoint_reserve());
-            let reserve = self.checkpoint_reserve() + save_seconds * if saving { 2.0 } else { 1.0 };
+            // A save point still being written holds the end back by what
+            // it has left.
+            let reserve = self.checkpoint_reserve()
+                + save_seconds * if saving { 2.0 } else { 1.0 }
+                + self.writer.save_left_seconds();
             let left = limit - self.started.elapsed().as_secs_f64() - reserve;
             let fits = match pace.seconds_per_interval {
                 Some(s) => (left / s).floor().max(0.0) as u64,
                 None => u64::from(left > 0.0),
             };
             if fits == 0 {
-                return None;
+                return Ok(None);
             }
             n = n.min(fits);
         }
-        Some(n)
+        Ok(Some(n))
     }
 
     fn next_save(&self) -> u64 {

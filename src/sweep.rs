@@ -640,10 +640,15 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                 session.set_stop(reached);
                 if session.done() < reached {
                     match session.plan_chunk(&options.limits, &paces[k], inside[k]) {
-                        Some(n) => chunks[k] = Some(n),
-                        None => {
+                        Ok(Some(n)) => chunks[k] = Some(n),
+                        Ok(None) => {
                             ending = Ending::WallLimit;
                             break 'run;
+                        }
+                        Err(e) => {
+                            let e = session.fail(e);
+                            results[k] = Some(failed_result(chosen[k], &e));
+                            *slot = None;
                         }
                     }
                 }

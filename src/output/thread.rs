@@ -30,6 +30,8 @@ enum Job {
     Probes(f64, Vec<Option<[f64; 3]>>),
     Save(u64, Arc<Vec<PatchFields>>),
     State(mpsc::Sender<Result<WriterState, AppError>>),
+    /// Replied to once everything queued before it is written (or skipped).
+    Wait(mpsc::Sender<()>),
     Finish(mpsc::Sender<Result<Written, AppError>>),
 }
 
@@ -39,6 +41,12 @@ pub struct WriterThread {
     handle: Option<JoinHandle<()>>,
     /// How long the thread took over its last save point, ns.
     save_nanos: Arc<AtomicU64>,
+    /// Save points the thread has written, and those queued with the time
+    /// the last was: a save still being written is time a wall limit must
+    /// hold back.
+    saves_done: Arc<AtomicU64>,
+    saves_queued: u64,
+    last_queued: Option<Instant>,
     waits: u64,
 }
 
@@ -50,12 +58,16 @@ impl WriterThread {
     pub fn spawn(writer: Writer) -> WriterThread {
         let (jobs, queue) = sync_channel(QUEUE);
         let save_nanos = Arc::new(AtomicU64::new(0));
-        let timing = save_nanos.clone();
-        let handle = std::thread::spawn(move || work(writer, queue, &timing));
+        let saves_done = Arc::new(AtomicU64::new(0));
+        let (timing, done) = (save_nanos.clone(), saves_done.clone());
+        let handle = std::thread::spawn(move || work(writer, queue, &timing, &done));
         WriterThread {
             jobs,
             handle: Some(handle),
             save_nanos,
+            saves_done,
+            saves_queued: 0,
+            last_queued: None,
             waits: 0,
         }
     }
@@ -83,7 +95,10 @@ impl WriterThread {
 
     /// The fields of a save point.
     pub fn save(&mut self, step: u64, patches: Arc<Vec<PatchFields>>) -> Result<(), AppError> {
-        self.send(Job::Save(step, patches))
+        self.send(Job::Save(step, patches))?;
+        self.saves_queued += 1;
+        self.last_queued = Some(Instant::now());
+        Ok(())
     }
 
     /// Waits until everything queued is written, and returns the writer's
@@ -92,6 +107,14 @@ impl WriterThread {
         let (reply, answer) = mpsc::channel();
         self.send(Job::State(reply))?;
         answer.recv().map_err(|_| gone())?
+    }
+
+    /// Waits until everything queued is written (an error stays for the
+    /// next [`WriterThread::state`] or [`WriterThread::finish`]).
+    pub fn wait(&mut self) -> Result<(), AppError> {
+        let (reply, answer) = mpsc::channel();
+        self.send(Job::Wait(reply))?;
+        answer.recv().map_err(|_| gone())
     }
 
     /// Writes what is queued and the plots, and ends the thread.
@@ -121,13 +144,34 @@ impl WriterThread {
         let nanos = self.save_nanos.load(Ordering::Relaxed);
         (nanos > 0).then_some(nanos as f64 * 1e-9)
     }
+
+    /// Seconds the save points still queued may take: none when every one
+    /// is written; else what the last timed save took, less the time since
+    /// the newest was queued, or, before any save was timed, as long again
+    /// as that time (a save's cost is unknown until one ends; one that has
+    /// run long is likely to run about as long again).
+    pub fn save_left_seconds(&self) -> f64 {
+        let pending = self
+            .saves_queued
+            .saturating_sub(self.saves_done.load(Ordering::Acquire));
+        let Some(queued) = self.last_queued.filter(|_| pending > 0) else {
+            return 0.0;
+        };
+        let since = queued.elapsed().as_secs_f64();
+        match self.save_seconds() {
+            Some(save) => (pending as f64 * save - since).max(0.0),
+            None => since,
+        }
+    }
 }
 
-fn work(mut writer: Writer, queue: Receiver<Job>, save_nanos: &AtomicU64) {
+fn work(mut writer: Writer, queue: Receiver<Job>, save_nanos: &AtomicU64, saves_done: &AtomicU64) {
     let mut failed: Option<AppError> = None;
     for job in queue {
+        // Written or, after an error, skipped: no longer pending either way.
+        let save = matches!(job, Job::Save(..));
         let result = match job {
-            _ if failed.is_some() && !matches!(job, Job::State(_) | Job::Finish(_)) => Ok(()),
+            _ if failed.is_some() && !matches!(job, Job::State(_) | Job::Wait(_) | Job::Finish(_)) => Ok(()),
             Job::Forces(time, records) => writer.forces(time, &records),
             Job::Probes(time, values) => writer.probes(time, &values),
             Job::Save(step, patches) => {
@@ -143,6 +187,10 @@ fn work(mut writer: Writer, queue: Receiver<Job>, save_nanos: &AtomicU64) {
                 });
                 Ok(())
             }
+            Job::Wait(reply) => {
+                let _ = reply.send(());
+                Ok(())
+            }
             Job::Finish(reply) => {
                 let _ = reply.send(match failed.take() {
                     Some(e) => Err(e),
@@ -151,6 +199,9 @@ fn work(mut writer: Writer, queue: Receiver<Job>, save_nanos: &AtomicU64) {
                 return;
             }
         };
+        if save {
+            saves_done.fetch_add(1, Ordering::Release);
+        }
         if let Err(e) = result {
             failed.get_or_insert(e);
         }
