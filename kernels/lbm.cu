@@ -145,170 +145,6 @@ __device__ __forceinline__ void outflow_velocity(const float* __restrict__ src, 
     }
 }
 
-LBM_KERNEL(stream_collide)(
-    const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
-    const unsigned int* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
-    const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,
-    unsigned int nx, unsigned int ny, unsigned int tile_x,
-    unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
-    unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
-    float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
-    float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
-    unsigned int n_wall_cells) {
-    LBM_PROLOGUE();
-    const unsigned int width = x1 - x0;
-    const unsigned int height = y1 - y0;
-    const unsigned long long t = thread_index();
-    // A listed cell is a number in the active region's row-major order; one
-    // that lies outside it is skipped, as on the CPU.
-    unsigned int cell;
-    if (cells != nullptr) {
-        if (t >= n_cells) {
-            return;
-        }
-        cell = cells[t];
-    } else {
-        if (t >= (unsigned long long)width * height) {
-            return;
-        }
-        cell = (unsigned int)t;
-    }
-    if ((unsigned long long)cell >= (unsigned long long)width * height) {
-        return;
-    }
-    const Layout layout = make_layout(nx, ny, tile_x, tile_y);
-    const size_t plane = plane_cells(layout);
-    // 32-bit division: far cheaper than 64-bit, and an active region never
-    // holds 2^32 cells (its nine planes would not fit in device memory).
-    const unsigned int x = x0 + cell % width;
-    const unsigned int y = y0 + cell / width;
-    const size_t index = cell_index(layout, x, y);
-
-    WallTable walls = {wall_distance, n_wall_cells, -2};
-    // A list with a wall table carries each cell's slot in it after the
-    // numbers (lbm_core::kernels::lbm::CellList): one check, where the
-    // bisection is a chain of dependent loads; a wrong hint bisects.
-    if (cells != nullptr && n_wall_cells != 0) {
-        const unsigned int hint = cells[n_cells + t];
-        if (hint < n_wall_cells && wall_distance[hint] == (unsigned int)index) {
-            walls.slot = (int)hint;
-        }
-    }
-    float f[LBM_Q];
-    if (flags[index] != LBM_FLAG_FLUID) {
-        read_cell(src, plane, index, f);
-        write_cell(dst, plane, index, f);
-        return;
-    }
-
-    // Interior cells of a layout one tile wide (row-major with stride tile_x):
-    // every neighbour lies in the active region at a fixed offset, so no side
-    // rule and no tiled index are needed (cpu::stream_collide's fast path).
-    if (nx <= tile_x && x > x0 && x + 1 < x1 && y > y0 && y + 1 < y1) {
-#pragma unroll
-        for (int i = 0; i < LBM_Q; ++i) {
-            const size_t source =
-                (size_t)((long long)index - (long long)lbm_cx(i) - (long long)lbm_cy(i) * (long long)tile_x);
-            f[i] = neighbour_or_wall(src, flags, &walls, layout, x0, y0, x1, y1, x, y, i, i, index, source, plane);
-        }
-        collide(f, omega_plus, omega_minus, force_x, force_y);
-        write_cell(dst, plane, index, f);
-        return;
-    }
-
-    // A population comes from beyond a side only in a cell next to it, so the
-    // outflow velocity the side rule needs is computed once, in those cells:
-    // bit for bit what the CPU computes per population.
-    const bool near_outflow =
-        next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
-    float outflow_ux = 0.0f;
-    float outflow_uy = 0.0f;
-    if (near_outflow) {
-        outflow_velocity(src, layout, plane, index, x, y, x0, force_x, force_y, &outflow_ux, &outflow_uy);
-    }
-
-#pragma unroll
-    for (int i = 0; i < LBM_Q; ++i) {
-        // cpu::pull, in signed arithmetic because a source may lie before x0 or y0.
-        int sx = (int)x - lbm_cx(i);
-        int sy = (int)y - lbm_cy(i);
-        const int side_x = sx < (int)x0 ? 0 : (sx >= (int)x1 ? 1 : -1);
-        const int side_y = sy < (int)y0 ? 2 : (sy >= (int)y1 ? 3 : -1);
-        const unsigned int kind_x = edge_kind(side_x, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
-        const unsigned int kind_y = edge_kind(side_y, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
-        const float cx = (float)lbm_cx(i);
-        const float cy = (float)lbm_cy(i);
-
-        // Inlet or wall: bounce-back carrying the side's velocity; at a corner
-        // an inlet wins over a wall, so each row injects its profile's whole
-        // mass flux, and between walls the y side wins, so a lid's two
-        // diagonal terms cancel (cpu::pull).
-        int bounce = -1;
-        unsigned int bounce_kind = LBM_BOUNDARY_NONE;
-        if (kind_x == LBM_BOUNDARY_INLET || kind_y == LBM_BOUNDARY_INLET) {
-            bounce = kind_x == LBM_BOUNDARY_INLET ? side_x : side_y;
-            bounce_kind = LBM_BOUNDARY_INLET;
-        } else if (kind_y == LBM_BOUNDARY_WALL) {
-            bounce = side_y;
-            bounce_kind = kind_y;
-        } else if (kind_x == LBM_BOUNDARY_WALL) {
-            bounce = side_x;
-            bounce_kind = kind_x;
-        }
-        if (bounce >= 0) {
-            float ux;
-            float uy;
-            if (bounce_kind == LBM_BOUNDARY_INLET) {
-                // domain::order::inlet_sample: where the link crosses the inlet.
-                ux = inlet_profile[LBM_INLET_SAMPLE(y - y0, lbm_cy(i))] * boundary_state[1];
-                uy = 0.0f;
-            } else {
-                ux = bounce == 0 ? wall_x_min_ux
-                                 : (bounce == 1 ? wall_x_max_ux : (bounce == 2 ? wall_y_min_ux : wall_y_max_ux));
-                uy = bounce == 0 ? wall_x_min_uy
-                                 : (bounce == 1 ? wall_x_max_uy : (bounce == 2 ? wall_y_min_uy : wall_y_max_uy));
-            }
-            // cpu::pull's bounce: 2 w_i rho0 (c_i . u_w) / cs2 added to the leaving population.
-            const float leaving = src[(size_t)lbm_opp(i) * plane + index];
-            const float cu = cx * ux + cy * uy;
-            f[i] = leaving + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
-            continue;
-        }
-
-        // Outflow: anti-bounce-back at rest density.
-        if (kind_x == LBM_BOUNDARY_OUTFLOW || kind_y == LBM_BOUNDARY_OUTFLOW) {
-            const float cu = cx * outflow_ux + cy * outflow_uy;
-            f[i] = -src[(size_t)lbm_opp(i) * plane + index] +
-                   2.0f * lbm_w(i) *
-                       (4.5f * cu * cu - 1.5f * (outflow_ux * outflow_ux + outflow_uy * outflow_uy));
-            continue;
-        }
-
-        // Free slip: the population that left this row (column) towards the wall, mirrored.
-        int direction = i;
-        if (kind_x == LBM_BOUNDARY_FREE_SLIP) {
-            direction = lbm_mirror_x(direction);
-            sx = (int)x;
-        }
-        if (kind_y == LBM_BOUNDARY_FREE_SLIP) {
-            direction = lbm_mirror_y(direction);
-            sy = (int)y;
-        }
-        if (kind_x == LBM_BOUNDARY_PERIODIC) {
-            sx += side_x == 0 ? (int)width : -(int)width;
-        }
-        if (kind_y == LBM_BOUNDARY_PERIODIC) {
-            sy += side_y == 2 ? (int)height : -(int)height;
-        }
-        const size_t source = cell_index(layout, (unsigned int)sx, (unsigned int)sy);
-        f[i] = neighbour_or_wall(src, flags, &walls, layout, x0, y0, x1, y1, x, y, i, direction, index, source,
-                                 plane);
-    }
-    collide(f, omega_plus, omega_minus, force_x, force_y);
-    write_cell(dst, plane, index, f);
-}
-
-#ifdef LBM_PLAIN_PASS
 // The population arriving at (x, y) along `i` by the general rules
 // (cpu::pull): the side rule of the first side its source lies beyond, else
 // the neighbour or the body's return. `outflow_ux`, `outflow_uy` matter only
@@ -395,6 +231,100 @@ __device__ __forceinline__ float pull_general(
     return neighbour_or_wall(src, flags, walls, layout, x0, y0, x1, y1, x, y, i, direction, index, source, plane);
 }
 
+LBM_KERNEL(stream_collide)(
+    const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
+    const unsigned int* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
+    const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,
+    unsigned int nx, unsigned int ny, unsigned int tile_x,
+    unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
+    unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
+    float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
+    float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
+    unsigned int n_wall_cells) {
+    LBM_PROLOGUE();
+    const unsigned int width = x1 - x0;
+    const unsigned int height = y1 - y0;
+    const unsigned long long t = thread_index();
+    // A listed cell is a number in the active region's row-major order; one
+    // that lies outside it is skipped, as on the CPU.
+    unsigned int cell;
+    if (cells != nullptr) {
+        if (t >= n_cells) {
+            return;
+        }
+        cell = cells[t];
+    } else {
+        if (t >= (unsigned long long)width * height) {
+            return;
+        }
+        cell = (unsigned int)t;
+    }
+    if ((unsigned long long)cell >= (unsigned long long)width * height) {
+        return;
+    }
+    const Layout layout = make_layout(nx, ny, tile_x, tile_y);
+    const size_t plane = plane_cells(layout);
+    // 32-bit division: far cheaper than 64-bit, and an active region never
+    // holds 2^32 cells (its nine planes would not fit in device memory).
+    const unsigned int x = x0 + cell % width;
+    const unsigned int y = y0 + cell / width;
+    const size_t index = cell_index(layout, x, y);
+
+    WallTable walls = {wall_distance, n_wall_cells, -2};
+    // A list with a wall table carries each cell's slot in it after the
+    // numbers (lbm_core::kernels::lbm::CellList): one check, where the
+    // bisection is a chain of dependent loads; a wrong hint bisects.
+    if (cells != nullptr && n_wall_cells != 0) {
+        const unsigned int hint = cells[n_cells + t];
+        if (hint < n_wall_cells && wall_distance[hint] == (unsigned int)index) {
+            walls.slot = (int)hint;
+        }
+    }
+    float f[LBM_Q];
+    if (flags[index] != LBM_FLAG_FLUID) {
+        read_cell(src, plane, index, f);
+        write_cell(dst, plane, index, f);
+        return;
+    }
+
+    // Interior cells of a layout one tile wide (row-major with stride tile_x):
+    // every neighbour lies in the active region at a fixed offset, so no side
+    // rule and no tiled index are needed (cpu::stream_collide's fast path).
+    if (nx <= tile_x && x > x0 && x + 1 < x1 && y > y0 && y + 1 < y1) {
+#pragma unroll
+        for (int i = 0; i < LBM_Q; ++i) {
+            const size_t source =
+                (size_t)((long long)index - (long long)lbm_cx(i) - (long long)lbm_cy(i) * (long long)tile_x);
+            f[i] = neighbour_or_wall(src, flags, &walls, layout, x0, y0, x1, y1, x, y, i, i, index, source, plane);
+        }
+        collide(f, omega_plus, omega_minus, force_x, force_y);
+        write_cell(dst, plane, index, f);
+        return;
+    }
+
+    // A population comes from beyond a side only in a cell next to it, so the
+    // outflow velocity the side rule needs is computed once, in those cells:
+    // bit for bit what the CPU computes per population.
+    const bool near_outflow =
+        next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
+    float outflow_ux = 0.0f;
+    float outflow_uy = 0.0f;
+    if (near_outflow) {
+        outflow_velocity(src, layout, plane, index, x, y, x0, force_x, force_y, &outflow_ux, &outflow_uy);
+    }
+
+#pragma unroll
+    for (int i = 0; i < LBM_Q; ++i) {
+        f[i] = pull_general(src, flags, &walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
+                            boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,
+                            wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy, wall_y_max_ux,
+                            wall_y_max_uy, outflow_ux, outflow_uy, i, index, plane);
+    }
+    collide(f, omega_plus, omega_minus, force_x, force_y);
+    write_cell(dst, plane, index, f);
+}
+
+#ifdef LBM_PLAIN_PASS
 // The population arriving at `index` along the constant `I`: the fixed
 // offset in the interior of a one-tile layout (every neighbour in the active
 // region, cpu::stream_collide's fast path), else the general rules.
