@@ -1058,7 +1058,7 @@ impl<D: Driver> Session<'_, D> {
             // it may be far more than a checkpoint's (pictures, several
             // formats): it is waited for, once, so that no chunk is committed
             // that its writing would push past the limit.
-            if self.writer.save_seconds().is_none() && self.writer.save_left_seconds() > 0.0 {
+            if self.writer.save_seconds().is_none() && self.writer.saves_pending() > 0 {
                 self.writer.wait()?;
             }
             // The last checkpoint, and the plots and summary: about what a

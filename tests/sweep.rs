@@ -144,7 +144,8 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
             let script = "import sys, numpy as np\n\
                           t = np.genfromtxt(sys.argv[1], delimiter=',', names=True, dtype=None, encoding='utf-8')\n\
                           print(len(t), ' '.join(repr(float(v)) for v in t['body0_cd_mean']))\n\
-                          print(' '.join(str(v) for v in t['ended']))";
+                          print(' '.join(str(v) for v in t['ended']))\n\
+                          for n in [n for n in t.dtype.names if n.startswith('probe_')]: print(n, ' '.join(repr(float(v)) for v in t[n]))";
             let read = std::process::Command::new(python)
                 .args(["-c", script])
                 .arg(whole.join("sweep.csv"))
@@ -158,6 +159,20 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
             let numpy: Vec<f64> = first.map(|v| v.parse().unwrap()).collect();
             assert_eq!(numpy, (1..5).map(value).collect::<Vec<_>>());
             assert_eq!(lines.next(), Some("completed completed completed completed"));
+            // Every point probe column, as numpy names and reads it.
+            let probes: Vec<&str> = lines.collect();
+            let expected: Vec<usize> = (0..rows[0].len())
+                .filter(|&c| rows[0][c].starts_with("probe_"))
+                .collect();
+            assert_eq!(probes.len(), expected.len(), "{text}");
+            assert!(probes.len() >= 6, "p, ux, uy of the wake probe, last and mean: {text}");
+            for (line, &c) in probes.iter().zip(&expected) {
+                let mut words = line.split(' ');
+                assert_eq!(words.next(), Some(rows[0][c].as_str()));
+                let numpy: Vec<f64> = words.map(|v| v.parse().unwrap()).collect();
+                let ours: Vec<f64> = rows[1..].iter().map(|r| r[c].parse().unwrap()).collect();
+                assert_eq!(numpy, ours, "{}", rows[0][c]);
+            }
         }
     }
 

@@ -145,22 +145,22 @@ impl WriterThread {
         (nanos > 0).then_some(nanos as f64 * 1e-9)
     }
 
-    /// Seconds the save points still queued may take: none when every one
-    /// is written; else what the last timed save took, less the time since
-    /// the newest was queued, or, before any save was timed, as long again
-    /// as that time (a save's cost is unknown until one ends; one that has
-    /// run long is likely to run about as long again).
+    /// Save points queued and not yet written (or skipped after an error).
+    pub fn saves_pending(&self) -> u64 {
+        self.saves_queued
+            .saturating_sub(self.saves_done.load(Ordering::Acquire))
+    }
+
+    /// Seconds the save points still queued may take, by what the last
+    /// timed save took, less the time since the newest was queued; none
+    /// before a save has been timed (its cost is unknown until one ends:
+    /// [`WriterThread::wait`] for it).
     pub fn save_left_seconds(&self) -> f64 {
-        let pending = self
-            .saves_queued
-            .saturating_sub(self.saves_done.load(Ordering::Acquire));
-        let Some(queued) = self.last_queued.filter(|_| pending > 0) else {
-            return 0.0;
-        };
-        let since = queued.elapsed().as_secs_f64();
-        match self.save_seconds() {
-            Some(save) => (pending as f64 * save - since).max(0.0),
-            None => since,
+        match (self.save_seconds(), self.last_queued) {
+            (Some(save), Some(queued)) if self.saves_pending() > 0 => {
+                (self.saves_pending() as f64 * save - queued.elapsed().as_secs_f64()).max(0.0)
+            }
+            _ => 0.0,
         }
     }
 }
@@ -233,6 +233,50 @@ mod tests {
             force: [1e-3, -2e-5],
             torque: 1e-7,
         }
+    }
+
+    /// One patch of `n` x `n` cells whose fields vary from cell to cell.
+    fn patch(n: usize) -> PatchFields {
+        let field = |k: f32| ndarray::Array2::from_shape_fn((n, n), |(j, i)| k + (7 * i + 13 * j) as f32 * 1e-4);
+        PatchFields {
+            level: 0,
+            patch: 0,
+            size: [n, n],
+            origin: [0.0, 0.0],
+            spacing: 0.4 / n as f64,
+            first_cell: [0, 0],
+            pressure: field(1.0),
+            density: field(2.0),
+            ux: field(0.1),
+            uy: field(-0.1),
+            solid: ndarray::Array2::from_elem((n, n), false),
+            covered: ndarray::Array2::from_elem((n, n), false),
+        }
+    }
+
+    /// A wait returns only once the save queued before it is on disk (a
+    /// wall limit waits so for the first save point's cost), and a save
+    /// still pending holds back at most what the last one took.
+    #[test]
+    fn a_wait_returns_once_the_save_queued_before_it_is_written() {
+        let (out, writer) = writer("wait");
+        let mut thread = WriterThread::spawn(writer);
+        let fields = Arc::new(vec![patch(160)]);
+        thread.save(60, fields.clone()).unwrap();
+        assert_eq!(thread.saves_pending(), 1);
+        assert_eq!(thread.save_left_seconds(), 0.0, "no save timed yet");
+        thread.wait().unwrap();
+        assert_eq!(thread.saves_pending(), 0);
+        let took = thread.save_seconds().expect("a written save is timed");
+        let saved = out.join("fields").join("t000000060");
+        assert!(saved.read_dir().unwrap().count() > 0, "nothing in {}", saved.display());
+        thread.save(120, fields).unwrap();
+        let left = thread.save_left_seconds();
+        assert!(left > 0.0 && left <= took, "{left} s left of a save that took {took} s");
+        thread.wait().unwrap();
+        assert_eq!((thread.saves_pending(), thread.save_left_seconds()), (0, 0.0));
+        thread.finish().unwrap();
+        std::fs::remove_dir_all(out).unwrap();
     }
 
     /// A flush returns only once every queued row is in the file, in order,
