@@ -179,9 +179,9 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         .sum::<u64>();
     let _ = writeln!(
         out,
-        "output: {} save points ({:?}), about {:.1} MiB of fields each; forces and probes every {} intervals",
+        "output: {} save points ({}), about {:.1} MiB of fields each; forces and probes every {} intervals",
         plan.save_points.len(),
-        plan.formats,
+        plan.formats.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
         per_save as f64 / (1 << 20) as f64,
         plan.forces_every
     );
@@ -192,7 +192,7 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
             updates / CPU_UPDATES_PER_S / 60.0
         );
     }
-    for warning in warnings(&resolved, &levels) {
+    for warning in warnings(&case, &resolved, &levels) {
         let _ = writeln!(out, "warning: {warning}");
     }
     if let Some(available) = available
@@ -509,8 +509,23 @@ const HIGH_TAU: f64 = 1.5;
 
 /// What is legal but doubtful: τ near ½ or above [`HIGH_TAU`], a Mach number
 /// above 0.1, a body close to its patch's edge.
-fn warnings(resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> Vec<String> {
+fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> Vec<String> {
     let mut out = Vec::new();
+    // The grid spans whole base cells: a size that is not a whole number of
+    // them is rounded, and the domain the run simulates differs from the
+    // case's.
+    for (axis, length) in ["x", "y"].iter().zip(case.domain.size) {
+        let cells = resolved.units.length_to_lattice(length);
+        if (cells - cells.round()).abs() > 1e-6 * cells.max(1.0) {
+            out.push(format!(
+                "domain.size along {axis}, {length} m, is {cells:.4} base cells at domain.resolution {}: \
+                 the grid has {} cells, {:.6} m; choose a size and resolution whose cells come out whole",
+                case.domain.resolution,
+                cells.round(),
+                cells.round() * resolved.units.dx
+            ));
+        }
+    }
     for l in levels {
         if l.tau_plus - 0.5 < 0.02 {
             out.push(format!(

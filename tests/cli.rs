@@ -385,8 +385,12 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         assert!(report.contains(level), "{report}");
     }
     assert!(
-        report.contains("device memory") && report.contains("save points"),
+        report.contains("device memory") && report.contains("save points (vtk, npy, png)"),
         "{report}"
+    );
+    assert!(
+        !report.contains("domain.size"),
+        "DFG's channel is whole cells: {report}"
     );
     let dir = scratch("check");
     std::fs::create_dir_all(&dir).unwrap();
@@ -406,6 +410,18 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     let printed = String::from_utf8_lossy(&report.stdout);
     assert!(
         report.status.success() && printed.contains("warning: level 1 tau+ = 1.6520 is above 1.5"),
+        "{printed}{}",
+        stderr(&report)
+    );
+    // A size that is not whole base cells is rounded: check says so, and by how much.
+    let rounded = dir.join("rounded.toml");
+    std::fs::write(&rounded, text.replace("resolution = 64 ", "resolution = 64.5 ")).unwrap();
+    let report = lbm(&["check", &rounded.display().to_string()]);
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success()
+            && printed.contains("warning: domain.size along x, 1 m, is 64.5000 base cells")
+            && printed.contains("the grid has 65 cells, 1.007752 m"),
         "{printed}{}",
         stderr(&report)
     );

@@ -255,7 +255,14 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
     for (set, expect) in [
         ("fluid.viscosity=1e-3,-1e-3", "sweep member 1 (fluid.viscosity = -1e-3)"),
         ("fluid.colour=1,2", "colour"),
-        ("domain.resolution=10,20", "differs from member 0"),
+        (
+            "domain.resolution=10,20",
+            "differs from member 0's (base grid 440 x 82 cells; level 1 patches x 10..240 y 0..82",
+        ),
+        (
+            "boundaries.y_max=\"wall\",\"free_slip\"",
+            "y_min wall, y_max free_slip against x_min inlet",
+        ),
         ("bodies.4.radius=0.05", "entry 4"),
         ("fluid.viscosity", "--set"),
         ("fluid.viscosity=abc", "not a TOML value"),

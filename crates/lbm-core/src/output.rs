@@ -70,6 +70,17 @@ pub enum Format {
     Png,
 }
 
+impl Format {
+    /// The name a case file's `output.formats` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Vtk => "vtk",
+            Format::Npy => "npy",
+            Format::Png => "png",
+        }
+    }
+}
+
 fn default_fields() -> Vec<FieldName> {
     vec![FieldName::Pressure, FieldName::Velocity, FieldName::Vorticity]
 }

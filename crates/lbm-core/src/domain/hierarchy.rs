@@ -113,6 +113,22 @@ pub struct HierarchySpec {
     pub levels: Vec<Vec<Rect>>,
 }
 
+/// As a person reads it: the base grid's cells, then each level's patches
+/// as cell ranges of the level above.
+impl std::fmt::Display for HierarchySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "base grid {} x {} cells", self.base[0], self.base[1])?;
+        for (k, patches) in self.levels.iter().enumerate() {
+            write!(f, "; level {} patches", k + 1)?;
+            for (i, r) in patches.iter().enumerate() {
+                let sep = if i == 0 { " " } else { ", " };
+                write!(f, "{sep}x {}..{} y {}..{}", r.x0, r.x1, r.y0, r.y1)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl HierarchySpec {
     pub fn uniform(nx: u32, ny: u32) -> Self {
         HierarchySpec {
