@@ -336,7 +336,11 @@ fn main() -> ExitCode {
                 })
                 .inspect(|ending| match ending {
                     Ending::Completed => say!("sweep complete; wrote {}", out.display()),
-                    _ => say!("sweep stopped early ({ending:?}); what ran is in {}", out.display()),
+                    _ => say!(
+                        "sweep stopped early ({}); what ran is in {}",
+                        ending.name(),
+                        out.display()
+                    ),
                 }),
             };
             return match done {

@@ -131,6 +131,18 @@ pub enum Ending {
 }
 
 impl Ending {
+    /// As `summary.json`'s `ended` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ending::Completed => "completed",
+            Ending::WallLimit => "wall limit",
+            Ending::Interrupted => "interrupted",
+            Ending::Stalled => "stalled",
+            Ending::Diverged => "diverged",
+            Ending::Failed => "failed",
+        }
+    }
+
     /// 0 for a run that ended as asked (completed, or at its wall limit),
     /// 130 interrupted, 3 failed.
     pub fn exit_code(self) -> u8 {

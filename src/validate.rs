@@ -579,10 +579,6 @@ fn check_benchmark_geometry(case: &Case) -> Result<(), AppError> {
             accepted: "the benchmark's channel, [2.2, 0.41]".into(),
         });
     }
-    let cylinder = Shape::Circle {
-        center: CENTER,
-        radius: 0.5 * DIAMETER,
-    };
     match case.bodies.as_slice() {
         [
             BodyTable {
@@ -593,8 +589,22 @@ fn check_benchmark_geometry(case: &Case) -> Result<(), AppError> {
         ] if close(center[0], CENTER[0]) && close(center[1], CENTER[1]) && close(*radius, 0.5 * DIAMETER) => Ok(()),
         other => Err(AppError::Flag {
             flag: "--case bodies",
-            value: format!("{other:?}"),
-            accepted: format!("exactly the benchmark's cylinder, {cylinder:?}"),
+            value: match other {
+                [] => "no body".into(),
+                [body] => match &body.shape {
+                    Shape::Circle { center, radius } => format!(
+                        "a circle of radius {radius} m at {center:?} m{}",
+                        if body.rotation.is_some() { ", rotated" } else { "" }
+                    ),
+                    Shape::Rectangle { .. } => "a rectangle".into(),
+                    Shape::Polygon { .. } => "a polygon".into(),
+                },
+                more => format!("{} bodies", more.len()),
+            },
+            accepted: format!(
+                "exactly the benchmark's cylinder, a circle of radius {} m at {CENTER:?} m, unrotated",
+                0.5 * DIAMETER
+            ),
         }),
     }
 }

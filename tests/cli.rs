@@ -109,7 +109,7 @@ fn bad_input_is_named_before_any_work() {
         (
             "body-against-wall",
             format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.15, 0.07]\nradius = 0.05\n"),
-            "`bodies[0]` = 1.28 cells of level 0 from the y_min side (Wall): at least 4 cells",
+            "`bodies[0]` = 1.28 cells of level 0 from the y_min side (wall): at least 4 cells",
         ),
         (
             "overlapping-bodies",
@@ -324,7 +324,10 @@ fn validate_refuses_bad_arguments_before_any_work() {
     let variant = validate_on_cpu(&["dfg-2d1", "--case", &moved.display().to_string()], &out);
     let message = stderr(&variant);
     assert!(
-        !variant.status.success() && message.contains("--case bodies") && message.contains("0.2, 0.2"),
+        !variant.status.success()
+            && message.contains("--case bodies")
+            && message.contains("a circle of radius 0.05 m at [0.3, 0.2] m: exactly the benchmark's cylinder")
+            && message.contains("[0.2, 0.2]"),
         "{message}"
     );
     std::fs::remove_dir_all(dir).unwrap();

@@ -318,6 +318,8 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
     let [x0, y0, x1, y1] = shape.bounds();
     let crossed = [x0 <= 0.0, x1 >= size[0], y0 <= 0.0, y1 >= size[1]];
     if let Some(side) = crossed.iter().position(|c| *c) {
+        // Rounded to a nanometre: centre minus radius is 0.15000000000000002.
+        let [x0, y0, x1, y1] = [x0, y0, x1, y1].map(|v| (v * 1e9).round() / 1e9);
         return Err(Error::parameter(
             &key,
             format!(
@@ -1131,7 +1133,7 @@ mod tests {
         refused(
             &cavity_with(&[&circle(0.2, 0.125, 0.0625)]),
             &[
-                "`bodies[0]` = 2.00 cells of level 0 from the y_min side (Wall)",
+                "`bodies[0]` = 2.00 cells of level 0 from the y_min side (wall)",
                 "at least 4 cells",
             ],
         );

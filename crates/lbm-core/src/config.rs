@@ -41,6 +41,19 @@ pub enum Boundary {
 }
 
 impl Boundary {
+    /// The kind as a case file's `boundaries` names it (a moving wall is a
+    /// wall; an interface is no case side).
+    pub fn name(self) -> &'static str {
+        match self {
+            Boundary::Periodic => "periodic",
+            Boundary::Wall => "wall",
+            Boundary::Interface => "interface",
+            Boundary::Inlet => "inlet",
+            Boundary::Outflow => "outflow",
+            Boundary::FreeSlip => "free_slip",
+        }
+    }
+
     const ALL: [Boundary; 6] = [
         Boundary::Periodic,
         Boundary::Wall,
@@ -525,8 +538,10 @@ impl LatticeConfig {
                     return Err(Error::parameter(
                         &format!("bodies[{b}]"),
                         format!(
-                            "{gap:.2} cells of level {} from the {} side ({:?})",
-                            body.level, SIDE_NAMES[side], self.boundaries[side]
+                            "{gap:.2} cells of level {} from the {} side ({})",
+                            body.level,
+                            SIDE_NAMES[side],
+                            self.boundaries[side].name()
                         ),
                         &format!(
                             "at least {BODY_CLEARANCE} cells of its level between a body and every side of the \
@@ -573,7 +588,7 @@ impl LatticeConfig {
                 // Named as the case file names the side and its kind.
                 return Err(Error::parameter(
                     &format!("boundaries.{}", SIDE_NAMES[side]),
-                    format!("{boundary:?}").to_lowercase(),
+                    boundary.name(),
                     "an inlet only on x_min and an outflow only on x_max",
                 ));
             }
@@ -594,13 +609,13 @@ impl LatticeConfig {
                 return Err(Error::parameter(
                     "boundaries",
                     format!("{axis} side interface"),
-                    "base sides are periodic, wall, inlet, outflow or free-slip",
+                    "base sides are periodic, wall, inlet, outflow or free_slip",
                 ));
             }
             if (a == Boundary::Periodic) != (b == Boundary::Periodic) {
                 return Err(Error::parameter(
                     "boundaries",
-                    format!("{axis}: {a:?} and {b:?}"),
+                    format!("{axis}: {} and {}", a.name(), b.name()),
                     "periodic sides come in pairs: both sides of an axis periodic or neither",
                 ));
             }
@@ -646,7 +661,7 @@ mod tests {
         lattice.bodies[0] = circle(3.0, 8.0);
         let e = lattice.check_bodies(1).unwrap_err().to_string();
         assert!(
-            e.contains("`bodies[0]` = 1.00 cells of level 0 from the x_min side (Periodic)"),
+            e.contains("`bodies[0]` = 1.00 cells of level 0 from the x_min side (periodic)"),
             "{e}"
         );
         lattice.bodies[0] = circle(13.0, 8.0);

@@ -14,7 +14,7 @@ use crate::domain::hierarchy::Rect;
 #[derive(Debug, Error)]
 pub enum Error {
     /// A refinement layout the hierarchy refuses.
-    #[error("refinement layout: level {level}{}: {reason}", patch.map_or(String::new(), |(i, r)| format!(" patch {i} {r}")))]
+    #[error("refinement layout: level {level}{}: {reason}", patch.map_or(String::new(), |(i, r)| layout_patch(*level, i, r)))]
     Layout {
         level: usize,
         /// The patch index and its rectangle in parent-level cells, when one
@@ -165,6 +165,23 @@ pub enum Error {
     /// A snapshot taken from a stepper of another configuration.
     #[error("the snapshot does not fit this stepper: {reason}")]
     Snapshot { reason: String },
+}
+
+/// A refined patch as the case file gives it (its `refinement` key) and as
+/// the hierarchy holds it (cells of the level above).
+fn layout_patch(level: usize, index: usize, rect: Rect) -> String {
+    let key = match level {
+        0 => String::new(),
+        l => format!("`refinement[{}].patches[{index}]`, ", l - 1),
+    };
+    format!(
+        " patch {index} ({key}cells x {}..{} y {}..{} of level {})",
+        rect.x0,
+        rect.x1,
+        rect.y0,
+        rect.y1,
+        level.saturating_sub(1)
+    )
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -332,20 +332,12 @@ pub fn relative_change(before: &[f32], after: &[f32]) -> f64 {
     (diff / norm).sqrt()
 }
 
-/// The base grid's sides as a case file names them (a moving wall is a wall).
+/// The base grid's sides as a case file names them.
 fn side_kinds(sides: &[Boundary; 4]) -> String {
-    let kind = |b: &Boundary| match b {
-        Boundary::Periodic => "periodic",
-        Boundary::Wall => "wall",
-        Boundary::Interface => "interface",
-        Boundary::Inlet => "inlet",
-        Boundary::Outflow => "outflow",
-        Boundary::FreeSlip => "free_slip",
-    };
     ["x_min", "x_max", "y_min", "y_max"]
         .iter()
         .zip(sides)
-        .map(|(side, b)| format!("{side} {}", kind(b)))
+        .map(|(side, b)| format!("{side} {}", b.name()))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -63,7 +63,7 @@ impl Rect {
 
 impl std::fmt::Display for Rect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "({},{},{},{})", self.x0, self.y0, self.x1, self.y1)
+        write!(f, "x {}..{} y {}..{}", self.x0, self.x1, self.y0, self.y1)
     }
 }
 
@@ -420,7 +420,10 @@ mod tests {
     fn bad_layouts_name_the_patch_and_the_reason() {
         check_refused(
             vec![vec![Rect::new(40, 40, 60, 60)]],
-            &["level 1 patch 0 (40,40,60,60)", "outside"],
+            &[
+                "level 1 patch 0 (`refinement[0].patches[0]`, cells x 40..60 y 40..60 of level 0)",
+                "outside",
+            ],
         );
         check_refused(
             vec![vec![Rect::new(6, 6, 20, 20), Rect::new(18, 18, 30, 30)]],

@@ -86,9 +86,10 @@ impl PatchSides {
                         level: patch.level,
                         patch: Some((patch.index, patch.rect)),
                         reason: format!(
-                            "touches the domain's {} side, which is {other:?}; a patch may touch only a wall, \
+                            "touches the domain's {} side, which is {}; a patch may touch only a wall, \
                              moving wall or free-slip side: keep it 4 parent cells away from this one",
-                            SIDE_NAMES[side]
+                            SIDE_NAMES[side],
+                            other.name()
                         ),
                     });
                 }
