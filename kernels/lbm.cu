@@ -511,9 +511,19 @@ __device__ __forceinline__ void collide_and_store(const float f[LBM_Q], float om
 }
 
 // The cell a launch's thread updates (false: none), and the prologue both
-// entries share.
+// entries share. A launch of one row of one-row blocks over a region of
+// several rows runs its threads over the region's storage indices as one
+// run, from the aligned index at or below its first cell, so that short
+// rows idle only on the cells between them (the rim), not on a block's
+// unused columns.
 __device__ __forceinline__ bool bulk_cell(unsigned int tile_x, unsigned int x0, unsigned int y0, unsigned int x1,
                                           unsigned int y1, unsigned int* ux, unsigned int* y) {
+    if (gridDim.y == 1 && blockDim.y == 1 && y1 - y0 > 1) {
+        const unsigned int index = ((y0 * tile_x + x0) & ~31u) + blockIdx.x * blockDim.x + threadIdx.x;
+        *y = index / tile_x;
+        *ux = index - *y * tile_x;
+        return *y >= y0 && *y < y1 && *ux >= x0 && *ux < x1;
+    }
     *y = y0 + blockIdx.y * blockDim.y + threadIdx.y;
     const unsigned int lead = (*y * tile_x + x0) & 31u;
     const long long x = (long long)x0 - (long long)lead + (long long)(blockIdx.x * blockDim.x + threadIdx.x);
@@ -527,7 +537,10 @@ __device__ __forceinline__ bool bulk_cell(unsigned int tile_x, unsigned int x0, 
 // fluid: no flag, no side rule, 32-bit indices (the launch check bounds nine
 // planes by 2^32 cells). Each block row is one cell row (blocks of 256 x 1
 // threads on rows of 225 cells or more, of 32 x 8 on shorter ones, where a
-// 256-thread row would mostly idle), so no thread divides; each row's threads
+// 256-thread row would mostly idle), so no thread divides; or, where a
+// small patch's short rows span most of its allocation's row, one run of
+// one-row blocks over the region's storage indices (bulk_cell: a division
+// a thread, against a row's last warp a quarter idle); each row's threads
 // start at the storage index below x0 that is a multiple of 32 (threads
 // before x0 do nothing), so that every warp's stores, and the loads of the
 // directions without an x component, are whole aligned 128-byte lines:

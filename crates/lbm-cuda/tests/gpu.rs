@@ -467,18 +467,41 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
 fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
     let mut twin = Twin::new();
     let mut rng = Rng(23);
-    let layout = Layout {
+    let wide = Layout {
         nx: 613,
         ny: 37,
         tile: [613, 37],
     };
-    let plane = layout.plane_cells();
+    // A small patch's allocation: its interior's short rows launch as one
+    // run over the storage indices.
+    let narrow = Layout {
+        nx: 150,
+        ny: 41,
+        tile: [150, 41],
+    };
     const NO: [BulkSide; 4] = [BulkSide::Neighbour; 4];
     const WRAP: [BulkSide; 4] = [BulkSide::Wrap; 4];
     const WRAP_X: [BulkSide; 4] = [BulkSide::Wrap, BulkSide::Wrap, BulkSide::Neighbour, BulkSide::Neighbour];
     const WRAP_Y: [BulkSide; 4] = [BulkSide::Neighbour, BulkSide::Neighbour, BulkSide::Wrap, BulkSide::Wrap];
     let wall = |u: f32| BulkSide::Wall([u, -0.5 * u]);
-    for (interior, force, sides) in [
+    let narrow_cases = [
+        (Rect::new(4, 4, 146, 37), [1e-5, 2e-5], NO),
+        (Rect::new(1, 1, 149, 40), [0.0, 0.0], NO),
+        (Rect::new(0, 0, 150, 41), [1e-4, -5e-5], WRAP),
+        (Rect::new(0, 2, 150, 39), [0.0, 0.0], WRAP_X),
+        (
+            Rect::new(0, 0, 150, 41),
+            [2e-5, 0.0],
+            [wall(0.0), wall(0.01), wall(-0.02), wall(0.05)],
+        ),
+        (
+            Rect::new(5, 0, 145, 41),
+            [0.0, 1e-5],
+            [BulkSide::Neighbour, BulkSide::Neighbour, wall(0.0), wall(0.1)],
+        ),
+        (Rect::new(3, 7, 147, 8), [0.0, 0.0], NO),
+    ];
+    let wide_cases = [
         (Rect::new(1, 1, 612, 36), [0.0, 0.0], NO),
         (Rect::new(5, 2, 530, 30), [1e-4, -5e-5], NO),
         (Rect::new(300, 10, 301, 11), [0.0, 0.0], NO),
@@ -524,7 +547,11 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
             [0.0, 0.0],
             [wall(0.0), wall(0.04), wall(0.01), wall(0.0)],
         ),
-    ] {
+    ];
+    let mut runs = 0;
+    let cases = (wide_cases.iter().map(|c| (wide, c))).chain(narrow_cases.iter().map(|c| (narrow, c)));
+    for (layout, &(interior, force, sides)) in cases {
+        let plane = layout.plane_cells();
         let wraps = sides.contains(&BulkSide::Wrap);
         for skipping in [false, true].into_iter().filter(|s| !*s || !wraps) {
             let src = twin.buffer("src", &random_populations(&mut rng, plane));
@@ -553,6 +580,7 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
                 force,
             }
             .launch();
+            runs += usize::from(launch.grid[1] == 1 && launch.block == [256, 1, 1] && interior.height() > 1);
             twin.launch(&launch);
             let (cpu, gpu) = twin.download::<f32>(dst, Q * plane);
             let written = cpu.iter().filter(|v| !v.is_nan()).count();
@@ -570,6 +598,10 @@ fn stream_collide_bulk_matches_the_cpu_bit_for_bit() {
             );
         }
     }
+    assert!(
+        runs >= 6,
+        "the narrow patch's several-row regions launch as runs ({runs})"
+    );
 }
 
 #[test]

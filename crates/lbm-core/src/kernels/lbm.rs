@@ -744,20 +744,36 @@ impl StreamCollideBulk {
     /// region (at an aligned storage index), so they cover that many more:
     /// blocks of one row of 256 threads, or, where those would leave more
     /// than a fifth of a row's threads idle (a row spanning less than a
-    /// block, or a little more than a whole number of blocks), of
-    /// [`SHORT_ROWS`] rows of 32.
+    /// block, or a little more than a whole number of blocks), either
+    /// [`SHORT_ROWS`] rows of 32 or one run over the region's storage
+    /// indices (one grid row of one-row blocks, from the aligned index at or
+    /// below its first cell), whichever puts fewer warps on the region: the
+    /// run idles only on the cells between rows, a 32-wide row on its last
+    /// warp's unused lanes.
     fn shape(&self) -> ExactShape {
         let span = self.interior.width() + ALIGN_CELLS - 1;
         let rows = self.interior.height().max(1);
         let long_row_threads = span.div_ceil(BLOCK_THREADS) * BLOCK_THREADS;
-        match 4 * long_row_threads > 5 * span {
-            true => ExactShape {
-                grid: [span.div_ceil(ALIGN_CELLS).max(1), rows.div_ceil(SHORT_ROWS), 1],
-                block: [ALIGN_CELLS, SHORT_ROWS, 1],
-            },
-            false => ExactShape {
+        if 4 * long_row_threads <= 5 * span {
+            return ExactShape {
                 grid: [span.div_ceil(BLOCK_THREADS).max(1), rows, 1],
                 block: [BLOCK_THREADS, 1, 1],
+            };
+        }
+        let Rect { x0, y0, x1, y1 } = self.interior;
+        let stride = self.layout.tile[0];
+        let run_cells = ((y1.max(y0 + 1) - 1) * stride + x1).saturating_sub((y0 * stride + x0) & !(ALIGN_CELLS - 1));
+        let row_warps: u32 = (y0..y1)
+            .map(|y| ((y * stride + x0) % ALIGN_CELLS + x1 - x0).div_ceil(ALIGN_CELLS))
+            .sum();
+        match rows > 1 && run_cells.div_ceil(ALIGN_CELLS) < row_warps {
+            true => ExactShape {
+                grid: [run_cells.div_ceil(BLOCK_THREADS).max(1), 1, 1],
+                block: [BLOCK_THREADS, 1, 1],
+            },
+            false => ExactShape {
+                grid: [span.div_ceil(ALIGN_CELLS).max(1), rows.div_ceil(SHORT_ROWS), 1],
+                block: [ALIGN_CELLS, SHORT_ROWS, 1],
             },
         }
     }
@@ -1286,6 +1302,82 @@ mod tests {
             }
         }
         assert_eq!(slots.iter().filter(|s| **s != u32::MAX).count(), walled.len() - 1);
+    }
+
+    /// A bulk launch's threads, mapped to cells as `bulk_cell` in
+    /// `kernels/lbm.cu` maps them, update each cell of the region once and
+    /// nothing else: rows of 256, short rows of 32 x 8, and one run over the
+    /// storage indices where short rows span most of the allocation's row.
+    #[test]
+    fn a_bulk_launch_covers_its_region_once_in_whichever_shape() {
+        use crate::device::BufferId;
+        let mut shapes = std::collections::BTreeSet::new();
+        for (nx, ny, interior) in [
+            (4096, 8, Rect::new(0, 0, 4096, 8)),
+            (613, 37, Rect::new(40, 2, 102, 35)),
+            (613, 37, Rect::new(29, 3, 285, 20)),
+            (150, 41, Rect::new(4, 4, 146, 37)),
+            (150, 41, Rect::new(0, 0, 150, 41)),
+            (150, 41, Rect::new(3, 7, 147, 8)),
+            (72, 72, Rect::new(5, 5, 67, 67)),
+        ] {
+            let launch = StreamCollideBulk {
+                src: BufferId(0).into(),
+                dst: BufferId(1).into(),
+                skip: None,
+                layout: Layout { nx, ny, tile: [nx, ny] },
+                interior,
+                sides: [BulkSide::Neighbour; 4],
+                omega_plus: 1.0,
+                omega_minus: 1.0,
+                force: [0.0; 2],
+            }
+            .launch();
+            let (grid, block) = (launch.grid, launch.block);
+            let run = grid[1] == 1 && block[1] == 1 && interior.height() > 1;
+            shapes.insert((block, run));
+            let mut hits = vec![0u8; (nx * ny) as usize];
+            let Rect { x0, y0, x1, y1 } = interior;
+            for (bx, by, tx, ty) in threads_of(grid, block) {
+                let cell = if run {
+                    let index = ((y0 * nx + x0) & !31) + bx * block[0] + tx;
+                    let (y, x) = (index / nx, index % nx);
+                    (y >= y0 && y < y1 && x >= x0 && x < x1).then_some((x, y))
+                } else {
+                    let y = y0 + by * block[1] + ty;
+                    let lead = (y * nx + x0) & 31;
+                    let x = (x0 + bx * block[0] + tx).checked_sub(lead);
+                    x.filter(|&x| x >= x0 && x < x1 && y < y1).map(|x| (x, y))
+                };
+                if let Some((x, y)) = cell {
+                    hits[(y * nx + x) as usize] += 1;
+                }
+            }
+            for y in 0..ny {
+                for x in 0..nx {
+                    let inside = x >= x0 && x < x1 && y >= y0 && y < y1;
+                    assert_eq!(
+                        hits[(y * nx + x) as usize],
+                        u8::from(inside),
+                        "{interior} in {nx}x{ny}: ({x}, {y})"
+                    );
+                }
+            }
+        }
+        let seen: Vec<_> = shapes.into_iter().collect();
+        assert_eq!(
+            seen,
+            [([32, 8, 1], false), ([256, 1, 1], false), ([256, 1, 1], true)],
+            "every shape is exercised"
+        );
+    }
+
+    /// Every (block x, block y, thread x, thread y) of a 2D launch.
+    fn threads_of(grid: [u32; 3], block: [u32; 3]) -> impl Iterator<Item = (u32, u32, u32, u32)> {
+        (0..grid[1]).flat_map(move |by| {
+            (0..grid[0])
+                .flat_map(move |bx| (0..block[1]).flat_map(move |ty| (0..block[0]).map(move |tx| (bx, by, tx, ty))))
+        })
     }
 
     /// A list launch comes in nine threads a cell; the launch check takes
