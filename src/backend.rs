@@ -49,8 +49,16 @@ impl BackendChoice {
                         accepted: format!("a CUDA device present: {}", listing(&names)),
                     });
                 }
-                let driver =
-                    lbm_cuda::CudaDriver::new(ordinal).map_err(|e| AppError::NoCuda { reason: e.to_string() })?;
+                let driver = lbm_cuda::CudaDriver::new(ordinal).map_err(|e| match names.is_empty() {
+                    // Asking for what this machine lacks is a bad argument;
+                    // a device that fails to open is not.
+                    true => AppError::Flag {
+                        flag: "--backend",
+                        value: "cuda".into(),
+                        accepted: format!("auto or cpu: this machine has no usable CUDA device ({e})"),
+                    },
+                    false => AppError::NoCuda { reason: e.to_string() },
+                })?;
                 let device = Device {
                     backend: "cuda",
                     ordinal,
