@@ -231,35 +231,64 @@ __device__ __forceinline__ float pull_general(
     return neighbour_or_wall(src, flags, walls, layout, x0, y0, x1, y1, x, y, i, direction, index, source, plane);
 }
 
-LBM_KERNEL(stream_collide)(
-    const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
-    const unsigned int* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
-    const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,
-    unsigned int nx, unsigned int ny, unsigned int tile_x,
-    unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
-    unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
-    float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
-    float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
-    unsigned int n_wall_cells) {
+// The parameters of both list entries, stream_collide and its spread form
+// (lbm_core::kernels::lbm::StreamCollide::PARAMS).
+#define LBM_STREAM_COLLIDE_PARAMS                                                                                 \
+    const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,              \
+        const unsigned int* __restrict__ wall_distance, const float* __restrict__ inlet_profile,                 \
+        const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,  \
+        unsigned int nx, unsigned int ny, unsigned int tile_x, unsigned int tile_y, unsigned int x0,             \
+        unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,                          \
+        unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max,                   \
+        float wall_x_min_ux, float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, \
+        float wall_y_min_uy, float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus,      \
+        float force_x, float force_y, unsigned int n_wall_cells
+
+// The cell of list entry `t` (cells: the active region's row-major
+// numbers; none: entry t is cell t), false where there is none or it lies
+// outside the active region (skipped, as on the CPU).
+__device__ __forceinline__ bool listed_cell(const unsigned int* __restrict__ cells, unsigned int n_cells,
+                                            unsigned long long t, unsigned int width, unsigned int height,
+                                            unsigned int* cell) {
+    const unsigned long long region = (unsigned long long)width * height;
+    if (cells != nullptr) {
+        if (t >= n_cells) {
+            return false;
+        }
+        *cell = cells[t];
+    } else {
+        *cell = (unsigned int)t;
+        if (t >= region) {
+            return false;
+        }
+    }
+    return (unsigned long long)*cell < region;
+}
+
+// The wall table of a listed cell at `index`: a list with a wall table
+// carries each cell's slot in it after the numbers
+// (lbm_core::kernels::lbm::CellList): one check, where the bisection is a
+// chain of dependent loads; a wrong hint bisects.
+__device__ __forceinline__ WallTable listed_walls(const unsigned int* __restrict__ wall_distance,
+                                                  unsigned int n_wall_cells, const unsigned int* __restrict__ cells,
+                                                  unsigned int n_cells, unsigned long long t, size_t index) {
+    WallTable walls = {wall_distance, n_wall_cells, -2};
+    if (cells != nullptr && n_wall_cells != 0) {
+        const unsigned int hint = cells[n_cells + t];
+        if (hint < n_wall_cells && wall_distance[hint] == (unsigned int)index) {
+            walls.slot = (int)hint;
+        }
+    }
+    return walls;
+}
+
+LBM_KERNEL(stream_collide)(LBM_STREAM_COLLIDE_PARAMS) {
     LBM_PROLOGUE();
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     const unsigned long long t = thread_index();
-    // A listed cell is a number in the active region's row-major order; one
-    // that lies outside it is skipped, as on the CPU.
     unsigned int cell;
-    if (cells != nullptr) {
-        if (t >= n_cells) {
-            return;
-        }
-        cell = cells[t];
-    } else {
-        if (t >= (unsigned long long)width * height) {
-            return;
-        }
-        cell = (unsigned int)t;
-    }
-    if ((unsigned long long)cell >= (unsigned long long)width * height) {
+    if (!listed_cell(cells, n_cells, t, width, height, &cell)) {
         return;
     }
     const Layout layout = make_layout(nx, ny, tile_x, tile_y);
@@ -270,16 +299,7 @@ LBM_KERNEL(stream_collide)(
     const unsigned int y = y0 + cell / width;
     const size_t index = cell_index(layout, x, y);
 
-    WallTable walls = {wall_distance, n_wall_cells, -2};
-    // A list with a wall table carries each cell's slot in it after the
-    // numbers (lbm_core::kernels::lbm::CellList): one check, where the
-    // bisection is a chain of dependent loads; a wrong hint bisects.
-    if (cells != nullptr && n_wall_cells != 0) {
-        const unsigned int hint = cells[n_cells + t];
-        if (hint < n_wall_cells && wall_distance[hint] == (unsigned int)index) {
-            walls.slot = (int)hint;
-        }
-    }
+    WallTable walls = listed_walls(wall_distance, n_wall_cells, cells, n_cells, t, index);
     float f[LBM_Q];
     if (flags[index] != LBM_FLAG_FLUID) {
         read_cell(src, plane, index, f);
@@ -360,16 +380,7 @@ __device__ __forceinline__ float pull_one(
 // already fill the device.
 #define LBM_LIST_CELLS 32u
 
-LBM_SPREAD_KERNEL(stream_collide)(
-    const float* __restrict__ src, float* __restrict__ dst, const unsigned char* __restrict__ flags,
-    const unsigned int* __restrict__ wall_distance, const float* __restrict__ inlet_profile,
-    const float* __restrict__ boundary_state, const unsigned int* __restrict__ cells, unsigned int n_cells,
-    unsigned int nx, unsigned int ny, unsigned int tile_x,
-    unsigned int tile_y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
-    unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
-    float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
-    float wall_y_max_ux, float wall_y_max_uy, float omega_plus, float omega_minus, float force_x, float force_y,
-    unsigned int n_wall_cells) {
+LBM_SPREAD_KERNEL(stream_collide)(LBM_STREAM_COLLIDE_PARAMS) {
     LBM_PROLOGUE();
     __shared__ float pulled[LBM_Q][LBM_LIST_CELLS];
     const unsigned int width = x1 - x0;
@@ -377,21 +388,9 @@ LBM_SPREAD_KERNEL(stream_collide)(
     const unsigned int lane = threadIdx.x;
     const int i = (int)threadIdx.y;
     const unsigned long long t = (unsigned long long)blockIdx.x * LBM_LIST_CELLS + lane;
-    // A listed cell is a number in the active region's row-major order; one
-    // that lies outside it is skipped, as on the CPU. Every thread reaches
-    // the barrier, so none returns before it.
+    // Every thread reaches the barrier, so none returns before it.
     unsigned int cell = 0;
-    bool live;
-    if (cells != nullptr) {
-        live = t < n_cells;
-        if (live) {
-            cell = cells[t];
-        }
-    } else {
-        live = t < (unsigned long long)width * height;
-        cell = (unsigned int)t;
-    }
-    live = live && (unsigned long long)cell < (unsigned long long)width * height;
+    const bool live = listed_cell(cells, n_cells, t, width, height, &cell);
     const Layout layout = make_layout(nx, ny, tile_x, tile_y);
     const size_t plane = plane_cells(layout);
     // 32-bit division: far cheaper than 64-bit, and an active region never
@@ -405,16 +404,7 @@ LBM_SPREAD_KERNEL(stream_collide)(
         dst[(size_t)i * plane + index] = src[(size_t)i * plane + index];
     }
     if (fluid) {
-        WallTable walls = {wall_distance, n_wall_cells, -2};
-        // A list with a wall table carries each cell's slot in it after the
-        // numbers (lbm_core::kernels::lbm::CellList): one check, where the
-        // bisection is a chain of dependent loads; a wrong hint bisects.
-        if (cells != nullptr && n_wall_cells != 0) {
-            const unsigned int hint = cells[n_cells + t];
-            if (hint < n_wall_cells && wall_distance[hint] == (unsigned int)index) {
-                walls.slot = (int)hint;
-            }
-        }
+        WallTable walls = listed_walls(wall_distance, n_wall_cells, cells, n_cells, t, index);
         const bool interior = nx <= tile_x && x > x0 && x + 1 < x1 && y > y0 && y + 1 < y1;
         // A population comes from beyond a side only in a cell next to it,
         // so only there is the outflow velocity the side rule needs computed:

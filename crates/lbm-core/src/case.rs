@@ -250,10 +250,10 @@ fn side_kind(spec: &BoundarySpec) -> &'static str {
     match spec {
         BoundarySpec::Periodic => "periodic",
         BoundarySpec::Wall => "wall",
-        BoundarySpec::MovingWall(_) => "moving wall",
+        BoundarySpec::MovingWall(_) => "moving_wall",
         BoundarySpec::Inlet(_) => "inlet",
         BoundarySpec::Outflow => "outflow",
-        BoundarySpec::FreeSlip => "free-slip",
+        BoundarySpec::FreeSlip => "free_slip",
     }
 }
 
