@@ -113,25 +113,46 @@ impl Limits {
     }
 }
 
-/// How a run ended, as `summary.json` names it.
+/// How a run ended, as `summary.json` names it ([`Ending::name`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum Ending {
-    #[serde(rename = "completed")]
     Completed,
-    #[serde(rename = "wall limit")]
     WallLimit,
-    #[serde(rename = "interrupted")]
     Interrupted,
-    #[serde(rename = "stalled")]
     Stalled,
-    #[serde(rename = "diverged")]
     Diverged,
-    #[serde(rename = "failed")]
     Failed,
 }
 
+impl From<Ending> for &'static str {
+    fn from(ending: Ending) -> Self {
+        ending.name()
+    }
+}
+
+impl TryFrom<String> for Ending {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        Ending::ALL
+            .into_iter()
+            .find(|e| e.name() == name)
+            .ok_or_else(|| format!("unknown ending `{name}`"))
+    }
+}
+
 impl Ending {
-    /// As `summary.json`'s `ended` names it.
+    const ALL: [Ending; 6] = [
+        Ending::Completed,
+        Ending::WallLimit,
+        Ending::Interrupted,
+        Ending::Stalled,
+        Ending::Diverged,
+        Ending::Failed,
+    ];
+
+    /// As `summary.json`'s `ended` names it, and every message.
     pub fn name(self) -> &'static str {
         match self {
             Ending::Completed => "completed",
@@ -1232,5 +1253,23 @@ impl<D: Driver> Session<'_, D> {
             self.probe_history.push((step, probes));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ending;
+
+    /// `summary.json` writes each ending by its name and reads it back; a
+    /// name no ending has is refused.
+    #[test]
+    fn an_ending_is_written_and_read_by_its_name() {
+        for ending in Ending::ALL {
+            let json = serde_json::to_string(&ending).unwrap();
+            assert_eq!(json, format!("\"{}\"", ending.name()));
+            assert_eq!(serde_json::from_str::<Ending>(&json).unwrap(), ending);
+        }
+        assert_eq!(serde_json::to_string(&Ending::WallLimit).unwrap(), "\"wall limit\"");
+        assert!(serde_json::from_str::<Ending>("\"WallLimit\"").is_err());
     }
 }
