@@ -194,10 +194,10 @@ fn check<K: KernelArgs>(
             max: MAX_BLOCK_THREADS,
         });
     }
-    let is = |shape: Option<ExactShape>| shape.is_some_and(|s| grid == s.grid && block == s.block);
+    let is = |shape: ExactShape| grid == shape.grid && block == shape.block;
     if let Some(shape) = k.required_shape()
-        && !is(Some(shape))
-        && !is(k.alternative_shape())
+        && !is(shape)
+        && !k.alternative_shape().is_some_and(is)
     {
         return Err(LaunchProblem::ExactShape {
             grid,
