@@ -474,6 +474,7 @@ impl LatticeConfig {
         self.check_stability(&self.prescribed_speeds())?;
         self.check_boundaries()?;
         self.check_bodies(hierarchy.n_levels())?;
+        self.check_body_levels(&hierarchy)?;
         let wall_velocity = self.wall_velocity.map(|v| v.map(|c| c as f32));
         let sides = hierarchy
             .levels
@@ -508,6 +509,33 @@ impl LatticeConfig {
             exec,
             crate::schedule::BULK_MIN_CELLS,
         ))
+    }
+
+    /// Refuses a body under a patch finer than its level. The finer patch's
+    /// cells would be fluid where the body is, and each step's restriction
+    /// would write that flow into the body's own cells on its level, which
+    /// the updates otherwise leave alone (a case file puts each body on the
+    /// finest level over it, and refuses one across a finer patch's edge).
+    fn check_body_levels(&self, hierarchy: &Hierarchy) -> Result<()> {
+        for (b, body) in self.bodies.iter().enumerate() {
+            for patch in hierarchy.levels.iter().skip(body.level + 1).flatten() {
+                let scale = 2f64.powi(patch.level as i32);
+                let [x0, y0, x1, y1] = body.shape.bounds().map(|v| v * scale);
+                let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
+                if x1 > ax0 && x0 < ax1 && y1 > ay0 && y0 < ay1 {
+                    return Err(Error::Layout {
+                        level: patch.level,
+                        patch: Some((patch.index, patch.rect)),
+                        reason: format!(
+                            "it covers bodies[{b}], which is on level {}: a body belongs to the finest level \
+                             over it (`bodies[{b}].level` = {}, or move the patch)",
+                            body.level, patch.level
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a body on a level the hierarchy lacks, and one that keeps
@@ -673,6 +701,34 @@ mod tests {
             e.contains("`bodies[1].level` = 1: a level of the hierarchy, 0..1"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_body_under_a_patch_finer_than_its_level_is_refused_naming_both() {
+        use crate::domain::geometry::Shape;
+        use crate::domain::hierarchy::Rect;
+        let mut lattice = LatticeConfig::uniform(48, 40, 0.8, [Boundary::Wall; 4]);
+        lattice.hierarchy.levels = vec![vec![Rect::new(8, 8, 24, 24)], vec![Rect::new(24, 24, 40, 40)]];
+        let circle = |x: f64, level: usize| Body {
+            shape: Shape::Circle {
+                center: [x, 16.0],
+                radius: 1.5,
+            },
+            level,
+        };
+        // On level 2, inside the level-2 patch; on level 1 beside it.
+        for body in [circle(16.0, 2), circle(10.0, 1)] {
+            lattice.bodies = vec![body];
+            assert!(lattice.validate(&[]).is_ok());
+        }
+        // On level 1 or 0 under it, and on level 0 under the level-1 patch alone.
+        for (body, level) in [(circle(16.0, 1), 2), (circle(16.0, 0), 1), (circle(10.0, 0), 1)] {
+            lattice.bodies = vec![body];
+            let e = lattice.validate(&[]).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(&format!("level {level} patch 0")), "{e}");
+            assert!(e.contains("it covers bodies[0], which is on level"), "{e}");
+            assert!(e.contains(&format!("`bodies[0].level` = {level}")), "{e}");
+        }
     }
 
     #[test]

@@ -79,17 +79,22 @@ pub fn patch_boundaries(patch: &Patch, domain: [Boundary; 4]) -> [Boundary; 4] {
 /// The bulk region of `patch` (sides `domain` of the domain) when its update
 /// is split: for a fused batch of `members` members (1 for a stepper of its
 /// own) whose interior cells reach `min_cells`
-/// ([`crate::Driver::split_min_cells`]), and on every patch whose bulk
-/// region is its whole active region: the bulk kernel alone is then the
-/// update, one launch as the general kernel's was, without its side rules.
-/// The region reaches interface sides only on a refined patch no body
-/// reaches (`near_bodies`): a body's cells in the band or on the active
-/// region's edge stay with the general kernel's rim (and a periodic axis
-/// would need a body's span in a row to wrap), and a base slab's cut
-/// sides (`domain::decompose::SlabWindow`) are halo columns that a split run
-/// fills beside the interior's update, not before it. Walls and periodic
-/// axes the region takes whole on a patch no body reaches: the bulk kernel
-/// applies their rules itself ([`crate::kernels::lbm::BulkSide`]).
+/// ([`crate::Driver::split_min_cells`]), and on every patch no body reaches
+/// (`near_bodies`) whose bulk region is its whole active region: the bulk
+/// kernel alone is then the update, one launch as the general kernel's was,
+/// without its side rules.
+/// The region reaches the interface sides of refined patches, with or without
+/// a body: a body's cells in the band or beside the active region's edge
+/// fall in their row's skip span ([`crate::kernels::lbm::body_span`] looks
+/// at the band's flags), which the general kernel takes. It never reaches a
+/// base slab's cut sides (`domain::decompose::SlabWindow`): they are halo
+/// columns that a split run fills beside the interior's update, not before
+/// it. Walls and periodic axes the region takes whole on a patch no body
+/// reaches, the bulk kernel applying their rules itself
+/// ([`crate::kernels::lbm::BulkSide`]); beside a body they stay with the
+/// general kernel's rim: a body's span in a row would have to wrap on a
+/// periodic axis, and the walled bulk kernel costs a large grid's every cell
+/// more than its rim rows cost the general kernel beside it.
 pub fn bulk_region(
     patch: &Patch,
     domain: [Boundary; 4],
@@ -99,18 +104,20 @@ pub fn bulk_region(
 ) -> Option<Rect> {
     let sides = patch_boundaries(patch, domain);
     let open = bulk_open(&patch.layout, &patch.active, sides);
-    let open: [bool; 4] = std::array::from_fn(|s| match (near_bodies, patch.level, sides[s]) {
-        (true, _, _) => false,
-        (false, 0, Boundary::Interface) => false,
-        _ => open[s],
+    let open: [bool; 4] = std::array::from_fn(|s| match (patch.level, sides[s]) {
+        (0, Boundary::Interface) => false,
+        (_, Boundary::Interface) => open[s],
+        _ => open[s] && !near_bodies,
     });
-    bulk_interior(&patch.layout, &patch.active, open).filter(|r| r.cells() * members >= min_cells || *r == patch.active)
+    bulk_interior(&patch.layout, &patch.active, open)
+        .filter(|r| r.cells() * members >= min_cells || (*r == patch.active && !near_bodies))
 }
 
 /// Whether a split patch has a list for the general kernel: cells outside
-/// its bulk region (always, where a body reaches the patch).
-fn has_list(patch: &Patch, bulk: &Rect) -> bool {
-    *bulk != patch.active
+/// its bulk region, or the spans around a body's cells (where a body
+/// reaches the patch).
+fn has_list(patch: &Patch, bulk: &Rect, near_bodies: bool) -> bool {
+    near_bodies || *bulk != patch.active
 }
 
 /// Bytes of a split patch's boundary cells at most: its rim and, in each
@@ -211,8 +218,8 @@ pub fn estimate(
         let domain = lattice.boundaries;
         let outline: f64 = near.iter().map(|b| b.shape.perimeter() * scale).sum();
         let links = outline * LINKS_PER_OUTLINE_CELL;
-        let list =
-            bulk_region(patch, domain, 1, split_min_cells, !near.is_empty()).filter(|bulk| has_list(patch, bulk));
+        let list = bulk_region(patch, domain, 1, split_min_cells, !near.is_empty())
+            .filter(|bulk| has_list(patch, bulk, !near.is_empty()));
         if let Some(bulk) = list {
             if !near.is_empty() {
                 ledger.add(format!("{name}.bulk_skip"), bulk_skip_bytes(&bulk) as u64);
@@ -524,9 +531,14 @@ impl Resources {
         debug_assert_eq!(tables.wall_distance.len() * 4, wall_distance_bytes(tables.wall_cells));
         let boundary = match split {
             Some(bulk) => {
-                let list = match has_list(patch, &bulk) {
+                // A body whose bounds reach the patch may leave no cell of
+                // it near a solid one: then the bulk kernel is the update.
+                let cells = match has_list(patch, &bulk, near) {
+                    true => boundary_cells(&mask, &patch.layout, &patch.active, &bulk),
+                    false => Vec::new(),
+                };
+                let list = match !cells.is_empty() {
                     true => {
-                        let cells = boundary_cells(&mask, &patch.layout, &patch.active, &bulk);
                         let count = cells.len() as u32;
                         // The plan's list launch takes the wall table
                         // whenever the patch has one, and with it the slots.
@@ -643,11 +655,11 @@ mod tests {
         assert!(!device.entries.keys().any(|l| l.ends_with(".boundary_cells")));
     }
 
-    /// The bulk region reaches the interface sides of a refined patch no
-    /// body reaches, and walls, and then splits the patch at any size (the
-    /// cavity's patch and its walled base grid), but not a base slab's cut
-    /// sides, whose halo columns a split run fills beside the update, nor
-    /// any side of a patch a body reaches.
+    /// The bulk region reaches the interface sides of a refined patch, and
+    /// walls where no body reaches the patch, and then splits a patch no
+    /// body reaches at any size (the cavity's patch and its walled base
+    /// grid), but not a base slab's cut sides, whose halo columns a split
+    /// run fills beside the update.
     #[test]
     fn the_bulk_region_reaches_interfaces_of_refined_patches_only() {
         let text = include_str!("../../../../cases/cavity-re100.toml");
@@ -663,13 +675,11 @@ mod tests {
             bulk_region(base, walls, 1, 1, true),
             Some(Rect::new(a.x0 + 1, a.y0 + 1, a.x1 - 1, a.y1 - 1))
         );
-        let inset = Rect::new(
-            fine.active.x0 + 1,
-            fine.active.y0 + 1,
-            fine.active.x1 - 1,
-            fine.active.y1 - 1,
-        );
-        assert_eq!(bulk_region(fine, walls, 1, 1, true), Some(inset));
+        // Beside a body a refined patch's interfaces stay open (the body's
+        // spans are the list), but the bulk kernel is no longer the whole
+        // update, so a small patch is not split.
+        assert_eq!(bulk_region(fine, walls, 1, 1, true), Some(fine.active));
+        assert_eq!(bulk_region(fine, walls, 1, BULK_MIN_CELLS, true), None);
         // A slab between two others: a halo column beyond each cut.
         let base = hierarchy.base();
         let (nx, ny) = (base.layout.nx + 2, base.layout.ny);
