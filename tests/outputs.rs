@@ -134,6 +134,52 @@ fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }
 
+/// Inside a body the NPY and VTK arrays hold NaN, in every component of
+/// every field, and nowhere else: numpy and VTK read them so, and the
+/// `solid` array marks the same cells.
+#[test]
+fn a_bodys_cells_read_as_nan_in_every_saved_array() {
+    let Some(python) = std::env::var_os("LBM_PYTHON") else {
+        eprintln!("not run: set LBM_PYTHON to a Python with numpy and vtk (.ci/run does)");
+        return;
+    };
+    let text = "name = \"cylinder\"\n[domain]\nsize = [1.0, 0.4]\nreference_length = 0.1\nresolution = 8\n\
+                [fluid]\nviscosity = 1e-3\n[flow]\nreference_velocity = 1.0\n\
+                [boundaries]\nx_min = { inlet = { profile = \"uniform\", velocity = 1.0 } }\nx_max = \"outflow\"\n\
+                y_min = \"free_slip\"\ny_max = \"free_slip\"\n\
+                [[refinement]]\npatches = [[0.15, 0.05, 0.6, 0.35]]\n\
+                [[bodies]]\nshape = \"circle\"\ncenter = [0.3, 0.2]\nradius = 0.05\n\
+                [run]\nsteps = 10\n[output]\nevery_intervals = 10\n\
+                fields = [\"pressure\", \"velocity\", \"vorticity\"]\nformats = [\"vtk\", \"npy\"]\n";
+    let (out, output) = run(text, "solid", "10");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let read = std::process::Command::new(python)
+        .arg(workspace().join("tests/read_outputs.py"))
+        .arg(&out)
+        .output()
+        .expect("python runs");
+    assert!(
+        read.status.success(),
+        "the readers refused the files: {}",
+        stderr(&read)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let mut solid_cells = 0;
+    for block in ["L0_p0", "L1_p0"] {
+        let solid = summary["ghost"][format!("t000000010/{block}")]["solid"]
+            .as_u64()
+            .unwrap();
+        for (field, components) in [("pressure", 1), ("velocity", 2), ("vorticity", 1)] {
+            let nan = &summary[format!("t000000010/{block}_{field}.npy")]["nan"];
+            assert_eq!(nan.as_u64(), Some(components * solid), "{block} {field}");
+        }
+        solid_cells += solid;
+    }
+    // The cylinder lies on the refined level: about pi r^2 of its cells.
+    assert!((250..350).contains(&solid_cells), "{solid_cells} solid cells");
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
+
 /// A PNG as RGB rows: (width, height, bytes).
 fn decode_png(path: &std::path::Path) -> (usize, usize, Vec<u8>) {
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));

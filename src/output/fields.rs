@@ -32,6 +32,8 @@ pub struct PatchFields {
     pub solid: Array2<bool>,
     /// Covered by a patch of the next finer level.
     pub covered: Array2<bool>,
+    /// Which sides (x_min, x_max, y_min, y_max) lie on the domain's.
+    pub on_boundary: [bool; 4],
 }
 
 impl PatchFields {
@@ -51,6 +53,18 @@ impl PatchFields {
                     FieldName::Vorticity => out.push(self.vorticity(x, y)),
                 }
             }
+        }
+        out
+    }
+
+    /// [`PatchFields::values`] as the NPY and VTK files hold them: NaN in a
+    /// body's cells, whose populations are not a flow (the updates leave
+    /// them as they were set up), so that no reader takes them for one.
+    pub fn saved_values(&self, name: FieldName) -> Vec<f32> {
+        let mut out = self.values(name);
+        let c = name.components();
+        for (k, _) in self.solid.iter().enumerate().filter(|(_, solid)| **solid) {
+            out[k * c..(k + 1) * c].fill(f32::NAN);
         }
         out
     }
@@ -87,11 +101,31 @@ impl PatchFields {
     pub fn contains(&self, point: [f64; 2]) -> bool {
         holds(self.origin, self.spacing, self.size, point)
     }
+
+    /// Whether this patch's cell centres surround physical `point`
+    /// ([`surrounds`]).
+    fn surrounds(&self, point: [f64; 2]) -> bool {
+        surrounds(self.origin, self.spacing, self.size, self.on_boundary, point)
+    }
 }
 
 /// Whether a patch at `origin` of `size` cells of `spacing` holds `point`.
 fn holds(origin: [f64; 2], spacing: f64, size: [usize; 2], point: [f64; 2]) -> bool {
     (0..2).all(|k| point[k] >= origin[k] && point[k] <= origin[k] + size[k] as f64 * spacing)
+}
+
+/// Whether a patch at `origin` of `size` cells of `spacing`, whose sides
+/// `on_boundary` lie on the domain's, interpolates `point` without clamping:
+/// between its first and last cell centres along each axis, or in the half
+/// cell beside a side of the domain, where no level has a centre beyond.
+/// In the outer half cell of a refined patch's interface a sample clamped
+/// to the patch's last centres is off by half a fine cell's gradient; the
+/// coarser level's centres surround the point there.
+fn surrounds(origin: [f64; 2], spacing: f64, size: [usize; 2], on_boundary: [bool; 4], point: [f64; 2]) -> bool {
+    (0..2).all(|k| {
+        let inset = |side: usize| if on_boundary[side] { 0.0 } else { 0.5 * spacing };
+        point[k] >= origin[k] + inset(2 * k) && point[k] <= origin[k] + size[k] as f64 * spacing - inset(2 * k + 1)
+    })
 }
 
 /// The four cell centres around physical `point` in a patch at `origin` of
@@ -183,6 +217,7 @@ pub fn physical<E>(
                 uy: fields.uy.mapv(|u| (u as f64 * velocity) as f32),
                 solid,
                 covered,
+                on_boundary: patch.on_boundary,
             });
         }
     }
@@ -210,17 +245,23 @@ impl ProbeCells {
     /// patch holds it; the patch is [`finest_at`]'s and the corners
     /// [`PatchFields::sample`]'s.
     pub fn find(hierarchy: &Hierarchy, units: &UnitSystem, bodies: &[Body], point: [f64; 2]) -> Option<ProbeCells> {
-        let mut found = None;
+        // The finest patch whose centres surround the point, else the
+        // finest that holds it (hierarchy order is coarsest first).
+        let (mut surrounding, mut holding) = (None, None);
         for (k, patch) in hierarchy.patches().enumerate() {
             let spacing = units.dx / 2f64.powi(patch.level as i32);
             let [gx0, gy0, _, _] = patch.global_active();
             let size = [patch.active.width() as usize, patch.active.height() as usize];
             let origin = [gx0 as f64 * spacing, gy0 as f64 * spacing];
+            let found = Some((k, patch, corners(origin, spacing, size, point)));
             if holds(origin, spacing, size, point) {
-                found = Some((k, patch, corners(origin, spacing, size, point)));
+                holding = found;
+            }
+            if surrounds(origin, spacing, size, patch.on_boundary, point) {
+                surrounding = found;
             }
         }
-        let (k, patch, corners) = found?;
+        let (k, patch, corners) = surrounding.or(holding)?;
         let scale = 2f64.powi(patch.level as i32);
         let [gx0, gy0, _, _] = patch.global_active();
         let ([x0, y0], [x1, y1]) = ([corners[0].0, corners[0].1], [corners[3].0, corners[3].1]);
@@ -279,7 +320,81 @@ pub fn gather<D: Driver>(
     })
 }
 
-/// The finest patch holding physical `point`.
+/// The patch a sample at physical `point` reads: the finest whose cell
+/// centres surround it ([`surrounds`]), else the finest holding it.
 pub fn finest_at(patches: &[PatchFields], point: [f64; 2]) -> Option<&PatchFields> {
-    patches.iter().rev().find(|p| p.contains(point))
+    patches
+        .iter()
+        .rev()
+        .find(|p| p.surrounds(point))
+        .or_else(|| patches.iter().rev().find(|p| p.contains(point)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A patch of `size` cells of `spacing` at `origin` whose pressure and
+    /// velocity are `linear` at each cell centre.
+    fn patch(level: usize, origin: [f64; 2], spacing: f64, size: [usize; 2], on_boundary: [bool; 4]) -> PatchFields {
+        let field = |k: f64| {
+            Array2::from_shape_fn((size[1], size[0]), |(j, i)| {
+                let [x, y] = [
+                    origin[0] + (i as f64 + 0.5) * spacing,
+                    origin[1] + (j as f64 + 0.5) * spacing,
+                ];
+                (k * (1.0 + 2.0 * x + 3.0 * y)) as f32
+            })
+        };
+        PatchFields {
+            level,
+            patch: 0,
+            size,
+            origin,
+            spacing,
+            first_cell: [0, 0],
+            pressure: field(1.0),
+            density: field(1.0),
+            ux: field(0.5),
+            uy: field(-0.25),
+            solid: Array2::from_elem((size[1], size[0]), false),
+            covered: Array2::from_elem((size[1], size[0]), false),
+            on_boundary,
+        }
+    }
+
+    /// A linear field is sampled exactly wherever cell centres surround the
+    /// point: in the outer half cell of a refined patch's interface the
+    /// coarser level's centres do (the patch's own would clamp), while
+    /// beside a side of the domain the finest patch there clamps to its own
+    /// centres, the nearest any level has.
+    #[test]
+    fn a_sample_beside_a_patch_interface_reads_the_level_whose_centres_surround_it() {
+        let coarse = patch(0, [0.0, 0.0], 1.0, [8, 8], [true; 4]);
+        // A fine patch over coarse cells 2..6 x 0..4, on the y_min side.
+        let fine = patch(1, [2.0, 0.0], 0.5, [8, 8], [false, false, true, false]);
+        let patches = [coarse, fine];
+        let exact = |[x, y]: [f64; 2]| 1.0 + 2.0 * x + 3.0 * y;
+        for (point, level) in [
+            ([3.0, 2.0], 1),
+            ([2.3, 2.0], 1),
+            ([2.1, 2.0], 0),
+            ([5.9, 2.0], 0),
+            ([4.0, 3.8], 0),
+            ([4.0, 0.3], 1),
+        ] {
+            let at = finest_at(&patches, point).unwrap();
+            assert_eq!(at.level, level, "{point:?}");
+            let [p, ux, uy] = at.sample(point).unwrap();
+            let want = exact(point);
+            assert!((p - want).abs() < 1e-5 * want, "{point:?}: {p} against {want}");
+            assert!((ux - 0.5 * want).abs() < 1e-5 * want && (uy + 0.25 * want).abs() < 1e-5 * want);
+        }
+        // Within half a cell of the y_min side: the fine patch's first
+        // centres (y 0.25), not the coarse level's (y 0.5).
+        let point = [4.0, 0.1];
+        let at = finest_at(&patches, point).unwrap();
+        assert_eq!(at.level, 1);
+        assert!((at.sample(point).unwrap()[0] - exact([4.0, 0.25])).abs() < 1e-5);
+    }
 }

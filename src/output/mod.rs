@@ -396,7 +396,7 @@ impl Writer {
                         c => vec![ny, nx, c],
                     };
                     let path = dir.join(&file);
-                    write_atomic(&path, &npy::encode(&shape, &p.values(field)))?;
+                    write_atomic(&path, &npy::encode(&shape, &p.saved_values(field)))?;
                     self.state.index.push(IndexEntry {
                         file: format!("{stamp}/{file}"),
                         field: field.name().to_owned(),

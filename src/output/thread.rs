@@ -251,6 +251,7 @@ mod tests {
             uy: field(-0.1),
             solid: ndarray::Array2::from_elem((n, n), false),
             covered: ndarray::Array2::from_elem((n, n), false),
+            on_boundary: [true; 4],
         }
     }
 

@@ -5,8 +5,9 @@
 //!
 //! Cells a finer patch covers carry `vtkGhostType` REFINEDCELL (8) and solid
 //! cells HIDDENCELL (32), so ParaView shows each place once and hides bodies;
-//! a `solid` array says the same for readers that ignore ghost types. It
-//! writes files only; what to write is the caller's.
+//! a `solid` array says the same for readers that ignore ghost types, and
+//! their values are NaN, as in the NPY arrays. It writes files only; what
+//! to write is the caller's.
 
 use std::fmt::Write as _;
 
@@ -32,7 +33,7 @@ pub fn image(patch: &PatchFields, fields: &[FieldName]) -> Vec<u8> {
     let [nx, ny] = patch.size;
     let mut arrays = Vec::new();
     for &field in fields {
-        let values = patch.values(field);
+        let values = patch.saved_values(field);
         // ParaView's glyphs and streamlines want 3-vectors.
         let (components, values) = match field {
             FieldName::Velocity => (3, values.chunks(2).flat_map(|v| [v[0], v[1], 0.0]).collect()),

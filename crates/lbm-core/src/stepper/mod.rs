@@ -86,7 +86,7 @@ pub enum CoveredCells {
     /// cells of an interface side must be exact, as every interval leaves
     /// them; the deeper ones hold the parent's own update. Enough for a read
     /// of the uncovered cells and their covered neighbours (a probe's or a
-    /// line's bilinear sample on the finest patch holding it).
+    /// line's bilinear sample, on the finest patch whose centres surround it).
     Band,
 }
 
