@@ -321,7 +321,7 @@ pub fn gather<D: Driver>(
 }
 
 /// The patch a sample at physical `point` reads: the finest whose cell
-/// centres surround it ([`surrounds`]), else the finest holding it.
+/// centres surround it (see `surrounds`), else the finest holding it.
 pub fn finest_at(patches: &[PatchFields], point: [f64; 2]) -> Option<&PatchFields> {
     patches
         .iter()
