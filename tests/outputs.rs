@@ -44,6 +44,22 @@ fn run(case_text: &str, name: &str, steps: &str) -> (std::path::PathBuf, std::pr
     (out, output)
 }
 
+/// The summary `tests/read_outputs.py` prints of run directory `out`, read
+/// with `python`'s numpy and VTK; a refusal of the files fails the test.
+fn read_back(python: &std::ffi::OsStr, out: &std::path::Path) -> serde_json::Value {
+    let read = std::process::Command::new(python)
+        .arg(workspace().join("tests/read_outputs.py"))
+        .arg(out)
+        .output()
+        .expect("python runs");
+    assert!(
+        read.status.success(),
+        "the readers refused the files: {}",
+        stderr(&read)
+    );
+    serde_json::from_slice(&read.stdout).unwrap()
+}
+
 #[test]
 fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
     let Some(python) = std::env::var_os("LBM_PYTHON") else {
@@ -53,17 +69,7 @@ fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
     let text = cavity_with_outputs();
     let (out, output) = run(&text, "fields", "200");
     assert!(output.status.success(), "{}", stderr(&output));
-    let read = std::process::Command::new(python)
-        .arg(workspace().join("tests/read_outputs.py"))
-        .arg(&out)
-        .output()
-        .expect("python runs");
-    assert!(
-        read.status.success(),
-        "the readers refused the files: {}",
-        stderr(&read)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let summary = read_back(&python, &out);
     assert_eq!(summary["pvd_times"].as_array().unwrap().len(), 2, "two save points");
     assert_eq!(
         summary["pictures"].as_array().unwrap().len(),
@@ -153,17 +159,7 @@ fn a_bodys_cells_read_as_nan_in_every_saved_array() {
                 fields = [\"pressure\", \"velocity\", \"vorticity\"]\nformats = [\"vtk\", \"npy\"]\n";
     let (out, output) = run(text, "solid", "10");
     assert!(output.status.success(), "{}", stderr(&output));
-    let read = std::process::Command::new(python)
-        .arg(workspace().join("tests/read_outputs.py"))
-        .arg(&out)
-        .output()
-        .expect("python runs");
-    assert!(
-        read.status.success(),
-        "the readers refused the files: {}",
-        stderr(&read)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let summary = read_back(&python, &out);
     let mut solid_cells = 0;
     for block in ["L0_p0", "L1_p0"] {
         let solid = summary["ghost"][format!("t000000010/{block}")]["solid"]
