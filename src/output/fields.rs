@@ -253,12 +253,13 @@ impl ProbeCells {
             let [gx0, gy0, _, _] = patch.global_active();
             let size = [patch.active.width() as usize, patch.active.height() as usize];
             let origin = [gx0 as f64 * spacing, gy0 as f64 * spacing];
-            let found = Some((k, patch, corners(origin, spacing, size, point)));
+            // A patch whose centres surround the point holds it too.
             if holds(origin, spacing, size, point) {
+                let found = Some((k, patch, corners(origin, spacing, size, point)));
                 holding = found;
-            }
-            if surrounds(origin, spacing, size, patch.on_boundary, point) {
-                surrounding = found;
+                if surrounds(origin, spacing, size, patch.on_boundary, point) {
+                    surrounding = found;
+                }
             }
         }
         let (k, patch, corners) = surrounding.or(holding)?;
