@@ -66,9 +66,9 @@ impl<D: Driver> Engine<D> {
             match lbm_cuda::Nccl::open(&ordinals) {
                 Ok(Some(nccl)) => split.use_collective(Box::new(nccl))?,
                 Ok(None) => {
-                    eprintln!("note: NCCL's library (libnccl.so) was not found: halos are copied device to device")
+                    tell!("note: NCCL's library (libnccl.so) was not found: halos are copied device to device")
                 }
-                Err(e) => eprintln!("note: NCCL did not start ({e}): halos are copied device to device"),
+                Err(e) => tell!("note: NCCL did not start ({e}): halos are copied device to device"),
             }
         }
         Ok(Engine::Split(Box::new(split)))

@@ -103,9 +103,9 @@ impl Watchdog {
                     );
                     summary.error = Some(error.clone());
                     let written = write_json(&out.join("summary.json"), &summary);
-                    eprintln!("error: {error}");
+                    tell!("error: {error}");
                     if let Err(e) = written {
-                        eprintln!("error: {e}");
+                        tell!("error: {e}");
                     }
                     std::process::exit(EXIT_FAILED as i32);
                 }

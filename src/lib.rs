@@ -8,6 +8,17 @@
 //! output directory and exits.
 #![forbid(unsafe_code)]
 
+/// Writes a line to stderr, ignoring a closed pipe (`lbm run ... 2>&1 |
+/// head`): a run whose reader went away goes on, writes its summary and
+/// exits as it would have (`eprintln!` panics there and leaves no summary).
+#[macro_export]
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod backend;
 pub mod check;
 pub mod checkpoint;

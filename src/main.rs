@@ -246,7 +246,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    lbm::tell!("error: {e}");
                     ExitCode::from(e.exit_code())
                 }
             };
@@ -346,7 +346,7 @@ fn main() -> ExitCode {
             return match done {
                 Ok(ending) => ExitCode::from(ending.exit_code()),
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    lbm::tell!("error: {e}");
                     ExitCode::from(e.exit_code())
                 }
             };
@@ -365,7 +365,7 @@ fn main() -> ExitCode {
             let pilot = match pilot.choice() {
                 Ok(pilot) => pilot,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    lbm::tell!("error: {e}");
                     return ExitCode::from(e.exit_code());
                 }
             };
@@ -419,7 +419,7 @@ fn main() -> ExitCode {
                     if outside.is_empty() {
                         ExitCode::SUCCESS
                     } else {
-                        eprintln!(
+                        lbm::tell!(
                             "error: {} outside the benchmark's interval (report.md says by how much); \
                              raise --resolution",
                             outside.join(", ")
@@ -428,7 +428,7 @@ fn main() -> ExitCode {
                     }
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    lbm::tell!("error: {e}");
                     ExitCode::from(e.exit_code())
                 }
             };
@@ -440,7 +440,7 @@ fn main() -> ExitCode {
             ExitCode::from(summary.ended.exit_code())
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            lbm::tell!("error: {e}");
             ExitCode::from(e.exit_code())
         }
     }

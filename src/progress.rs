@@ -67,7 +67,7 @@ impl Progress {
             bar.set_message(message);
         } else if self.plain && (done >= self.next_line || done == self.total) {
             let eta = (self.total - done) as f64 / rate.max(1e-9);
-            eprintln!(
+            tell!(
                 "{:>3}% {message}, ETA {eta:.0} s",
                 (100 * done).checked_div(self.total).unwrap_or(100)
             );

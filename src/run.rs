@@ -468,7 +468,7 @@ pub(crate) fn open_session<'a>(
             "completed_intervals": 0,
         });
         if let Err(second) = write_json(&out.join("summary.json"), &summary) {
-            eprintln!("error: {second}");
+            tell!("error: {second}");
         }
     })?;
     let state = RunState {
@@ -532,7 +532,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     let plan = Plan::of("run", &resolved)?;
     let (found, passed_over) = checkpoint::latest::<Checkpointed>(dir);
     for reason in &passed_over {
-        eprintln!("warning: {reason}; trying the one before");
+        tell!("warning: {reason}; trying the one before");
     }
     let Some(found) = found else {
         let why = match passed_over.is_empty() {
@@ -573,7 +573,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     write_json(&manifest_path, &manifest)?;
     engine.restore(&found.snapshot)?;
     let writer = Writer::resume(dir, &case, &resolved, request.picture_width, found.run.writer)?;
-    eprintln!(
+    tell!(
         "resuming {} from interval {} of {} ({})",
         dir.display(),
         state.done,
@@ -789,12 +789,12 @@ impl<D: Driver> Session<'_, D> {
         if self.writer.is_running() {
             match self.writer.finish() {
                 Ok(written) => self.written = written,
-                Err(second) => eprintln!("error: {second}"),
+                Err(second) => tell!("error: {second}"),
             }
         }
         let summary = self.summary(ending, Some(e.to_string()), None);
         if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
-            eprintln!("error: {second}");
+            tell!("error: {second}");
         }
         e
     }

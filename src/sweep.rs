@@ -971,7 +971,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
     write_results(out, &merged)?;
     let missing = merged.members - merged.results.len();
     if missing > 0 {
-        eprintln!(
+        tell!(
             "warning: {missing} of {} members are in none of the shards; sweep.csv has the others",
             merged.members
         );

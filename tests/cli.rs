@@ -523,33 +523,37 @@ fn an_output_directory_that_is_a_file_or_under_one_is_refused() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// A completed run stays completed when its standard output is closed early
-/// (`lbm run ... | head -0`): no panic, exit 0, the summary written.
+/// A completed run stays completed when its standard output or its standard
+/// error is closed early (`lbm run ... | head -0`, `lbm run ... 2>&1 | head
+/// -1`): no panic, exit 0, the summary written as completed. Progress is on,
+/// so the closed standard error is written to on every tenth of the run.
 #[test]
-fn a_closed_standard_output_does_not_fail_a_completed_run() {
+fn a_closed_standard_output_or_error_does_not_fail_a_completed_run() {
     use std::process::{Command, Stdio};
-    let out = scratch("pipe");
-    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
-    let mut child = Command::new(binary)
-        .args([
-            "run",
-            &case_path(),
-            "--backend",
-            "cpu",
-            "--steps",
-            "5",
-            "--quiet",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
-    assert!(out.join("summary.json").is_file());
-    std::fs::remove_dir_all(out).unwrap();
+    for close_stderr in [false, true] {
+        let out = scratch(if close_stderr { "pipe-err" } else { "pipe-out" });
+        let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+        let mut child = Command::new(binary)
+            .args(["run", &case_path(), "--backend", "cpu", "--steps", "5", "--out"])
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if close_stderr {
+            drop(child.stderr.take());
+        } else {
+            drop(child.stdout.take());
+        }
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "closed stderr {close_stderr}: {}",
+            stderr(&output)
+        );
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+        let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+        assert!(summary.contains("\"ended\": \"completed\""), "{summary}");
+        std::fs::remove_dir_all(out).unwrap();
+    }
 }
