@@ -382,14 +382,23 @@ __device__ __forceinline__ Moments reflect(Moments m, PatchSides sides, int side
     return r;
 }
 
-// The moments of a stencil cell read at its mirror image: reflected in the
-// sides `mirror_axis` reported crossing (x first, then y; -1 for none).
+// cpu::reflect_crossed: the moments of a stencil cell read at its mirror
+// image, reflected in the side `mirror_axis` reported crossing (-1 for
+// none); across two sides each velocity component reversed once per side
+// that reverses it, with no wall term (the mean of both orders).
 __device__ __forceinline__ Moments reflect_crossed(Moments m, PatchSides sides, int crossed_x, int crossed_y) {
+    if (crossed_x >= 0 && crossed_y >= 0) {
+        Moments r;
+        r.delta_rho = m.delta_rho;
+        r.ux = side_kind(sides.kinds, crossed_y) == LBM_PATCH_SIDE_WALL ? m.ux : -m.ux;
+        r.uy = side_kind(sides.kinds, crossed_x) == LBM_PATCH_SIDE_WALL ? m.uy : -m.uy;
+        return r;
+    }
     if (crossed_x >= 0) {
-        m = reflect(m, sides, crossed_x);
+        return reflect(m, sides, crossed_x);
     }
     if (crossed_y >= 0) {
-        m = reflect(m, sides, crossed_y);
+        return reflect(m, sides, crossed_y);
     }
     return m;
 }

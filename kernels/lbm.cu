@@ -19,7 +19,7 @@
 // match in this order winning at a corner: inlet (bounce-back with the inlet
 // profile's sample for the row and direction, domain::order::inlet_sample, times the
 // amplitude factor in `boundary_state`, the momentum term at rest density), wall (bounce-back with the wall's velocity,
-// the y side before the x side), outflow (anti-bounce-back at rest density
+// across two walls the sum of both), outflow (anti-bounce-back at rest density
 // with the velocity extrapolated from the cell and its upstream neighbour),
 // free slip (the
 // population mirrored in the wall, from the same row or column), then the
@@ -145,6 +145,12 @@ __device__ __forceinline__ void outflow_velocity(const float* __restrict__ src, 
     }
 }
 
+// The value of side `side` (0 x_min, 1 x_max, 2 y_min, 3 y_max) among four,
+// by selects: an array indexed at run time would live in local memory.
+__device__ __forceinline__ float side_value(int side, float x_min, float x_max, float y_min, float y_max) {
+    return side == 0 ? x_min : (side == 1 ? x_max : (side == 2 ? y_min : y_max));
+}
+
 // The population arriving at (x, y) along `i` by the general rules
 // (cpu::pull): the side rule of the first side its source lies beyond, else
 // the neighbour or the body's return. `outflow_ux`, `outflow_uy` matter only
@@ -171,32 +177,26 @@ __device__ __forceinline__ float pull_general(
 
     // Inlet or wall: bounce-back carrying the side's velocity; at a corner
     // an inlet wins over a wall, so each row injects its profile's whole
-    // mass flux, and between walls the y side wins, so a lid's two
-    // diagonal terms cancel (cpu::pull).
-    int bounce = -1;
-    unsigned int bounce_kind = LBM_BOUNDARY_NONE;
-    if (kind_x == LBM_BOUNDARY_INLET || kind_y == LBM_BOUNDARY_INLET) {
-        bounce = kind_x == LBM_BOUNDARY_INLET ? side_x : side_y;
-        bounce_kind = LBM_BOUNDARY_INLET;
-    } else if (kind_y == LBM_BOUNDARY_WALL) {
-        bounce = side_y;
-        bounce_kind = kind_y;
-    } else if (kind_x == LBM_BOUNDARY_WALL) {
-        bounce = side_x;
-        bounce_kind = kind_x;
-    }
-    if (bounce >= 0) {
+    // mass flux, and across two walls the link takes the sum of their
+    // velocities (cpu::corner_velocity, y side first).
+    const bool inlet = kind_x == LBM_BOUNDARY_INLET || kind_y == LBM_BOUNDARY_INLET;
+    const bool wall_x = kind_x == LBM_BOUNDARY_WALL;
+    const bool wall_y = kind_y == LBM_BOUNDARY_WALL;
+    if (inlet || wall_x || wall_y) {
         float ux;
         float uy;
-        if (bounce_kind == LBM_BOUNDARY_INLET) {
+        if (inlet) {
             // domain::order::inlet_sample: where the link crosses the inlet.
             ux = inlet_profile[LBM_INLET_SAMPLE(y - y0, lbm_cy(i))] * boundary_state[1];
             uy = 0.0f;
         } else {
-            ux = bounce == 0 ? wall_x_min_ux
-                             : (bounce == 1 ? wall_x_max_ux : (bounce == 2 ? wall_y_min_ux : wall_y_max_ux));
-            uy = bounce == 0 ? wall_x_min_uy
-                             : (bounce == 1 ? wall_x_max_uy : (bounce == 2 ? wall_y_min_uy : wall_y_max_uy));
+            const int side = wall_y ? side_y : side_x;
+            ux = side_value(side, wall_x_min_ux, wall_x_max_ux, wall_y_min_ux, wall_y_max_ux);
+            uy = side_value(side, wall_x_min_uy, wall_x_max_uy, wall_y_min_uy, wall_y_max_uy);
+            if (wall_x && wall_y) {
+                ux += side_value(side_x, wall_x_min_ux, wall_x_max_ux, wall_y_min_ux, wall_y_max_ux);
+                uy += side_value(side_x, wall_x_min_uy, wall_x_max_uy, wall_y_min_uy, wall_y_max_uy);
+            }
         }
         // cpu::pull's bounce: 2 w_i rho0 (c_i . u_w) / cs2 added to the leaving population.
         const float leaving = src[(size_t)lbm_opp(i) * plane + index];
@@ -549,7 +549,7 @@ __device__ __forceinline__ bool bulk_cell(unsigned int tile_x, unsigned int x0, 
 // At a side whose code in `sides` is a wrap (a periodic axis the region
 // spans whole, no solid cell) or a wall, the region's cells along it take
 // that rule as the general kernel does (its other end; the wall's
-// bounce-back with the wall's velocity, the y side winning at a corner), so
+// bounce-back with the wall's velocity, the sum of both at a corner), so
 // a periodic or walled patch without a body is this one launch, without a
 // rim. The host launches stream_collide_bulk_walled where a side is a wall
 // (this entry leaves its wall_* arguments unread): the walls' path compiled
@@ -650,13 +650,18 @@ LBM_BOUNDED_KERNEL(stream_collide_bulk_walled, 8)(const float* __restrict__ src,
             const int side_y = lbm_cy(i) > 0 && y == y0 ? 2 : (lbm_cy(i) < 0 && y + 1 == y1 ? 3 : -1);
             const unsigned int kind_x = side_x < 0 ? LBM_BULK_NEIGHBOUR : LBM_BULK_SIDE(sides, side_x);
             const unsigned int kind_y = side_y < 0 ? LBM_BULK_NEIGHBOUR : LBM_BULK_SIDE(sides, side_y);
-            // Between two walls the y side wins, as in the general kernel.
-            const int wall = kind_y == LBM_BULK_WALL ? side_y : (kind_x == LBM_BULK_WALL ? side_x : -1);
-            if (wall >= 0) {
-                const float wx = wall == 0 ? wall_x_min_ux
-                                           : (wall == 1 ? wall_x_max_ux : (wall == 2 ? wall_y_min_ux : wall_y_max_ux));
-                const float wy = wall == 0 ? wall_x_min_uy
-                                           : (wall == 1 ? wall_x_max_uy : (wall == 2 ? wall_y_min_uy : wall_y_max_uy));
+            // Across two walls the sum of their velocities, as in the
+            // general kernel.
+            const bool wall_x = kind_x == LBM_BULK_WALL;
+            const bool wall_y = kind_y == LBM_BULK_WALL;
+            if (wall_x || wall_y) {
+                const int wall = wall_y ? side_y : side_x;
+                float wx = side_value(wall, wall_x_min_ux, wall_x_max_ux, wall_y_min_ux, wall_y_max_ux);
+                float wy = side_value(wall, wall_x_min_uy, wall_x_max_uy, wall_y_min_uy, wall_y_max_uy);
+                if (wall_x && wall_y) {
+                    wx += side_value(side_x, wall_x_min_ux, wall_x_max_ux, wall_y_min_ux, wall_y_max_ux);
+                    wy += side_value(side_x, wall_x_min_uy, wall_x_max_uy, wall_y_min_uy, wall_y_max_uy);
+                }
                 const float cu = (float)lbm_cx(i) * wx + (float)lbm_cy(i) * wy;
                 f[i] = src[(unsigned int)lbm_opp(i) * plane + index] + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
                 continue;

@@ -149,11 +149,27 @@ pub fn reflect(m: Moments, sides: &PatchSides, side: usize) -> Moments {
     }
 }
 
-/// The moments of a stencil cell read at its mirror image: reflected in each
-/// side [`mirrored_cell`] reported crossing, x first.
+/// The moments of a stencil cell read at its mirror image: reflected in the
+/// side [`mirrored_cell`] reported crossing. Across two sides (a corner's
+/// diagonal image) the two reflections taken in either order differ in the
+/// sign of the moving walls' terms (x then y adds 2(u_y - u_x) for walls
+/// moving with u_x and u_y, y then x the opposite), so a case turned by a
+/// quarter turn would not give the turned flow; the image is their mean,
+/// which has no wall term: each velocity component reversed once per side
+/// that reverses it.
 #[inline]
 pub fn reflect_crossed(m: Moments, sides: &PatchSides, crossed: [Option<usize>; 2]) -> Moments {
-    crossed.into_iter().flatten().fold(m, |m, side| reflect(m, sides, side))
+    match crossed {
+        [Some(x), Some(y)] => {
+            let reverses = |side: usize| sides.kinds[side] == PatchSide::Wall;
+            Moments {
+                delta_rho: m.delta_rho,
+                ux: if reverses(y) { m.ux } else { -m.ux },
+                uy: if reverses(x) { m.uy } else { -m.uy },
+            }
+        }
+        _ => crossed.into_iter().flatten().fold(m, |m, side| reflect(m, sides, side)),
+    }
 }
 
 /// Whether allocation cell (fx, fy) lies in the ghost band beyond a wall side

@@ -971,7 +971,7 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
         _ => 0,
     };
     // The populations arriving at (x, y) in the region, each side's rule
-    // applied as the device's kernel applies it (the y side's wall first).
+    // applied as the device's kernel applies it.
     let arriving = |x: u32, y: u32| -> [f32; Q] {
         let index = layout.index(x, y);
         std::array::from_fn(|i| {
@@ -984,7 +984,7 @@ pub fn stream_collide_bulk(k: &StreamCollideBulk, src: &[f32], dst: &mut [f32], 
                 _ => None,
             };
             let (side_x, side_y) = (beyond(side_x), beyond(side_y));
-            if let Some(u) = wall_of(side_y).or(wall_of(side_x)) {
+            if let Some(u) = corner_velocity(wall_of(side_y), wall_of(side_x)) {
                 return bounce_back(src, plane, index, i, u);
             }
             let from = (i * plane + index) as isize
@@ -1068,8 +1068,8 @@ pub fn bulk_skip(flags: &[u8], layout: &Layout, interior: &Rect) -> Vec<u32> {
 /// The population arriving at (x, y) in direction `i`, from the neighbour
 /// `(x, y) - c_i` or, where that lies beyond a side of the active region, from
 /// the side's rule. At a corner the first matching rule in this order wins:
-/// inlet, wall (bounce-back, the y side before the x side), outflow,
-/// free-slip, then periodic wrap or ghost.
+/// inlet, wall (bounce-back; across two walls with `corner_velocity`),
+/// outflow, free-slip, then periodic wrap or ghost.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 fn pull(
@@ -1113,15 +1113,12 @@ fn pull(
         let u = inlet.profile[inlet_sample(y - a.y0, C[i][1])] * inlet.factor;
         return bounce([u, 0.0]);
     }
-    // Between two walls the y side's velocity wins: a lid's two diagonal terms
-    // then cancel in the corner cell, so a moving lid adds no mass there.
-    let wall = match (kind_y, kind_x) {
-        (Some(Boundary::Wall), _) => side_y,
-        (_, Some(Boundary::Wall)) => side_x,
+    let wall = |kind: Option<Boundary>, side: Option<usize>| match (kind, side) {
+        (Some(Boundary::Wall), Some(s)) => Some(k.wall_velocity[s]),
         _ => None,
     };
-    if let Some(side) = wall {
-        return bounce(k.wall_velocity[side]);
+    if let Some(u) = corner_velocity(wall(kind_y, side_y), wall(kind_x, side_x)) {
+        return bounce(u);
     }
     if either(Boundary::Outflow) {
         return anti_bounce_back(k, src, x, y, i, index, plane);
@@ -1156,6 +1153,22 @@ fn pull(
         body_wall(k, src, flags, walls, x, y, i, index, plane)
     } else {
         src[direction * plane + source]
+    }
+}
+
+/// The velocity a link that leaves across a y-side wall moving with `y`
+/// and/or an x-side wall moving with `x` bounces back with: at a corner, the
+/// sum of the two. A wall moves along itself, so the sum is the one velocity
+/// that has both walls' tangential components, whichever side a lid is on
+/// (a case turned by a quarter turn gives the turned flow); and a lid's two
+/// diagonal terms in the corner cell still cancel, so it adds no mass there.
+/// In f32, `a + 0` is `a`, so beside a resting wall this is the moving one's
+/// velocity bit for bit.
+#[inline]
+fn corner_velocity(y: Option<[f32; 2]>, x: Option<[f32; 2]>) -> Option<[f32; 2]> {
+    match (y, x) {
+        (Some(a), Some(b)) => Some([a[0] + b[0], a[1] + b[1]]),
+        (a, b) => a.or(b),
     }
 }
 
