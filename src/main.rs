@@ -103,7 +103,7 @@ enum Command {
         #[arg(long)]
         quiet: bool,
         /// Pixels across the domain in pictures (default: the finest level's
-        /// resolution, 512 to 1600).
+        /// resolution, with the domain's longer side 512 to 1600 pixels).
         #[arg(long)]
         picture_width: Option<u32>,
         /// CUDA device ordinal (default 0).

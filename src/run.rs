@@ -72,7 +72,7 @@ pub struct RunOptions {
     /// No progress on stderr.
     pub quiet: bool,
     /// Pixels across the domain in pictures (default: the finest level's
-    /// resolution, 512 to 1600).
+    /// resolution, with the domain's longer side 512 to 1600 pixels).
     pub picture_width: Option<u32>,
     pub limits: Limits,
     pub pilot: PilotChoice,

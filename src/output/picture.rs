@@ -97,22 +97,25 @@ pub(super) fn label(v: f64) -> String {
     }
 }
 
-/// The widest and narrowest pictures drawn, pixels (the field part).
-const PICTURE_WIDTH: usize = 1600;
-const PICTURE_MIN_WIDTH: usize = 512;
+/// The longest and shortest a default picture's longer side is, pixels (the
+/// field part).
+const PICTURE_LONGEST: f64 = 1600.0;
+const PICTURE_SHORTEST: f64 = 512.0;
 /// Pixels above the field: the title.
 const HEADER: usize = 14;
 
 /// The scale of the pictures of `domain` (m) whose finest cells are `finest`
 /// m across: `width` pixels across the domain when given, else the finest
-/// level's resolution, enlarged to at least PICTURE_MIN_WIDTH and at most
-/// PICTURE_WIDTH pixels wide.
+/// level's resolution, enlarged or reduced so that the domain's longer side
+/// is PICTURE_SHORTEST to PICTURE_LONGEST pixels (a tall domain's picture
+/// bounded by its width alone was tens of thousands of pixels tall).
 pub fn pixels_per_metre(domain: [f64; 2], finest: f64, width: Option<u32>) -> f64 {
+    let longer = domain[0].max(domain[1]);
     match width {
         Some(w) => w as f64 / domain[0],
         None => (1.0 / finest)
-            .max(PICTURE_MIN_WIDTH as f64 / domain[0])
-            .min(PICTURE_WIDTH as f64 / domain[0]),
+            .max(PICTURE_SHORTEST / longer)
+            .min(PICTURE_LONGEST / longer),
     }
 }
 
@@ -226,4 +229,31 @@ pub fn render(patches: &[PatchFields], scalar: &Scalar, domain: [f64; 2], pixels
         image.text(label_x, header + h / 2 - 4, "0");
     }
     image
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whatever the domain's shape and the finest cells, a default picture's
+    /// longer side is 512 to 1600 pixels, at the finest resolution where that
+    /// fits; `--picture-width` sets the width.
+    #[test]
+    fn a_default_picture_keeps_the_domains_longer_side_within_bounds() {
+        for domain in [[1.0, 1.0], [2.2, 0.41], [0.25, 8.0], [100.0, 1.0], [0.01, 0.002]] {
+            for finest in [1e-1, 1e-3, 1e-5] {
+                let [w, h] = field_pixels(domain, pixels_per_metre(domain, finest, None));
+                let longer = w.max(h) as f64;
+                assert!(
+                    (PICTURE_SHORTEST..=PICTURE_LONGEST).contains(&longer),
+                    "domain {domain:?}, cells of {finest} m: {w} x {h} pixels"
+                );
+                let native = domain[0].max(domain[1]) / finest;
+                if (PICTURE_SHORTEST..=PICTURE_LONGEST).contains(&native) {
+                    assert_eq!(longer, native.round(), "domain {domain:?}: one pixel a finest cell");
+                }
+            }
+            assert_eq!(field_pixels(domain, pixels_per_metre(domain, 1e-3, Some(700)))[0], 700);
+        }
+    }
 }
