@@ -76,10 +76,12 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let committed = root.join("kernels").join("lbm.ptx");
-    let text = read(&fresh)?;
+    let sources = lbm_core::kernels::ptx_sources_line(&root.join("kernels"))
+        .map_err(|e| format!("cannot read the kernel sources: {e}"))?;
+    let text = format!("{sources}\n{}", read(&fresh)?);
     if check {
         let old = std::fs::read_to_string(&committed).unwrap_or_default();
-        if strip_comments(&old) != strip_comments(&text) {
+        if strip_comments(&old) != strip_comments(&text) || old.lines().next() != Some(sources.as_str()) {
             return Err(format!(
                 "{} is stale: the kernels compile to different PTX; run `cargo xtask ptx` and commit the result",
                 committed.display()

@@ -322,6 +322,20 @@ fn every_entry_waits_for_the_kernel_before_it_ahead_of_any_global_access() {
     assert!(entries >= Kernel::ALL.len(), "kernels/lbm.ptx has {entries} entries");
 }
 
+/// The embedded PTX was compiled from the kernel sources beside it: its first
+/// line names their sha256 (`cargo xtask ptx` writes it). The emulator
+/// compiles the sources, so without this an edit of a kernel whose PTX was
+/// not rebuilt passes every test here and fails only on the GPU.
+#[test]
+fn the_embedded_ptx_was_compiled_from_the_kernel_sources() {
+    let expected = lbm_core::kernels::ptx_sources_line(&kernels_dir()).expect("the kernel sources");
+    let first = lbm_cuda::PTX.lines().next().unwrap_or_default();
+    assert_eq!(
+        first, expected,
+        "kernels/lbm.ptx was compiled from other kernel sources than kernels/ holds: run `cargo xtask ptx` and commit the result"
+    );
+}
+
 #[test]
 fn the_constants_header_is_generated_from_the_rust_constants() {
     let path = kernels_dir().join("constants.cuh");

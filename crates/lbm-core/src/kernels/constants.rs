@@ -1,4 +1,5 @@
-//! `kernels/constants.cuh` as text, from the Rust constants.
+//! `kernels/constants.cuh` as text, from the Rust constants, and the line of
+//! `kernels/lbm.ptx` that names the sources it was compiled from.
 //!
 //! It writes no file; `cargo xtask ptx` does.
 
@@ -155,4 +156,35 @@ fn ring_constants(lines: &mut Vec<String>) {
     define("LBM_RECORD_ALIGN", format!("{RECORD_ALIGN}ull"), "RECORD_ALIGN");
     define("LBM_FNV_OFFSET", format!("{FNV_OFFSET:#018x}ull"), "FNV_OFFSET");
     define("LBM_FNV_PRIME", format!("{FNV_PRIME:#x}ull"), "FNV_PRIME");
+}
+
+/// The first line `cargo xtask ptx` writes into `kernels/lbm.ptx`: the sha256
+/// of the kernel sources it compiled (every `.cu` and `.cuh` file of
+/// `kernels`, in name order, each as its name, a NUL, its bytes and a NUL).
+/// The tidy test recomputes it, so a PTX left behind by an edit of the
+/// sources (which the emulator, compiling the sources, would not notice)
+/// fails the tests instead of the GPU.
+pub fn ptx_sources_line(kernels: &std::path::Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(kernels)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.ends_with(".cu") || name.ends_with(".cuh") {
+            files.push((name, std::fs::read(&path)?));
+        }
+    }
+    files.sort();
+    let mut hash = Sha256::new();
+    for (name, bytes) in &files {
+        hash.update(name.as_bytes());
+        hash.update([0]);
+        hash.update(bytes);
+        hash.update([0]);
+    }
+    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("// kernel sources sha256 {hex}"))
 }

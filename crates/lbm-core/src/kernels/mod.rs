@@ -34,7 +34,7 @@ use crate::error::{LaunchProblem, Result};
 use crate::lattice::Q;
 
 pub use check::{PlanTable, check_actions, check_batch, check_launch};
-pub use constants::cuda_constants;
+pub use constants::{cuda_constants, ptx_sources_line};
 pub use host::{HostViews, ReadViews, WriteViews};
 
 use args::{ArgReader, push_layout, push_rect, push_sides};
