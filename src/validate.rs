@@ -17,7 +17,7 @@ use std::time::Instant;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use lbm_core::case::{BodyTable, Case, Resolved};
+use lbm_core::case::{BodyTable, Case, Resolved, significant};
 use lbm_core::domain::geometry::Shape;
 use lbm_core::units::UnitSystem;
 use lbm_core::{Driver, ExecConfig, Stepper};
@@ -351,17 +351,6 @@ fn resolution_error(case: &Case, resolution: u32, levels: u32, refused: Option<l
             cause(&refused)
         ),
     }
-}
-
-/// `value` to four significant digits, rounded up or down so that it stays
-/// inside the range it bounds.
-fn significant(value: f64, up: bool) -> String {
-    let scale = 10f64.powi(3 - value.abs().log10().floor() as i32);
-    let rounded = match up {
-        true => (value * scale).ceil(),
-        false => (value * scale).floor(),
-    } / scale;
-    format!("{rounded}")
 }
 
 /// What is measured on the cylinder at one instant or over a window.

@@ -478,6 +478,34 @@ impl Case {
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
+        self.resolve_as_given().map_err(|e| self.with_ranges(e))
+    }
+
+    /// A relaxation time out of its bounds is a derived quantity, no key: the
+    /// refusal then also names the two keys that set it with the values this
+    /// case accepts for each, every other key as it is.
+    fn with_ranges(&self, e: Error) -> Error {
+        match e {
+            Error::Parameter { key, value, accepted } if key.ends_with("relaxation time") => {
+                let within = |range: Option<[f64; 2]>, key: &str| match range {
+                    Some([lo, hi]) => format!("`{key}` from {} to {}", significant(lo, true), significant(hi, false)),
+                    None => format!("no value of `{key}`"),
+                };
+                Error::Parameter {
+                    key,
+                    value,
+                    accepted: format!(
+                        "{accepted}; with every other key as it is, {} or {} resolves",
+                        within(self.resolution_range(), "domain.resolution"),
+                        within(self.lattice_velocity_range(), "flow.lattice_velocity"),
+                    ),
+                }
+            }
+            e => e,
+        }
+    }
+
+    fn resolve_as_given(&self) -> Result<Resolved> {
         self.run.check()?;
         let units = UnitSystem::new(
             self.domain.reference_length,
@@ -681,7 +709,7 @@ impl Case {
         accepted_interval([1e-7, 1.0], |v| {
             let mut case = self.clone();
             case.flow.lattice_velocity = v;
-            case.resolve().is_ok()
+            case.resolve_as_given().is_ok()
         })
     }
 
@@ -692,9 +720,20 @@ impl Case {
         accepted_interval([1e-3, 1e7], |r| {
             let mut case = self.clone();
             case.domain.resolution = r;
-            case.resolve().is_ok()
+            case.resolve_as_given().is_ok()
         })
     }
+}
+
+/// `value` to four significant digits, rounded up or down so that it stays
+/// inside the range it bounds.
+pub fn significant(value: f64, up: bool) -> String {
+    let scale = 10f64.powi(3 - value.abs().log10().floor() as i32);
+    let rounded = match up {
+        true => (value * scale).ceil(),
+        false => (value * scale).floor(),
+    } / scale;
+    format!("{rounded}")
 }
 
 /// The first and last values within `search` that `accepts` takes, found on a
@@ -1090,6 +1129,13 @@ mod tests {
                 "`level 1 relaxation time` = 2.51600",
                 "at most 2.5",
                 "lower the lattice velocity or the resolution",
+                // The keys that set it, with what this case accepts: tau1 -
+                // 1/2 = 2.016 scales with both and must be at most 2 (32 x
+                // 2 / 2.016 cells, 0.1 x 2 / 2.016), tau0 - 1/2 = 1.008 at
+                // least 0.002 (0.1 x 0.002 / 1.008), and below 14.5 cells
+                // the patch no longer keeps 4 cells from the walls.
+                "with every other key as it is, `domain.resolution` from 14.51 to 31.74 or \
+                 `flow.lattice_velocity` from 0.0001985 to 0.0992 resolves",
             ],
         );
         assert!(
