@@ -73,6 +73,11 @@ def main(run):
                 inside = np.repeat(inside[..., None], want.shape[2], axis=2)
             if not np.array_equal(np.isnan(want), inside):
                 fail(f"{stamp}/{block}: {entry['field']} is NaN elsewhere than in the solid cells")
+            if entry["field"] == "velocity":
+                # VTK's third component: 0 in the fluid, NaN in a body as the others.
+                z = data[:, 2].reshape(want.shape[:2])
+                if not (np.array_equal(np.isnan(z), inside[..., 0]) and np.all(z[~inside[..., 0]] == 0)):
+                    fail(f"{stamp}/{block}.vti: velocity's z component is not 0 in the fluid and NaN in a body")
         if not np.array_equal((ghost & HIDDEN_CELL) != 0, solid != 0):
             fail(f"{stamp}/{block}.vti: vtkGhostType HIDDENCELL and solid disagree")
         summary.setdefault("ghost", {})[f"{stamp}/{block}"] = {

@@ -34,9 +34,11 @@ pub fn image(patch: &PatchFields, fields: &[FieldName]) -> Vec<u8> {
     let mut arrays = Vec::new();
     for &field in fields {
         let values = patch.saved_values(field);
-        // ParaView's glyphs and streamlines want 3-vectors.
+        // ParaView's glyphs and streamlines want 3-vectors; a body's cells
+        // are NaN in every component.
+        let z = |v: f32| if v.is_nan() { f32::NAN } else { 0.0 };
         let (components, values) = match field {
-            FieldName::Velocity => (3, values.chunks(2).flat_map(|v| [v[0], v[1], 0.0]).collect()),
+            FieldName::Velocity => (3, values.chunks(2).flat_map(|v| [v[0], v[1], z(v[0])]).collect()),
             _ => (1, values),
         };
         arrays.push(DataArray {
