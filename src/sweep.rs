@@ -25,9 +25,11 @@
 //! stepper on its member driver, so everything else (samples, outputs,
 //! checks) is as in lockstep, and so are the results, bit for bit. Before
 //! anything is written every member is also built on the host and compared
-//! with member 0 (`lbm_core::fused::check`): members whose buffers or plans
-//! differ in shape (a body moved so that its links differ) are refused,
-//! exit code 2, naming the member; run those in lockstep. Every member's
+//! with member 0 (`lbm_core::fused::check`), which also gives each buffer's
+//! largest size: members whose bodies lie otherwise (an angle, a position)
+//! have lists and links of their own lengths, each member launching its own;
+//! members whose buffers or plans differ otherwise are refused, exit code 2,
+//! naming the member; run those in lockstep. Every member's
 //! chunk is the same length (the shortest any member asks for).
 //!
 //! `--shard K/N` runs members K, K + N, K + 2N, ... (K from 0), one task of a
@@ -498,7 +500,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
             .iter()
             .map(|m| (m.resolved.lattice.clone(), exec(&m.resolved)))
             .collect();
-        lbm_core::fused::check(&configs, driver.split_min_cells()).map_err(|e| {
+        let sizes = lbm_core::fused::check(&configs, driver.split_min_cells()).map_err(|e| {
             let k = match &e {
                 lbm_core::Error::FusedShape { member, .. } | lbm_core::Error::FusedMember { member, .. } => *member,
                 _ => 0,
@@ -509,7 +511,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                 reason: format!("{e} (--fused)"),
             }
         })?;
-        for member in lbm_core::fused::member_drivers(driver, chosen.len()) {
+        for member in lbm_core::fused::member_drivers(driver, chosen.len(), &sizes) {
             drivers.push((Box::new(member), device.clone()));
         }
     } else {

@@ -283,12 +283,12 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         assert!(stderr(&output).contains(expect), "{set}: {}", stderr(&output));
         assert!(!out.exists(), "{set}: nothing is written");
     }
-    // A fused batch needs one shape: a larger cylinder has more links.
+    // A fused batch needs one grid: another resolution is refused.
     let output = lbm(&[
         "sweep",
         &dfg(),
         "--set",
-        "bodies.0.radius=0.05,0.06",
+        "domain.resolution=10,12",
         "--fused",
         "--steps",
         "10",
@@ -300,7 +300,7 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let message = stderr(&output);
     assert!(
-        message.contains("sweep member 1") && message.contains("--fused") && message.contains("lockstep"),
+        message.contains("sweep member 1") && message.contains("hierarchy"),
         "{message}"
     );
     let output = lbm(&[
@@ -408,8 +408,10 @@ fn a_sweep_turns_a_body_by_its_rotation_key() {
     assert!(member.contains("rotation = 10"), "{member}");
     let cd = rows[0].iter().position(|h| h == "body0_cd").unwrap();
     assert_ne!(rows[1][cd], rows[2][cd]);
-    // Fused, the two squares have other wall links: refused, naming member 1.
+    // Fused, the two squares have wall links and lists of their own lengths,
+    // and the same results as in lockstep, bit for bit.
     let fused = scratch("sweep-rotation-fused");
+    let lockstep = scratch("sweep-rotation-lockstep");
     let output = lbm(&[
         "sweep",
         &case,
@@ -423,10 +425,42 @@ fn a_sweep_turns_a_body_by_its_rotation_key() {
         "--out",
         &fused.display().to_string(),
     ]);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(stderr(&output).contains("sweep member 1"), "{}", stderr(&output));
-    assert!(!fused.exists());
-    std::fs::remove_dir_all(out).unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = lbm(&[
+        "sweep",
+        &case,
+        "--set",
+        "bodies.0.rotation=0,10",
+        "--lockstep",
+        "--backend",
+        "cpu",
+        "--steps",
+        "20",
+        "--out",
+        &lockstep.display().to_string(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    // Every column but the speed.
+    let results = |dir: &std::path::Path| -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(dir.join("sweep.csv")).unwrap();
+        let mut rows: Vec<Vec<String>> = text
+            .lines()
+            .map(|l| l.split(',').map(str::to_owned).collect())
+            .collect();
+        let mlups = rows[0].iter().position(|h| h == "mlups").unwrap();
+        rows.iter_mut().for_each(|r| {
+            r.remove(mlups);
+        });
+        rows
+    };
+    assert_eq!(results(&fused), results(&lockstep));
+    for m in ["000", "001"] {
+        let read = |dir: &std::path::Path| std::fs::read(dir.join(format!("members/{m}/forces.csv"))).unwrap();
+        assert_eq!(read(&fused), read(&lockstep), "member {m}'s forces");
+    }
+    for dir in [out, fused, lockstep] {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
 
 #[test]

@@ -170,6 +170,16 @@ impl Kernel {
         }
     }
 
+    /// Whether the kernel's blocks beyond its launch's own grid do nothing,
+    /// so that a fused batch may launch members whose grids differ with the
+    /// largest: the general update over a list (a thread past the list's
+    /// count leaves) and the momentum exchange (a block past its slots'
+    /// leaves). Members whose bodies lie otherwise (another angle, position
+    /// or size) differ in exactly these two grids.
+    pub fn idles_beyond_its_grid(self) -> bool {
+        matches!(self, Kernel::StreamCollide | Kernel::AccumulateExchange)
+    }
+
     /// Whether the kernel has a `{name}_batch` entry that runs a
     /// [`BatchLaunch`]: the kernels of the hop plan.
     pub fn batches(self) -> bool {
@@ -319,9 +329,20 @@ pub struct BatchLaunch {
 }
 
 impl BatchLaunch {
-    /// The kernel, grid and block every member's launch shares (member 0's).
+    /// The kernel and block every member's launch shares (member 0's).
     pub fn first(&self) -> &Launch {
         &self.launches[0]
+    }
+
+    /// The grid the device launches for every member: the largest of the
+    /// members' own in each dimension. They differ only for a kernel that
+    /// [idles beyond its grid](Kernel::idles_beyond_its_grid) (the launch
+    /// check holds the others to one grid), so each member does its own
+    /// launch's work.
+    pub fn grid(&self) -> [u32; 3] {
+        self.launches
+            .iter()
+            .fold([0; 3], |g, l| std::array::from_fn(|d| g[d].max(l.grid[d])))
     }
 
     pub fn members(&self) -> usize {

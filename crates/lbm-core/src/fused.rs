@@ -8,16 +8,21 @@
 //! checked, built, observed, checked for divergence, snapshotted and read out
 //! by the stepper's own code. The member drivers lay every buffer out once on
 //! the device for all members: the k-th buffer each member allocates is one
-//! allocation, member `m`'s copy at `m` times its stride (its size rounded up
-//! to [`MEMBER_ALIGN`] bytes), and a member whose k-th buffer differs in name
-//! or size from member 0's is refused ([`Error::FusedShape`]). Every call of
-//! a member lands on its own copy; its launches are checked against its own
-//! buffers first.
+//! allocation, member `m`'s copy at `m` times its stride (the largest
+//! member's size, [`BufferSizes`], rounded up to [`MEMBER_ALIGN`] bytes), and
+//! a member whose k-th buffer differs in name from member 0's, or is larger
+//! than the stride, is refused ([`Error::FusedShape`]). Members whose bodies
+//! lie otherwise (another angle, position or size: an aerofoil's polar) so
+//! differ only in the sizes of their lists, links and wall tables. Every
+//! call of a member lands on its own copy; its launches are checked against
+//! its own buffers first.
 //!
 //! The two interval plans ([`INTERVAL_PLANS`]) are fused: once every member
 //! has prepared its own, the batch prepares one plan whose every launch is a
 //! batch of each member's launch (its buffers moved to its copy, its scalars
-//! — relaxation, forcing, wall velocities, the inlet's amplitude — its own)
+//! — relaxation, forcing, wall velocities, the inlet's amplitude, its list's
+//! and links' counts — its own; launched with the largest member's grid where
+//! the kernel [idles beyond its grid](Kernel::idles_beyond_its_grid))
 //! and whose memsets cover every member's copy. A member's replay of an
 //! interval is queued; when every member has queued the same interval, the
 //! fused interval is enqueued once. So a batch advances as a whole: every
@@ -55,9 +60,11 @@ pub const MEMBER_ALIGN: usize = 256;
 pub type FusedMember<D> = Stepper<MemberDriver<D>>;
 
 /// Builds one member per configuration on `driver`, in order, as a fused
-/// batch; a member that cannot be built is named.
+/// batch, after [`check`]ing them; a member that cannot be built, or whose
+/// shape differs, is named.
 pub fn batch<D: Driver>(driver: D, members: Vec<(LatticeConfig, ExecConfig)>) -> Result<Vec<FusedMember<D>>> {
-    member_drivers(driver, members.len())
+    let sizes = check(&members, driver.split_min_cells())?;
+    member_drivers(driver, members.len(), &sizes)
         .into_iter()
         .zip(members)
         .enumerate()
@@ -73,12 +80,22 @@ pub fn batch<D: Driver>(driver: D, members: Vec<(LatticeConfig, ExecConfig)>) ->
         .collect()
 }
 
+/// The bytes of each buffer's copy in a fused batch, by label: the largest
+/// any member allocates ([`check`] finds them, [`member_drivers`] lays the
+/// buffers out with them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BufferSizes(pub std::collections::BTreeMap<String, usize>);
+
 /// Checks before any work that `members` can run as one fused batch on a
-/// driver whose [`Driver::split_min_cells`] is `split_min_cells`: each
-/// member is built in turn on the host, as a member of such a batch of its
-/// size, and its buffers and interval plans compared with member 0's. The
-/// member that cannot be built, or whose shape differs, is named.
-pub fn check(members: &[(LatticeConfig, ExecConfig)], split_min_cells: usize) -> Result<()> {
+/// driver whose [`Driver::split_min_cells`] is `split_min_cells`, and gives
+/// the sizes of their buffers' copies: each member is built in turn on the
+/// host, as a member of such a batch of its size, and its buffers and
+/// interval plans compared with member 0's (the same buffers, of any size;
+/// the same steps, kernels and blocks, grids differing only where a kernel
+/// idles beyond its grid). The member that cannot be built, or whose shape
+/// differs, is named.
+pub fn check(members: &[(LatticeConfig, ExecConfig)], split_min_cells: usize) -> Result<BufferSizes> {
+    let mut sizes = BufferSizes::default();
     let mut first: Option<(MemoryLedger, [Vec<Action>; 2])> = None;
     for (member, (lattice, exec)) in members.iter().enumerate() {
         let driver = CpuDriver::for_batch(members.len(), split_min_cells);
@@ -88,10 +105,14 @@ pub fn check(members: &[(LatticeConfig, ExecConfig)], split_min_cells: usize) ->
         })?;
         let plan = stepper.plan();
         let shape = (stepper.memory_ledger(), [plan.actions(0), plan.actions(1)]);
+        for (label, bytes) in &shape.0.entries {
+            let largest = sizes.0.entry(label.clone()).or_default();
+            *largest = (*largest).max(*bytes as usize);
+        }
         match &first {
             None => first = Some(shape),
             Some((ledger, intervals)) => {
-                // The first buffer, of either member, that the other lacks or sizes otherwise.
+                // The first buffer, of either member, that the other lacks.
                 let bytes = |l: &MemoryLedger, label: &str| {
                     l.entries.get(label).map_or("none".into(), |b| format!("{b} bytes"))
                 };
@@ -100,7 +121,7 @@ pub fn check(members: &[(LatticeConfig, ExecConfig)], split_min_cells: usize) ->
                     .entries
                     .keys()
                     .chain(ledger.entries.keys())
-                    .find(|label| shape.0.entries.get(*label) != ledger.entries.get(*label))
+                    .find(|label| shape.0.entries.contains_key(*label) != ledger.entries.contains_key(*label))
                 {
                     return Err(Error::FusedShape {
                         member,
@@ -117,14 +138,17 @@ pub fn check(members: &[(LatticeConfig, ExecConfig)], split_min_cells: usize) ->
             }
         }
     }
-    Ok(())
+    Ok(sizes)
 }
 
-/// Splits `driver` into the drivers of `members` members of one fused batch.
-pub fn member_drivers<D: Driver>(driver: D, members: usize) -> Vec<MemberDriver<D>> {
+/// Splits `driver` into the drivers of `members` members of one fused batch,
+/// each buffer's copies `sizes` apart (a buffer it does not name, as far
+/// apart as member 0's copy is large).
+pub fn member_drivers<D: Driver>(driver: D, members: usize, sizes: &BufferSizes) -> Vec<MemberDriver<D>> {
     let shared = Arc::new(Mutex::new(Shared {
         device: driver,
         members,
+        sizes: sizes.clone(),
         slots: Vec::new(),
         allocated: vec![0; members],
         frees: vec![0; members],
@@ -154,8 +178,8 @@ pub struct MemberDriver<D: Driver> {
 struct Slot {
     device: BufferId,
     label: String,
-    /// Bytes of one member's copy.
-    bytes: usize,
+    /// Bytes of each member's copy (0 until it allocates it).
+    bytes: Vec<usize>,
     /// Bytes from one member's copy to the next.
     stride: usize,
     /// Which members hold their copy (not freed).
@@ -193,6 +217,7 @@ struct Fusion {
 struct Shared<D: Driver> {
     device: D,
     members: usize,
+    sizes: BufferSizes,
     /// By the members' buffer id: the k-th allocation of every member.
     slots: Vec<Slot>,
     /// Each member's allocations so far (its next buffer id).
@@ -235,7 +260,7 @@ impl<D: Driver> Shared<D> {
 
     /// Bytes of member `m`'s copy of `id`, `None` when it holds none.
     fn size_of(&self, m: usize, id: BufferId) -> Option<usize> {
-        self.slot(m, id).ok().map(|s| s.bytes)
+        self.slot(m, id).ok().map(|s| s.bytes[m])
     }
 
     /// Where `[offset, offset + len)` of member `m`'s copy of `id` lies on the
@@ -250,14 +275,14 @@ impl<D: Driver> Shared<D> {
     ) -> Result<(BufferId, usize)> {
         let slot = self.slot(m, id)?;
         let end = offset.saturating_add(len);
-        if end > slot.bytes {
+        if end > slot.bytes[m] {
             return Err(Error::OutOfRange {
                 backend: "fused",
                 operation,
                 label: slot.label.clone(),
                 start: offset as u64,
                 end: end as u64,
-                size: slot.bytes as u64,
+                size: slot.bytes[m] as u64,
             });
         }
         Ok((slot.device, m * slot.stride + offset))
@@ -366,7 +391,7 @@ impl<D: Driver> Shared<D> {
                     byte_offset: 0,
                     bytes,
                     value,
-                } if *bytes == self.slots[buffer.0 as usize].bytes => {
+                } if self.slots[buffer.0 as usize].bytes.iter().all(|b| b == bytes) => {
                     // A whole buffer (an accumulator): every member's copy at once.
                     let slot = &self.slots[buffer.0 as usize];
                     push(Action::Memset {
@@ -418,7 +443,8 @@ impl<D: Driver> Shared<D> {
 }
 
 /// Whether `mine` has the shape of `first`: the same steps, each launch of
-/// the same kernel, grid and block, each memset the same; else what differs.
+/// the same kernel, block and grid (any grid where the kernel idles beyond
+/// its grid), each memset the same; else what differs.
 fn same_shape(first: &[Action], mine: &[Action]) -> std::result::Result<(), String> {
     if first.len() != mine.len() {
         return Err(format!(
@@ -429,7 +455,9 @@ fn same_shape(first: &[Action], mine: &[Action]) -> std::result::Result<(), Stri
     }
     fn same(a: &Action, b: &Action) -> bool {
         match (a, b) {
-            (Action::Launch(a), Action::Launch(b)) => (a.kernel, a.grid, a.block) == (b.kernel, b.grid, b.block),
+            (Action::Launch(a), Action::Launch(b)) => {
+                (a.kernel, a.block) == (b.kernel, b.block) && (a.grid == b.grid || a.kernel.idles_beyond_its_grid())
+            }
             (Action::Together(a), Action::Together(b)) => {
                 a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same(a, b))
             }
@@ -487,27 +515,29 @@ impl<D: Driver> Driver for MemberDriver<D> {
         let mut s = self.lock();
         let k = s.allocated[m];
         if let Some(slot) = s.slots.get(k) {
-            if slot.label != label || slot.bytes != bytes {
+            if slot.label != label || bytes > slot.stride {
                 return Err(Error::FusedShape {
                     member: m,
                     what: format!(
-                        "its buffer `{label}` has {bytes} bytes where member 0's `{}` has {}",
-                        slot.label, slot.bytes
+                        "its buffer `{label}` has {bytes} bytes where member 0's `{}` has {} (its copies {} bytes apart)",
+                        slot.label, slot.bytes[0], slot.stride
                     ),
                 });
             }
         } else {
-            let stride = bytes.next_multiple_of(MEMBER_ALIGN).max(MEMBER_ALIGN);
+            let largest = s.sizes.0.get(label).copied().unwrap_or(0).max(bytes);
+            let stride = largest.next_multiple_of(MEMBER_ALIGN).max(MEMBER_ALIGN);
             let members = s.members;
             let device = s.device.alloc(label, stride * members)?;
             s.slots.push(Slot {
                 device,
                 label: label.to_owned(),
-                bytes,
+                bytes: vec![0; members],
                 stride,
                 live: vec![false; members],
             });
         }
+        s.slots[k].bytes[m] = bytes;
         s.slots[k].live[m] = true;
         s.allocated[m] += 1;
         Ok(BufferId(k as u32))

@@ -426,7 +426,8 @@ impl CudaDriver {
             .as_ref()
             .expect("check_batch admits only kernels with a _batch entry");
         let mut table_ptr = table.ptr;
-        let grid = [first.grid[0], first.grid[1], batch.members() as u32];
+        let [x, y, _] = batch.grid();
+        let grid = [x, y, batch.members() as u32];
         // SAFETY: the entry takes one pointer, to `table`: every member's
         // arguments as words in signature order (`batch_words`, which
         // batch.cuh reads back with the body's own parameter types, the tidy

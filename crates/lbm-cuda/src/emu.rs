@@ -130,7 +130,12 @@ impl EmuDriver {
         let words = batch_words(batch, |id| self.address(id))?;
         let mut slots = vec![words.as_ptr() as u64];
         let name = format!("{}_batch", batch.first().kernel.cuda_name());
-        self.call(&name, batch.first(), batch.members() as u32, &mut slots)
+        // The largest member's grid, as the device launches it.
+        let shape = Launch {
+            grid: batch.grid(),
+            ..batch.first().clone()
+        };
+        self.call(&name, &shape, batch.members() as u32, &mut slots)
     }
 
     /// Calls kernel `name` with the parameter `slots` on `shape`'s grid times

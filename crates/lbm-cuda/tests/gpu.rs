@@ -2070,12 +2070,13 @@ fn lockstep_batches_match_the_cpu() {
 /// the device against the lockstep runner on the device, members on their
 /// own drivers: the same kernels on the same arguments, so every member's
 /// populations, norms, statistics and windows agree bit for bit; and against
-/// the CPU's lockstep within the tolerance of the test above.
+/// the CPU's fused batch within the tolerance of the test above. The members
+/// differ in viscosity, inflow and where their cylinder lies and how large
+/// it is.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn fused_batches_match_lockstep_bit_for_bit() {
     use lbm_core::member::{FieldQuantity, FixedSchedule, Statistic, StatsSpec};
-    use lockstep::LockstepRunner;
     let lattice = channel_lattice();
     let (hierarchy, _) = lattice.validate(&ExecConfig::default().tiles).unwrap();
     let mut statistics = vec![Statistic::Mass];
@@ -2093,17 +2094,82 @@ fn fused_batches_match_lockstep_bit_for_bit() {
         stats: spec.clone(),
         ..ExecConfig::default()
     };
+    // The cylinder moves and grows from member to member: each has body
+    // links and wall tables of its own lengths.
     let member = |k: usize| {
         let mut l = channel_lattice();
         l.tau += 0.05 * k as f64;
         if let Some(inlet) = &mut l.inlet {
             inlet.velocity *= 1.0 + 0.2 * k as f64;
         }
+        l.bodies[0].shape = Shape::Circle {
+            center: [15.0 + 0.3 * k as f64, 16.0],
+            radius: 2.5 + 0.2 * k as f64,
+        };
         (l, exec.clone())
     };
-    const MEMBERS: usize = 5;
+    fused_matches_lockstep(5, member, &spec);
+}
+
+/// A fused batch of members whose updates split (their list kernels of
+/// other lengths launched with the largest member's grid) against the
+/// lockstep runner on the device, bit for bit: 300 x 240 channels, each with
+/// its cylinder elsewhere.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn fused_members_with_lists_of_other_lengths_match_lockstep_bit_for_bit() {
+    use lbm_core::member::{FieldQuantity, FixedSchedule, Statistic, StatsSpec};
+    let spec = StatsSpec {
+        statistics: vec![
+            Statistic::Mass,
+            Statistic::Field {
+                level: 0,
+                patch: 0,
+                quantity: FieldQuantity::Ux,
+            },
+            Statistic::Exchange { body: 0 },
+        ],
+    };
+    let member = |k: usize| {
+        let mut l = channel_lattice();
+        l.hierarchy = HierarchySpec {
+            base: [300, 240],
+            levels: Vec::new(),
+        };
+        l.tau = 0.6 + 0.02 * k as f64;
+        l.bodies = vec![Body {
+            shape: Shape::Circle {
+                center: [60.0 + 1.7 * k as f64, 118.0 + 0.6 * k as f64],
+                radius: 9.0 + 1.3 * k as f64,
+            },
+            level: 0,
+        }];
+        let exec = ExecConfig {
+            observe_raw_exchange: true,
+            schedule: Some(FixedSchedule::new(6, 3).unwrap().with_diagnostics_every(3).unwrap()),
+            stats: spec.clone(),
+            ..ExecConfig::default()
+        };
+        (l, exec)
+    };
+    // Split on the device, with lists of other lengths.
+    let device = lbm_cuda::testing::open_device().driver;
+    let sizes = lbm_core::fused::check(&(0..4).map(member).collect::<Vec<_>>(), device.split_min_cells()).unwrap();
+    assert!(sizes.0.keys().any(|k| k.ends_with("boundary_cells")), "{sizes:?}");
+    fused_matches_lockstep(4, member, &spec);
+}
+
+/// `members` members built by `member` as a fused batch on the device,
+/// against the lockstep runner on the device (bit for bit) and the fused
+/// batch on the CPU (within the tolerance of the stepper tests above).
+fn fused_matches_lockstep(
+    members: usize,
+    member: impl Fn(usize) -> (LatticeConfig, ExecConfig),
+    spec: &lbm_core::member::StatsSpec,
+) {
+    use lockstep::LockstepRunner;
     let mut lockstep = LockstepRunner::new(
-        (0..MEMBERS)
+        (0..members)
             .map(|k| {
                 let (l, e) = member(k);
                 Stepper::new(lbm_cuda::testing::open_device().driver, l, e).unwrap()
@@ -2114,13 +2180,13 @@ fn fused_batches_match_lockstep_bit_for_bit() {
     let mut fused = LockstepRunner::new(
         lbm_core::fused::batch(
             lbm_cuda::testing::open_device().driver,
-            (0..MEMBERS).map(member).collect(),
+            (0..members).map(&member).collect(),
         )
         .unwrap(),
     )
     .unwrap();
     let mut cpu =
-        LockstepRunner::new(lbm_core::fused::batch(CpuDriver::new(), (0..MEMBERS).map(member).collect()).unwrap())
+        LockstepRunner::new(lbm_core::fused::batch(CpuDriver::new(), (0..members).map(&member).collect()).unwrap())
             .unwrap();
     lockstep.run().unwrap();
     fused.run().unwrap();
@@ -2132,12 +2198,12 @@ fn fused_batches_match_lockstep_bit_for_bit() {
         assert_eq!(x.rows, y.rows, "member {}: statistics at the save points", x.index);
     }
     let (f, l, c) = (
-        fused.stats(&spec).unwrap(),
-        lockstep.stats(&spec).unwrap(),
-        cpu.stats(&spec).unwrap(),
+        fused.stats(spec).unwrap(),
+        lockstep.stats(spec).unwrap(),
+        cpu.stats(spec).unwrap(),
     );
     for (name, values) in &f {
-        assert_eq!(values.shape()[0], MEMBERS);
+        assert_eq!(values.shape()[0], members);
         let ours: Vec<u64> = values.iter().map(|x| x.to_bits()).collect();
         let theirs: Vec<u64> = l[name].iter().map(|x| x.to_bits()).collect();
         assert_eq!(ours, theirs, "{name}: fused and lockstep on the device");

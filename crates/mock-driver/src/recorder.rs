@@ -370,7 +370,7 @@ impl Recorder {
                 self.log.push(Event::BatchLaunch {
                     kernel: first.kernel,
                     members: batch.members(),
-                    grid: first.grid,
+                    grid: batch.grid(),
                     block: first.block,
                     args,
                 });

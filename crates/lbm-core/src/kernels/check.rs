@@ -27,8 +27,10 @@ pub fn check_launch(launch: &Launch, size_of: impl Fn(BufferId) -> Option<usize>
 }
 
 /// Checks a fused batch: every member's launch as [`check_launch`] checks it,
-/// all of one kernel (one that has a `_batch` entry), grid and block, a grid
-/// of one z layer (the device's z index is the member), at most
+/// all of one kernel (one that has a `_batch` entry), block and grid (the
+/// grid may differ for a kernel that [idles beyond its
+/// grid](crate::Kernel::idles_beyond_its_grid)), grids of one z layer (the
+/// device's z index is the member), at most
 /// [`MAX_BATCH_MEMBERS`] members, and no member touching bytes another
 /// member writes (or writing bytes another touches).
 pub fn check_batch(batch: &BatchLaunch, size_of: impl Fn(BufferId) -> Option<usize>) -> Result<()> {
@@ -60,7 +62,8 @@ pub fn check_batch(batch: &BatchLaunch, size_of: impl Fn(BufferId) -> Option<usi
     }
     let mut uses = Vec::with_capacity(members);
     for (member, launch) in batch.launches.iter().enumerate() {
-        if (launch.kernel, launch.grid, launch.block) != (first.kernel, first.grid, first.block) {
+        let grid_differs = launch.grid != first.grid && !first.kernel.idles_beyond_its_grid();
+        if (launch.kernel, launch.block) != (first.kernel, first.block) || grid_differs || launch.grid[2] != 1 {
             return Err(refuse(LaunchProblem::BatchShape {
                 member,
                 kernel: launch.kernel,
