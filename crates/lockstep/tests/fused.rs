@@ -243,13 +243,7 @@ fn members_whose_bodies_lie_otherwise_run_fused_with_the_lockstep_bits() {
             (lattice, exec())
         })
         .collect();
-    let mut baseline = LockstepRunner::new(
-        members
-            .iter()
-            .map(|(l, e)| Stepper::new(CpuDriver::new(), l.clone(), e.clone()).unwrap())
-            .collect(),
-    )
-    .unwrap();
+    let mut baseline = lockstep_of(&members);
     baseline.run().unwrap();
     // The host splits each member's update (a list around the body), the
     // mock updates it whole.
@@ -429,18 +423,23 @@ fn uniform_member(k: usize, size: [u32; 2], center_x: f64, intervals: u64) -> (L
     (lattice, exec)
 }
 
-/// `members` fused on an executing mock against the same in lockstep: the
-/// bulk kernel among the fused launches, and the same bits.
-fn split_and_compare(members: Vec<(LatticeConfig, ExecConfig)>) {
-    let driver = MockDriver::executing();
-    let log = driver.handle();
-    let mut baseline = LockstepRunner::new(
+/// `members` in lockstep, each on its own CPU driver: the baseline.
+fn lockstep_of(members: &[(LatticeConfig, ExecConfig)]) -> LockstepRunner<Stepper<CpuDriver>> {
+    LockstepRunner::new(
         members
             .iter()
             .map(|(l, e)| Stepper::new(CpuDriver::new(), l.clone(), e.clone()).unwrap())
             .collect(),
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// `members` fused on an executing mock against the same in lockstep: the
+/// bulk kernel among the fused launches, and the same bits.
+fn split_and_compare(members: Vec<(LatticeConfig, ExecConfig)>) {
+    let driver = MockDriver::executing();
+    let log = driver.handle();
+    let mut baseline = lockstep_of(&members);
     let mut fused = LockstepRunner::new(lbm_core::fused::batch(driver, members).unwrap()).unwrap();
     fused.run().unwrap();
     baseline.run().unwrap();
