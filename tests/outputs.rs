@@ -332,6 +332,16 @@ fn bad_output_keys_are_refused_before_any_work() {
             table("lines = [{ name = \"l\", from = [0.1, 0.1], to = [0.9, 0.9], points = 1 }]"),
             "output.lines[0].points",
         ),
+        (
+            "line-of-no-length",
+            table("lines = [{ name = \"l\", from = [0.3, 0.2], to = [0.3, 0.2], points = 5 }]"),
+            "`output.lines[0].to`",
+        ),
+        (
+            "line-outside",
+            table("lines = [{ name = \"l\", from = [0.3, 0.2], to = [9.0, 0.2], points = 5 }]"),
+            "`output.lines[0].to`",
+        ),
         ("forces-every", table("forces_every = 0.0"), "output.forces_every"),
         (
             "reference",

@@ -336,6 +336,15 @@ impl OutputSpec {
                     "2 to 100000",
                 ));
             }
+            let from = resolve_point(format!("output.lines[{k}].from"), &l.name, l.from, false)?.point;
+            resolve_point(format!("output.lines[{k}].to"), &l.name, l.to, false)?;
+            if l.to == from {
+                return Err(Error::parameter(
+                    &format!("output.lines[{k}].to"),
+                    format!("{:?}", l.to),
+                    "a point other than `from` (a line of no length samples one point: use `output.probes`)",
+                ));
+            }
             let mut points = Vec::new();
             for i in 0..l.points {
                 let s = i as f64 / (l.points - 1) as f64;
