@@ -123,10 +123,11 @@ enum Command {
         #[command(flatten)]
         pilot: PilotArgs,
     },
-    /// Continue a run that ended at its wall limit, was interrupted or was
-    /// killed, from the newest checkpoint in its output directory.
+    /// Continue a run (or a sweep) that ended at its wall limit, was
+    /// interrupted or was killed, from the newest checkpoint in its output
+    /// directory (each member's, for a sweep).
     Resume {
-        /// The run's output directory.
+        /// The run's (or the sweep's) output directory.
         dir: PathBuf,
         #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
         backend: BackendChoice,
@@ -282,6 +283,17 @@ fn main() -> ExitCode {
                 pilot,
             })
         }),
+        // A sweep's directory has its record and no manifest of its own.
+        Command::Resume {
+            dir,
+            backend,
+            device,
+            quiet,
+            limits,
+        } if dir.join("sweep.json").exists() && !dir.join("manifest.json").exists() => {
+            let done = lbm::sweep::resume(&dir, backend, device, quiet, limits.limits());
+            return sweep_ended(done, &dir);
+        }
         Command::Resume {
             dir,
             backend,
@@ -310,10 +322,18 @@ fn main() -> ExitCode {
             limits,
         } => {
             let done = match merge {
-                Some(target) => lbm::sweep::merge(&target, &paths).map(|()| {
-                    say!("merged {} shards into {}", paths.len(), target.display());
-                    Ending::Completed
-                }),
+                Some(target) => {
+                    return match lbm::sweep::merge(&target, &paths) {
+                        Ok(()) => {
+                            say!("merged {} shards into {}", paths.len(), target.display());
+                            ExitCode::SUCCESS
+                        }
+                        Err(e) => {
+                            lbm::tell!("error: {e}");
+                            ExitCode::from(e.exit_code())
+                        }
+                    };
+                }
                 None if paths.len() != 1 => Err(lbm::AppError::Flag {
                     flag: "CASE",
                     value: format!("{} paths", paths.len()),
@@ -333,23 +353,9 @@ fn main() -> ExitCode {
                     steps,
                     quiet,
                     limits: limits.limits(),
-                })
-                .inspect(|ending| match ending {
-                    Ending::Completed => say!("sweep complete; wrote {}", out.display()),
-                    _ => say!(
-                        "sweep stopped early ({}); what ran is in {}",
-                        ending.name(),
-                        out.display()
-                    ),
                 }),
             };
-            return match done {
-                Ok(ending) => ExitCode::from(ending.exit_code()),
-                Err(e) => {
-                    lbm::tell!("error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
-            };
+            return sweep_ended(done, &out);
         }
         Command::Validate {
             benchmark,
@@ -438,6 +444,28 @@ fn main() -> ExitCode {
         Ok(summary) => {
             report(&summary);
             ExitCode::from(summary.ended.exit_code())
+        }
+        Err(e) => {
+            lbm::tell!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// The last words and the exit code of a sweep (or its resume) in `out`.
+fn sweep_ended(done: Result<Ending, lbm::AppError>, out: &std::path::Path) -> ExitCode {
+    match done {
+        Ok(ending) => {
+            match ending {
+                Ending::Completed => say!("sweep complete; wrote {}", out.display()),
+                _ => say!(
+                    "sweep stopped early ({}); what ran is in {}; continue with: lbm resume {}",
+                    ending.name(),
+                    out.display(),
+                    out.display()
+                ),
+            }
+            ExitCode::from(ending.exit_code())
         }
         Err(e) => {
             lbm::tell!("error: {e}");

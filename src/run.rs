@@ -269,6 +269,12 @@ struct RunState {
     coefficients: Vec<[f64; 2]>,
     /// (interval, each body's (cd, cl)) of every force sample.
     history: Vec<(u64, Vec<[f64; 2]>)>,
+    /// (interval, each point probe's (p, ux, uy) in Pa and m/s, `None`
+    /// where it reads no fluid) of every sample: a sweep's results average
+    /// it over a member's every segment. Absent from checkpoints written
+    /// before it existed.
+    #[serde(default)]
+    probe_history: Vec<(u64, Vec<Option<[f64; 3]>>)>,
     mass_start: f64,
     /// Wall seconds of the segments before this one.
     wall_seconds: f64,
@@ -475,6 +481,7 @@ pub(crate) fn open_session<'a>(
         done: 0,
         coefficients: Vec::new(),
         history: Vec::new(),
+        probe_history: Vec::new(),
         mass_start,
         wall_seconds: 0.0,
         stepping_seconds: 0.0,
@@ -497,7 +504,6 @@ pub(crate) fn open_session<'a>(
         started,
         last_checkpoint: None,
         checkpoint_seconds: None,
-        probe_history: Vec::new(),
     })
 }
 
@@ -505,12 +511,35 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     let started = Instant::now();
     options.limits.check()?;
     let dir = options.dir.as_path();
+    let manifest = read_manifest(dir)?;
+    let request: Request = serde_json::from_value(manifest["request"].clone()).map_err(|e| AppError::Resume {
+        dir: dir.display().to_string(),
+        reason: format!("its manifest.json records no request ({e})"),
+    })?;
+    let text = crate::check::read_case_text(&dir.join("case.toml"))?;
+    let (case, resolved) = crate::check::read_case(&dir.join("case.toml"), request.steps)?;
+    let plan = Plan::of("run", &resolved)?;
+    let point = resume_point(dir, manifest, &plan)?;
+    let opened = (options.backend).open_split(options.device, request.devices, request.device_list.as_deref())?;
+    let input = SessionInput {
+        text: &text,
+        case: &case,
+        resolved: &resolved,
+        plan: &plan,
+        out: dir,
+    };
+    let session = open_resumed(&input, point, opened, &request, started)?;
+    session.drive(options.limits, options.quiet)
+}
+
+/// `dir`'s manifest, or the refusal to resume what is not a run directory,
+/// a pilot or a run that completed.
+pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
     let refuse = |reason: String| AppError::Resume {
         dir: dir.display().to_string(),
         reason,
     };
-    let manifest_path = dir.join("manifest.json");
-    let mut manifest: serde_json::Value = std::fs::read_to_string(&manifest_path)
+    let manifest: serde_json::Value = std::fs::read_to_string(dir.join("manifest.json"))
         .map_err(|e| {
             refuse(format!(
                 "it has no readable manifest.json ({e}): it is not a run directory"
@@ -526,10 +555,28 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     {
         return Err(refuse("the run completed; there is nothing to resume".into()));
     }
-    let request: Request = serde_json::from_value(manifest["request"].clone())
-        .map_err(|e| refuse(format!("its manifest.json records no request ({e})")))?;
-    let (case, resolved) = crate::check::read_case(&dir.join("case.toml"), request.steps)?;
-    let plan = Plan::of("run", &resolved)?;
+    Ok(manifest)
+}
+
+/// Where a run directory continues from: its newest checkpoint that reads
+/// back whole and is of `plan`.
+pub(crate) struct ResumePoint {
+    manifest: serde_json::Value,
+    found: checkpoint::Checkpoint<Checkpointed>,
+}
+
+impl ResumePoint {
+    /// Base intervals the run had advanced at the checkpoint.
+    pub(crate) fn done(&self) -> u64 {
+        self.found.run.run.done
+    }
+}
+
+pub(crate) fn resume_point(dir: &Path, manifest: serde_json::Value, plan: &Plan) -> Result<ResumePoint, AppError> {
+    let refuse = |reason: String| AppError::Resume {
+        dir: dir.display().to_string(),
+        reason,
+    };
     let (found, passed_over) = checkpoint::latest::<Checkpointed>(dir);
     for reason in &passed_over {
         tell!("warning: {reason}; trying the one before");
@@ -547,10 +594,30 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
             found.path.display()
         )));
     }
-    let opened = (options.backend).open_split(options.device, request.devices, request.device_list.as_deref())?;
+    Ok(ResumePoint { manifest, found })
+}
+
+/// The session that continues `input.out` from `point` on the drivers
+/// `opened`: the stepper restored, a resume entry in the manifest, the
+/// writer where the checkpoint left it.
+pub(crate) fn open_resumed<'a>(
+    input: &SessionInput<'a>,
+    point: ResumePoint,
+    opened: Vec<crate::backend::Opened>,
+    request: &Request,
+    started: Instant,
+) -> Result<Session<'a, Box<dyn Driver>>, AppError> {
+    let SessionInput {
+        case,
+        resolved,
+        plan,
+        out: dir,
+        ..
+    } = *input;
+    let ResumePoint { mut manifest, found } = point;
     let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
     let backend = drivers[0].backend();
-    let mut engine = Engine::open(drivers, &devices, resolved.lattice.clone(), exec(&resolved))?;
+    let mut engine = Engine::open(drivers, &devices, resolved.lattice.clone(), exec(resolved))?;
     remove_partial_files(dir);
     let mut state = found.run.run;
     state.segments += 1;
@@ -570,9 +637,9 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         }
         resumes.push(entry);
     }
-    write_json(&manifest_path, &manifest)?;
+    write_json(&dir.join("manifest.json"), &manifest)?;
     engine.restore(&found.snapshot)?;
-    let writer = Writer::resume(dir, &case, &resolved, request.picture_width, found.run.writer)?;
+    let writer = Writer::resume(dir, case, resolved, request.picture_width, found.run.writer)?;
     tell!(
         "resuming {} from interval {} of {} ({})",
         dir.display(),
@@ -580,27 +647,37 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         resolved.steps,
         found.path.display()
     );
-    let session = Session {
+    Ok(Session {
         stop: resolved.steps,
         pilot: None,
         backend,
-        rings: engine.rings(None, &resolved)?,
+        rings: engine.rings(None, resolved)?,
         engine,
         written: writer.written(),
         force_scale: writer.force_scale(),
         writer: WriterThread::spawn(writer),
-        case: &case,
-        resolved: &resolved,
-        plan: &plan,
+        case,
+        resolved,
+        plan,
         out: dir,
         state,
         started,
         last_checkpoint: Some(relative(dir, &found.path)),
         checkpoint_seconds: None,
-        probe_history: Vec::new(),
-    };
-    session.drive(options.limits, options.quiet)
+    })
 }
+
+/// The force and probe histories of a run directory's newest checkpoint
+/// (a run that completed ends with one): what a sweep's results of a
+/// member that completed before the sweep was stopped are made of.
+pub(crate) fn checkpointed_histories(dir: &Path) -> Option<History> {
+    let (found, _) = checkpoint::latest::<Checkpointed>(dir);
+    found.map(|f| (f.run.run.history, f.run.run.probe_history))
+}
+
+/// (interval, each body's (cd, cl)) and (interval, each point probe's
+/// (p, ux, uy)) of every sample.
+pub(crate) type History = (Vec<(u64, Vec<[f64; 2]>)>, Vec<(u64, Vec<Option<[f64; 3]>>)>);
 
 /// Removes the temporary files of writes a killed run left unfinished:
 /// none of them is whole, and each is written again.
@@ -717,10 +794,6 @@ pub(crate) struct Session<'a, D: Driver> {
     last_checkpoint: Option<String>,
     /// How long the last checkpoint took to write.
     checkpoint_seconds: Option<f64>,
-    /// (interval, each point probe's (p, ux, uy), physical units) of every
-    /// sample this session took; not in checkpoints (a sweep's results read
-    /// it, and a sweep is not resumed whole).
-    probe_history: Vec<(u64, Vec<Option<[f64; 3]>>)>,
 }
 
 impl<D: Driver> Session<'_, D> {
@@ -747,7 +820,7 @@ impl<D: Driver> Session<'_, D> {
     /// Each sample's interval and every point probe's (p, ux, uy) then, in
     /// Pa and m/s (`None` where a probe reads no fluid).
     pub(crate) fn probe_history(&self) -> &[(u64, Vec<Option<[f64; 3]>>)] {
-        &self.probe_history
+        &self.state.probe_history
     }
 
     pub(crate) fn updates_per_interval(&self) -> u64 {
@@ -1250,7 +1323,14 @@ impl<D: Driver> Session<'_, D> {
         }
         if !self.resolved.output.probes.is_empty() {
             self.writer.probes(time, probes.clone())?;
-            self.probe_history.push((step, probes));
+            // JSON, which checkpoints hold the history in, has no NaN: a
+            // sample that is not finite (a run about to be stopped as
+            // diverged) is kept as no value.
+            let finite = probes
+                .into_iter()
+                .map(|p| p.filter(|v| v.iter().all(|x| x.is_finite())))
+                .collect();
+            self.state.probe_history.push((step, finite));
         }
         Ok(())
     }

@@ -41,8 +41,9 @@
 //! all resident at once) is admitted before anything is written, as `lbm
 //! run` admits one case's.
 //!
-//! What it does not do: a pilot, or `lbm resume` of a whole sweep (each
-//! member's directory resumes on its own).
+//! `sweep.json` is written before any member runs; `lbm resume DIR`
+//! (`resume`) continues a sweep that reached its wall limit, was
+//! interrupted or was killed. What it does not do: a pilot.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,13 +62,16 @@ use crate::output::write_atomic;
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::run::{
-    Chunk, Ending, Limits, Pace, Request, Session, SessionInput, exec, open_session, prepare_output, write_json,
+    Chunk, Ending, Limits, Pace, Request, ResumePoint, Session, SessionInput, exec, open_resumed, open_session,
+    prepare_output, resume_point, write_json,
 };
 
 /// How the members advance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SweepMode {
     /// Every member on its own driver, in lockstep.
+    #[default]
     Lockstep,
     /// One fused batch on one driver: one launch per kernel per hop for all
     /// members.
@@ -116,6 +120,24 @@ struct MemberResult {
     mass_drift: Option<f64>,
     /// The member's output directory, relative to the sweep's.
     out: String,
+}
+
+impl MemberResult {
+    /// The result of a member that has not ended yet ("running"), as the
+    /// record written before the members run holds it.
+    fn running(member: &Member, count: usize) -> MemberResult {
+        MemberResult {
+            index: member.index,
+            parameters: member.parameters.clone(),
+            ended: "running".into(),
+            error: None,
+            bodies: Vec::new(),
+            probes: Vec::new(),
+            mlups: 0.0,
+            mass_drift: None,
+            out: member_dir(member.index, count),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -175,6 +197,13 @@ struct SweepRecord {
     /// the shards of one sweep share it.
     sweep_sha256: String,
     case: String,
+    /// The case's text, which `lbm resume` builds the members from again
+    /// (absent from merges and from records written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    case_text: Option<String>,
+    /// Absent from records written before it existed, all of them lockstep.
+    #[serde(default)]
+    mode: SweepMode,
     sweeps: Vec<Sweep>,
     steps: Option<u64>,
     members: usize,
@@ -489,13 +518,203 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .iter()
         .filter(|m| shard.is_none_or(|[k, n]| m.index % n == k))
         .collect();
-    let fused = options.mode == SweepMode::Fused;
-    // Every driver opens, and the whole batch's memory is admitted, before
-    // anything is written; a fused batch's members are checked against the
-    // driver that runs them.
-    let mut drivers: Vec<(Box<dyn lbm_core::Driver>, crate::backend::Device)> = Vec::with_capacity(chosen.len());
-    if fused {
-        let (driver, device) = options.backend.open(options.device)?;
+    let drivers = open_drivers(&chosen, options.mode, options.backend, options.device)?;
+    prepare_output(&options.out)?;
+    let mut record = SweepRecord {
+        sweep_sha256: sweep_sha256(&base, &sweeps, options.steps),
+        case: options.case.display().to_string(),
+        case_text: Some(base.clone()),
+        mode: options.mode,
+        sweeps: sweeps.clone(),
+        steps: options.steps,
+        members: count,
+        shard,
+        results: chosen.iter().map(|m| MemberResult::running(m, count)).collect(),
+    };
+    // Written before any member runs: a sweep that is killed can be resumed.
+    write_json(&options.out.join("sweep.json"), &record)?;
+    let runs = chosen.iter().map(|&m| (m, None)).collect();
+    let settings = Settings {
+        mode: options.mode,
+        count,
+        steps: options.steps,
+        limits: options.limits,
+        quiet: options.quiet,
+    };
+    let results = run_members(&options.out, runs, drivers, &settings)?;
+    record.results = results.results;
+    finish(&options.out, &record)?;
+    Ok(results.ending)
+}
+
+/// `lbm resume DIR` of a sweep's directory: every member of the record that
+/// has not ended continues from its newest checkpoint (or, with none, from
+/// the start), in the sweep's mode, and the results are written again. A
+/// fused sweep whose members stopped at different intervals continues in
+/// lockstep, which gives the same bits.
+pub fn resume(
+    dir: &Path,
+    backend: BackendChoice,
+    device: Option<usize>,
+    quiet: bool,
+    limits: Limits,
+) -> Result<Ending, AppError> {
+    limits.check()?;
+    let refuse = |reason: String| AppError::Resume {
+        dir: dir.display().to_string(),
+        reason,
+    };
+    let path = dir.join("sweep.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| refuse(format!("cannot read {} ({e})", path.display())))?;
+    let mut record: SweepRecord =
+        serde_json::from_str(&text).map_err(|e| refuse(format!("{} is not a sweep record ({e})", path.display())))?;
+    let Some(base) = record.case_text.clone() else {
+        return Err(refuse(
+            "its sweep.json holds no case text (a merge, or a sweep of an older lbm): run the sweep again".into(),
+        ));
+    };
+    if sweep_sha256(&base, &record.sweeps, record.steps) != record.sweep_sha256 {
+        return Err(refuse(
+            "its sweep.json is damaged: the case and keys do not give its sweep_sha256".into(),
+        ));
+    }
+    let all = members(&base, &record.sweeps, record.steps)?;
+    let count = all.len();
+    if count != record.members {
+        return Err(refuse(format!(
+            "its sweep.json counts {} members where its case and keys make {count}",
+            record.members
+        )));
+    }
+    // Each member of the record: its result kept, or how it goes on.
+    let mut kept: Vec<MemberResult> = Vec::new();
+    let mut runs: Vec<(&Member, Option<ResumePoint>)> = Vec::new();
+    for previous in &record.results {
+        let member = all
+            .get(previous.index)
+            .ok_or_else(|| refuse(format!("its sweep.json names member {} of {count}", previous.index)))?;
+        if ["completed", "failed", "diverged"].contains(&previous.ended.as_str()) {
+            kept.push(previous.clone());
+            continue;
+        }
+        let out = dir.join(member_dir(member.index, count));
+        match ended_on_disk(member, &out, count) {
+            Some(result) => kept.push(result),
+            None => {
+                let point = match crate::run::read_manifest(&out)
+                    .and_then(|manifest| resume_point(&out, manifest, &member.plan))
+                {
+                    Ok(point) => Some(point),
+                    Err(e) => {
+                        tell!("member {}: {e}; it runs again from the start", member.index);
+                        empty_directory(&out)?;
+                        None
+                    }
+                };
+                runs.push((member, point));
+            }
+        }
+    }
+    if runs.is_empty() {
+        if kept == record.results && dir.join("sweep.csv").exists() {
+            return Err(refuse("every member has ended; there is nothing to resume".into()));
+        }
+        record.results = kept;
+        finish(dir, &record)?;
+        return Ok(Ending::Completed);
+    }
+    let mut mode = record.mode;
+    if mode == SweepMode::Fused {
+        let at: Vec<u64> = runs
+            .iter()
+            .map(|(_, p)| p.as_ref().map_or(0, ResumePoint::done))
+            .collect();
+        if at.iter().any(|&d| d != at[0]) {
+            tell!(
+                "note: the fused members stopped at different intervals ({}); they go on in lockstep, \
+                 which gives the same bits",
+                at.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            );
+            mode = SweepMode::Lockstep;
+        }
+    }
+    let chosen: Vec<&Member> = runs.iter().map(|(m, _)| *m).collect();
+    let drivers = open_drivers(&chosen, mode, backend, device)?;
+    let settings = Settings {
+        mode,
+        count,
+        steps: record.steps,
+        limits,
+        quiet,
+    };
+    let ran = run_members(dir, runs, drivers, &settings)?;
+    kept.extend(ran.results);
+    kept.sort_by_key(|r| r.index);
+    record.results = kept;
+    finish(dir, &record)?;
+    Ok(ran.ending)
+}
+
+/// The result of a member whose own directory says it has ended (its
+/// summary completed, failed or diverged) though the sweep's record does
+/// not: the sweep was stopped after it ended.
+fn ended_on_disk(member: &Member, out: &Path, count: usize) -> Option<MemberResult> {
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).ok()?).ok()?;
+    let ended = summary["ended"].as_str()?.to_owned();
+    let error = summary["error"].as_str().map(str::to_owned);
+    match ended.as_str() {
+        "failed" | "diverged" => Some(MemberResult {
+            ended,
+            error,
+            ..MemberResult::running(member, count)
+        }),
+        "completed" => {
+            let coefficients: Vec<[f64; 2]> = serde_json::from_value(summary["coefficients"].clone()).ok()?;
+            let (history, probe_history) = crate::run::checkpointed_histories(out)?;
+            Some(member_result(
+                member,
+                count,
+                Ended {
+                    ended,
+                    error,
+                    coefficients: &coefficients,
+                    mlups: summary["mlups"].as_f64().unwrap_or(0.0),
+                    mass_drift: summary["mass_drift"].as_f64(),
+                },
+                &history,
+                &probe_history,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Removes everything in a member's directory, for a run from the start.
+fn empty_directory(dir: &Path) -> Result<(), AppError> {
+    let write = |source| AppError::Write {
+        path: dir.display().to_string(),
+        source,
+    };
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(write)?;
+    }
+    std::fs::create_dir_all(dir).map_err(write)
+}
+
+/// A driver for each member: one fused batch on one driver, or one driver
+/// each; every driver opened, and the whole batch's memory admitted, before
+/// anything is written. A fused batch's members are checked against the
+/// driver that runs them.
+fn open_drivers(
+    chosen: &[&Member],
+    mode: SweepMode,
+    backend: BackendChoice,
+    device: Option<usize>,
+) -> Result<Vec<crate::backend::Opened>, AppError> {
+    let mut drivers: Vec<crate::backend::Opened> = Vec::with_capacity(chosen.len());
+    if mode == SweepMode::Fused {
+        let (driver, device) = backend.open(device)?;
         let configs: Vec<_> = chosen
             .iter()
             .map(|m| (m.resolved.lattice.clone(), exec(&m.resolved)))
@@ -515,8 +734,8 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
             drivers.push((Box::new(member), device.clone()));
         }
     } else {
-        for _ in &chosen {
-            drivers.push(options.backend.open(options.device)?);
+        for _ in chosen {
+            drivers.push(backend.open(device)?);
         }
     }
     let needs = chosen
@@ -525,20 +744,44 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .collect::<Result<Vec<_>, _>>()?;
     let levels = chosen[0].resolved.lattice.hierarchy.levels.len() + 1;
     crate::check::check_batch_memory(&needs, levels, &drivers[0].0)?;
-    prepare_output(&options.out)?;
-    let record = |results: Vec<MemberResult>| SweepRecord {
-        sweep_sha256: sweep_sha256(&base, &sweeps, options.steps),
-        case: options.case.display().to_string(),
-        sweeps: sweeps.clone(),
-        steps: options.steps,
-        members: count,
-        shard,
-        results,
-    };
-    let dirs: Vec<PathBuf> = chosen
-        .iter()
-        .map(|m| options.out.join(member_dir(m.index, count)))
-        .collect();
+    Ok(drivers)
+}
+
+/// How a run of members goes.
+struct Settings {
+    mode: SweepMode,
+    /// Members in the whole sweep.
+    count: usize,
+    /// `--steps`.
+    steps: Option<u64>,
+    limits: Limits,
+    quiet: bool,
+}
+
+/// What a run of members gave: each member's result, and how the run ended.
+struct Ran {
+    results: Vec<MemberResult>,
+    ending: Ending,
+}
+
+/// Runs `runs` (each member, from the start or from a checkpoint) on
+/// `drivers` to the end together; see the module documentation.
+fn run_members(
+    out: &Path,
+    runs: Vec<(&Member, Option<ResumePoint>)>,
+    drivers: Vec<crate::backend::Opened>,
+    settings: &Settings,
+) -> Result<Ran, AppError> {
+    let &Settings {
+        mode,
+        count,
+        steps,
+        limits,
+        quiet,
+    } = settings;
+    let fused = mode == SweepMode::Fused;
+    let chosen: Vec<&Member> = runs.iter().map(|(m, _)| *m).collect();
+    let dirs: Vec<PathBuf> = chosen.iter().map(|m| out.join(member_dir(m.index, count))).collect();
     for dir in &dirs {
         std::fs::create_dir_all(dir).map_err(|source| AppError::Write {
             path: dir.display().to_string(),
@@ -558,29 +801,27 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .collect();
     let started = Instant::now();
     let request = Request {
-        steps: options.steps,
+        steps,
         picture_width: None,
         devices: None,
         device_list: None,
     };
     let mut results: Vec<Option<MemberResult>> = vec![None; chosen.len()];
     let failed_result = |m: &Member, e: &AppError| MemberResult {
-        index: m.index,
-        parameters: m.parameters.clone(),
         ended: match e {
             AppError::Diverged { .. } => "diverged".into(),
             _ => "failed".into(),
         },
         error: Some(e.to_string()),
-        bodies: Vec::new(),
-        probes: Vec::new(),
-        mlups: 0.0,
-        mass_drift: None,
-        out: member_dir(m.index, count),
+        ..MemberResult::running(m, count)
     };
     let mut sessions = Vec::with_capacity(chosen.len());
-    for ((k, input), (driver, device)) in inputs.iter().enumerate().zip(drivers) {
-        match open_session(input, vec![(driver, device)], None, &request, started) {
+    for (((k, input), opened), (_, point)) in inputs.iter().enumerate().zip(drivers).zip(runs) {
+        let session = match point {
+            None => open_session(input, vec![opened], None, &request, started),
+            Some(point) => open_resumed(input, point, vec![opened], &request, started),
+        };
+        match session {
             Ok(s) => sessions.push(Some(s)),
             Err(e) => {
                 results[k] = Some(failed_result(chosen[k], &e));
@@ -597,7 +838,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
             s.as_ref().map(|s| {
                 Watchdog::start(
                     dir.clone(),
-                    Duration::from_secs_f64(options.limits.watchdog_seconds),
+                    Duration::from_secs_f64(limits.watchdog_seconds),
                     s.stalled_summary(),
                 )
             })
@@ -609,19 +850,24 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .map(|s| s.updates_per_interval())
         .next()
         .unwrap_or(0);
+    let done_now = |sessions: &[Option<Session<'_, Box<dyn lbm_core::Driver>>>]| -> u64 {
+        sessions.iter().map(|s| s.as_ref().map_or(stop, |s| s.done())).sum()
+    };
     // Counted in member-intervals; the time shown is the members' own.
     let mut progress = Progress::new(
-        0,
+        done_now(&sessions),
         stop * chosen.len() as u64,
         chosen[0].resolved.units.dt / chosen.len() as f64,
         updates,
-        options.quiet,
+        quiet,
     );
     // Each member's own progress is silent; the sweep's counts members x intervals.
     let mut silent = Progress::new(0, stop, chosen[0].resolved.units.dt, updates, true);
     // Lockstep: up to each boundary, every member's chunk is planned, all are
     // enqueued, then all are waited for (their work runs side by side on a
-    // GPU), then each handles its own samples, saves and checks.
+    // GPU), then each handles its own samples, saves and checks. Members
+    // that continue from checkpoints of different intervals join as the
+    // boundaries reach them.
     let boundary_every = stop.div_ceil(100).max(1);
     let mut paces: Vec<Pace> = sessions.iter().map(|_| Pace::new()).collect();
     let mut ending = Ending::Completed;
@@ -641,7 +887,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                 let Some(session) = slot else { continue };
                 session.set_stop(reached);
                 if session.done() < reached {
-                    match session.plan_chunk(&options.limits, &paces[k], inside[k]) {
+                    match session.plan_chunk(&limits, &paces[k], inside[k]) {
                         Ok(Some(n)) => chunks[k] = Some(n),
                         Ok(None) => {
                             ending = Ending::WallLimit;
@@ -706,62 +952,31 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                 break 'run;
             }
         }
-        let done: u64 = sessions.iter().map(|s| s.as_ref().map_or(stop, |s| s.done())).sum();
-        progress.update(done, &[]);
+        progress.update(done_now(&sessions), &[]);
     }
     progress.finish();
     for (k, slot) in sessions.iter_mut().enumerate() {
         let Some(session) = slot else { continue };
         let member = chosen[k];
         let history = session.coefficient_history();
-        let probes: Vec<ProbeResult> = member
-            .resolved
-            .output
-            .probes
-            .iter()
-            .enumerate()
-            .map(|(k, probe)| ProbeResult::of(&probe.name, k, session.probe_history()))
-            .collect();
-        let summary = session.end_cleanly(ending);
-        results[k] = Some(match summary {
-            Ok(summary) => {
-                let dt = member.resolved.units.dt;
-                let half = &history[history.len() / 2..];
-                let bodies = (0..summary.coefficients.len())
-                    .map(|b| {
-                        let mean = |c: usize| half.iter().map(|(_, v)| v[b][c]).sum::<f64>() / half.len().max(1) as f64;
-                        let series: Vec<(f64, f64, f64)> = history
-                            .iter()
-                            .map(|(s, v)| (*s as f64 * dt, v[b][0], v[b][1]))
-                            .collect();
-                        BodyResult {
-                            cd: summary.coefficients[b][0],
-                            cl: summary.coefficients[b][1],
-                            cd_mean: mean(0),
-                            cl_mean: mean(1),
-                            strouhal: strouhal(
-                                &series,
-                                member.resolved.output.reference_length,
-                                member.resolved.output.reference_velocity,
-                            ),
-                        }
-                    })
-                    .collect();
-                MemberResult {
-                    index: member.index,
-                    parameters: member.parameters.clone(),
+        let probe_history = session.probe_history().to_vec();
+        results[k] = Some(match session.end_cleanly(ending) {
+            Ok(summary) => member_result(
+                member,
+                count,
+                Ended {
                     ended: serde_json::to_value(summary.ended)
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_owned))
                         .unwrap_or_default(),
                     error: summary.error.clone(),
-                    bodies,
-                    probes,
+                    coefficients: &summary.coefficients,
                     mlups: summary.mlups,
                     mass_drift: summary.mass_drift,
-                    out: member_dir(member.index, count),
-                }
-            }
+                },
+                &history,
+                &probe_history,
+            ),
             Err(e) => {
                 let e = session.fail(e);
                 failed_result(member, &e)
@@ -769,9 +984,75 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         });
     }
     drop(watchdogs);
-    let results: Vec<MemberResult> = results.into_iter().map(|r| r.expect("every member ended")).collect();
-    let record = record(results);
-    write_results(&options.out, &record)?;
+    Ok(Ran {
+        results: results.into_iter().map(|r| r.expect("every member ended")).collect(),
+        ending,
+    })
+}
+
+/// How a member's run ended, from its summary.
+struct Ended<'a> {
+    ended: String,
+    error: Option<String>,
+    /// Each body's last (cd, cl).
+    coefficients: &'a [[f64; 2]],
+    mlups: f64,
+    mass_drift: Option<f64>,
+}
+
+/// A member's results from how it ended and its histories.
+fn member_result(
+    member: &Member,
+    count: usize,
+    ended: Ended<'_>,
+    history: &[(u64, Vec<[f64; 2]>)],
+    probe_history: &[(u64, Vec<Option<[f64; 3]>>)],
+) -> MemberResult {
+    let dt = member.resolved.units.dt;
+    let half = &history[history.len() / 2..];
+    let bodies = (0..ended.coefficients.len())
+        .map(|b| {
+            let mean = |c: usize| half.iter().map(|(_, v)| v[b][c]).sum::<f64>() / half.len().max(1) as f64;
+            let series: Vec<(f64, f64, f64)> = history
+                .iter()
+                .map(|(s, v)| (*s as f64 * dt, v[b][0], v[b][1]))
+                .collect();
+            BodyResult {
+                cd: ended.coefficients[b][0],
+                cl: ended.coefficients[b][1],
+                cd_mean: mean(0),
+                cl_mean: mean(1),
+                strouhal: strouhal(
+                    &series,
+                    member.resolved.output.reference_length,
+                    member.resolved.output.reference_velocity,
+                ),
+            }
+        })
+        .collect();
+    let probes = member
+        .resolved
+        .output
+        .probes
+        .iter()
+        .enumerate()
+        .map(|(k, probe)| ProbeResult::of(&probe.name, k, probe_history))
+        .collect();
+    MemberResult {
+        ended: ended.ended,
+        error: ended.error,
+        bodies,
+        probes,
+        mlups: ended.mlups,
+        mass_drift: ended.mass_drift,
+        ..MemberResult::running(member, count)
+    }
+}
+
+/// Writes the results and fails the sweep, after they are written, when a
+/// member failed or diverged.
+fn finish(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
+    write_results(out, record)?;
     let failed: Vec<&MemberResult> = record
         .results
         .iter()
@@ -786,10 +1067,10 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
                 .map(|r| format!("member {}: {}", r.index, r.ended))
                 .collect::<Vec<_>>()
                 .join(", "),
-            out: options.out.display().to_string(),
+            out: out.display().to_string(),
         });
     }
-    Ok(ending)
+    Ok(())
 }
 
 /// `sweep.json`, `sweep.csv` and the plots of `record` in `out`.
@@ -958,12 +1239,26 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
             )));
         }
         for r in &record.results {
+            if r.ended == "running" {
+                return Err(refuse(format!(
+                    "its member {} has not ended (the shard was stopped): `lbm resume {}` first",
+                    r.index,
+                    dir.display()
+                )));
+            }
             if let Some(other) = seen.insert(r.index, dir.display().to_string()) {
                 return Err(refuse(format!("member {} is also in shard {other}", r.index)));
             }
         }
         match &mut merged {
-            None => merged = Some(SweepRecord { shard: None, ..record }),
+            // A merge holds no members' directories to resume.
+            None => {
+                merged = Some(SweepRecord {
+                    shard: None,
+                    case_text: None,
+                    ..record
+                })
+            }
             Some(m) => m.results.extend(record.results),
         }
     }

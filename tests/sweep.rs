@@ -361,24 +361,94 @@ fn a_fused_sweep_writes_what_a_lockstep_sweep_writes() {
             );
         }
     }
-    // The same rows but for the speed.
-    let (a, b) = (
-        csv_rows(&fused.join("sweep.csv")),
-        csv_rows(&lockstep.join("sweep.csv")),
+    assert_eq!(
+        rows_but_speed(&fused.join("sweep.csv")),
+        rows_but_speed(&lockstep.join("sweep.csv")),
+        "the same rows but for the speed"
     );
-    let mlups = a[0].iter().position(|h| h == "mlups").unwrap();
-    let without = |rows: Vec<Vec<String>>| -> Vec<Vec<String>> {
-        rows.into_iter()
-            .map(|mut r| {
-                r.remove(mlups);
-                r
-            })
-            .collect()
-    };
-    assert_eq!(without(a), without(b));
     for dir in [fused, lockstep] {
         std::fs::remove_dir_all(dir).unwrap();
     }
+}
+
+/// Rows of a `sweep.csv` without the speed column, which no two runs share.
+fn rows_but_speed(path: &std::path::Path) -> Vec<Vec<String>> {
+    let rows = csv_rows(path);
+    let mlups = rows[0].iter().position(|h| h == "mlups").unwrap();
+    rows.into_iter()
+        .map(|mut r| {
+            r.remove(mlups);
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn a_sweep_stopped_at_its_wall_limit_or_killed_resumes_to_the_results_of_one_that_was_not() {
+    let sweep = |out: &std::path::Path, mode: &str, extra: &[&str]| {
+        let (out, case) = (out.display().to_string(), dfg());
+        let mut args = vec![
+            "sweep",
+            &case,
+            "--set",
+            "fluid.viscosity=1e-3,1.5e-3",
+            mode,
+            "--backend",
+            "cpu",
+            "--steps",
+            "200",
+            "--quiet",
+            "--out",
+            &out,
+        ];
+        args.extend_from_slice(extra);
+        lbm(&args)
+    };
+    let whole = scratch("sweep-resume-whole");
+    let output = sweep(&whole, "--lockstep", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    for mode in ["--lockstep", "--fused"] {
+        let out = scratch(&format!("sweep-resume{mode}"));
+        // Past the members' start, short of their end (checked below).
+        let output = sweep(&out, mode, &["--max-wall-seconds", "1.5"]);
+        assert_eq!(output.status.code(), Some(0), "{mode}: {}", stderr(&output));
+        let stopped = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+        assert_eq!(stopped.matches(",wall limit,").count(), 2, "{mode}: {stopped}");
+        assert!(
+            String::from_utf8_lossy(&output.stdout).contains("lbm resume"),
+            "{mode}: the way on is named"
+        );
+        if mode == "--fused" {
+            // As a kill leaves it: the record of members still running, no table.
+            let record = out.join("sweep.json");
+            let text = std::fs::read_to_string(&record).unwrap();
+            std::fs::write(&record, text.replace("\"wall limit\"", "\"running\"")).unwrap();
+            std::fs::remove_file(out.join("sweep.csv")).unwrap();
+        }
+        let output = lbm(&["resume", &out.display().to_string(), "--backend", "cpu", "--quiet"]);
+        assert!(output.status.success(), "{mode}: {}", stderr(&output));
+        assert_eq!(
+            rows_but_speed(&out.join("sweep.csv")),
+            rows_but_speed(&whole.join("sweep.csv")),
+            "{mode}: resumed and whole"
+        );
+        for member in ["members/000", "members/001"] {
+            for file in ["forces.csv", "probes/wake.csv"] {
+                assert_eq!(
+                    std::fs::read(out.join(member).join(file)).unwrap(),
+                    std::fs::read(whole.join(member).join(file)).unwrap(),
+                    "{mode} {member}/{file}: resumed and whole"
+                );
+            }
+            let manifest = std::fs::read_to_string(out.join(member).join("manifest.json")).unwrap();
+            assert!(manifest.contains("from_interval"), "{mode} {member} was resumed");
+        }
+        let output = lbm(&["resume", &out.display().to_string(), "--backend", "cpu", "--quiet"]);
+        assert_eq!(output.status.code(), Some(2), "{mode}: {}", stderr(&output));
+        assert!(stderr(&output).contains("nothing to resume"), "{}", stderr(&output));
+        std::fs::remove_dir_all(out).unwrap();
+    }
+    std::fs::remove_dir_all(whole).unwrap();
 }
 
 #[test]
