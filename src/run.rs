@@ -802,6 +802,11 @@ impl<D: Driver> Session<'_, D> {
         self.state.done
     }
 
+    /// The base interval the run ends at (a pilot's own length).
+    fn end(&self) -> u64 {
+        self.pilot.as_ref().map_or(self.resolved.steps, |p| p.intervals)
+    }
+
     /// Makes the next `advance` stop at `stop` base intervals.
     pub(crate) fn set_stop(&mut self, stop: u64) {
         self.stop = stop;
@@ -908,15 +913,23 @@ impl<D: Driver> Session<'_, D> {
     /// faster than [`lbm_core::DIVERGED_MACH`] stops the run, after the
     /// fields of this interval are written (unless `saved` already).
     fn check_health(&mut self, saved: bool) -> Result<(), AppError> {
-        let limit = lbm_core::DIVERGED_MACH / 3f64.sqrt();
-        let Some(found) = self.engine.check_health(limit)? else {
+        let Some(cell) = self.unhealthy_cell()? else {
             return Ok(());
         };
-        let done = self.state.done;
         if !saved {
-            let (patches, ..) = self.observe(Some(CoveredCells::Settled), false)?;
-            self.writer.save(done, patches)?;
+            self.save_divergence()?;
         }
+        let done = self.state.done;
+        Err(diverged(done, done as f64 * self.resolved.units.dt, cell, self.out))
+    }
+
+    /// Where the device finds a population that is not finite or a cell
+    /// faster than [`lbm_core::DIVERGED_MACH`] now, if anywhere.
+    fn unhealthy_cell(&mut self) -> Result<Option<String>, AppError> {
+        let limit = lbm_core::DIVERGED_MACH / 3f64.sqrt();
+        let Some(found) = self.engine.check_health(limit)? else {
+            return Ok(None);
+        };
         let [x, y] = found.position.map(|v| v * self.resolved.units.dx);
         let problem = match found.problem {
             lbm_core::HealthProblem::NonFinite => "a population is not finite".to_owned(),
@@ -926,15 +939,17 @@ impl<D: Driver> Session<'_, D> {
                 lbm_core::DIVERGED_MACH
             ),
         };
-        Err(diverged(
-            done,
-            done as f64 * self.resolved.units.dt,
-            format!(
-                "on level {} patch {}, in the cell at x = {x:.6} m, y = {y:.6} m, {problem}",
-                found.level, found.patch
-            ),
-            self.out,
-        ))
+        Ok(Some(format!(
+            "on level {} patch {}, in the cell at x = {x:.6} m, y = {y:.6} m, {problem}",
+            found.level, found.patch
+        )))
+    }
+
+    /// Writes the fields of the interval the device is at, so that a
+    /// divergence can be looked at.
+    fn save_divergence(&mut self) -> Result<(), AppError> {
+        let (patches, ..) = self.observe(Some(CoveredCells::Settled), false)?;
+        self.writer.save(self.state.done, patches)
     }
 
     /// This interval's fields in physical units (when `fields`), each
@@ -1224,10 +1239,12 @@ impl<D: Driver> Session<'_, D> {
         let n = chunk.intervals;
         self.state.stepping_seconds += seconds;
         pace.seconds_per_interval = Some(seconds / n as f64);
+        // The device is at the chunk's end: a divergence that a sample
+        // inside it shows is looked at there.
+        self.state.done += n;
         for s in chunk.sampled {
             self.write_sample(s.step, s.records, s.probes.unwrap_or_default())?;
         }
-        self.state.done += n;
         let done = self.state.done;
         let sampling = self
             .sampling()
@@ -1262,7 +1279,10 @@ impl<D: Driver> Session<'_, D> {
             // What was computed is written first, so the blow-up can be looked at.
             self.writer.save(done, patches.clone())?;
         }
-        if saving || done == self.stop || done % HEALTH_EVERY_INTERVALS == 0 {
+        // At the run's end, not at `stop`, which a sweep moves to each of
+        // its boundaries: a member is checked where a plain run of its case
+        // is, and diverges where it does.
+        if saving || done == self.end() || done % HEALTH_EVERY_INTERVALS == 0 {
             // The device check names the cell; the fields' own check
             // below is what remains if a moment alone went wrong.
             self.check_health(saving)?;
@@ -1280,7 +1300,7 @@ impl<D: Driver> Session<'_, D> {
         };
         let due = self.checkpoint_every_intervals().is_some_and(|k| done % k == 0)
             || pace.last_checkpoint.elapsed().as_secs_f64() >= every_seconds;
-        if due && done < self.stop {
+        if due && done < self.end() {
             self.checkpoint()?;
             pace.last_checkpoint = Instant::now();
         }
@@ -1312,13 +1332,19 @@ impl<D: Driver> Session<'_, D> {
                 .iter()
                 .position(|c| !c.iter().all(|v| v.is_finite()))
             {
-                self.check_health(false)?;
-                return Err(diverged(
-                    step,
-                    time,
-                    format!("the force on body {b} is not finite"),
-                    self.out,
-                ));
+                // A sample taken inside a chunk is older than the device's
+                // state, which the cell and the fields are of: the run
+                // diverged at the sample, whatever the chunks were.
+                let done = self.state.done;
+                let mut what = format!("the force on body {b} is not finite");
+                if done != step {
+                    what += &format!(" (the fields saved are those of interval {done}, where the run stopped)");
+                }
+                if let Some(cell) = self.unhealthy_cell()? {
+                    what += &format!("; {cell}");
+                }
+                self.save_divergence()?;
+                return Err(diverged(step, time, what, self.out));
             }
         }
         if !self.resolved.output.probes.is_empty() {

@@ -375,28 +375,83 @@ fn bad_output_keys_are_refused_before_any_work() {
 #[test]
 fn a_diverging_run_fails_and_keeps_what_it_wrote() {
     let text = std::fs::read_to_string(workspace().join("cases/square-obstacle.toml")).unwrap();
-    // Ten cells per side leave tau+ at 0.52: the square's corners blow up
-    // within the first second.
+    // Ten cells per side leave tau+ at 0.52: the inlet's corner blows up
+    // within the first second, which the device check finds first.
     let unstable = text.replace("resolution = 16 ", "resolution = 10 ");
     assert_ne!(unstable, text);
-    let (out, output) = run(&unstable, "diverging", "1500");
-    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
-    let message = stderr(&output);
-    assert!(
-        message.contains("the run diverged at interval") && message.contains("level 0 patch 0, in the cell at x = "),
-        "{message}"
-    );
-    assert!(
-        message.contains(&out.display().to_string()),
-        "the error says where the files are: {message}"
-    );
-    assert!(out.join("forces.csv").is_file() && out.join("manifest.json").is_file());
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["ended"], "diverged");
-    assert!(summary["error"].as_str().unwrap().contains("diverged"), "{summary}");
-    assert!(summary["mass_drift"].is_null());
-    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+    // Behind a square at Mach 0.29 and tau+ 0.505 the force goes first, at
+    // a sample inside a chunk of intervals that ends later.
+    let fast = r#"
+        name = "a square at Mach 0.29"
+        [domain]
+        size = [0.8, 0.3]
+        reference_length = 0.1
+        resolution = 20
+        [fluid]
+        viscosity = 1e-4
+        [flow]
+        reference_velocity = 1.0
+        lattice_velocity = 0.17
+        collision = { model = "bgk" }
+        [boundaries]
+        x_min = { inlet = { profile = "uniform", velocity = 1.0 } }
+        x_max = "outflow"
+        y_min = "wall"
+        y_max = "wall"
+        [[bodies]]
+        shape = "rectangle"
+        min = [0.2, 0.1]
+        max = [0.3, 0.2]
+        [run]
+        steps = 1000
+        [output]
+        every_intervals = 500
+    "#;
+    for (name, case, steps, force_first) in [
+        ("diverging", unstable.as_str(), "1500", false),
+        ("diverging-force", fast, "1000", true),
+    ] {
+        let (out, output) = run(case, name, steps);
+        assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+        let message = stderr(&output);
+        assert!(
+            message.contains("the run diverged at interval")
+                && message.contains("level 0 patch 0, in the cell at x = "),
+            "{message}"
+        );
+        assert!(
+            message.contains(&out.display().to_string()),
+            "the error says where the files are: {message}"
+        );
+        assert!(out.join("forces.csv").is_file() && out.join("manifest.json").is_file());
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+        assert_eq!(summary["ended"], "diverged");
+        assert!(summary["error"].as_str().unwrap().contains("diverged"), "{summary}");
+        assert!(summary["mass_drift"].is_null());
+        // The interval named is the first sample that is not finite (a force
+        // sample every interval: a row of forces.csv each), whichever chunk
+        // it was taken in, or else the check's; the fields saved are of the
+        // interval the run stopped at.
+        let forces = std::fs::read_to_string(out.join("forces.csv")).unwrap();
+        let rows: Vec<&str> = forces.lines().skip(1).collect();
+        let finite = |row: &str| row.split(',').all(|v| v.parse::<f64>().unwrap().is_finite());
+        let first_bad = rows.iter().position(|r| !finite(r)).map(|k| k as u64 + 1);
+        assert_eq!(first_bad.is_some(), force_first, "{name}: {message}");
+        assert!(
+            first_bad.is_none_or(|k| k == rows.len() as u64),
+            "no sample after the first bad one"
+        );
+        let step = summary["completed_intervals"].as_u64().unwrap();
+        let named = first_bad.unwrap_or(step);
+        assert!(
+            message.contains(&format!("diverged at interval {named} ")),
+            "{name}: {message}"
+        );
+        assert!(step >= named);
+        assert!(out.join(format!("fields/t{step:09}")).is_dir(), "{summary}");
+        std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+    }
 }
 
 /// The issue's own case: a cavity at Re 9000 on 64 cells passes every check

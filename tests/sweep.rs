@@ -569,7 +569,45 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
     let done: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("members/000/summary.json")).unwrap()).unwrap();
     assert_eq!(done["completed_intervals"], 500, "the healthy member ran to the end");
+    // A plain run of the member's case diverges where the member did, though
+    // the sweep's chunks end elsewhere, and says so alike.
+    let text = std::fs::read_to_string(&cavity)
+        .unwrap()
+        .replace("viscosity = 0.01 ", "viscosity = 1e-4 ")
+        .replace("lattice_velocity = 0.1 ", "lattice_velocity = 0.17 ");
+    let case = scratch("sweep-diverge-case.toml");
+    std::fs::write(&case, text).unwrap();
+    let plain = scratch("sweep-diverge-plain");
+    let output = lbm(&[
+        "run",
+        &case.display().to_string(),
+        "--steps",
+        "500",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        &plain.display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let alone: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(plain.join("summary.json")).unwrap()).unwrap();
+    let at = |s: &serde_json::Value| {
+        let e = s["error"].as_str().unwrap().to_owned();
+        e[..e.find(':').unwrap()].to_owned()
+    };
+    assert_eq!(at(&alone), at(&summary), "{alone}\n{summary}");
+    assert_eq!(alone["completed_intervals"], summary["completed_intervals"]);
+    assert_eq!(
+        std::fs::read(plain.join("probes/centre.csv")).unwrap(),
+        std::fs::read(out.join("members/001/probes/centre.csv")).unwrap()
+    );
+    // The fields at the divergence are of the interval the run stopped at.
+    let step = summary["completed_intervals"].as_u64().unwrap();
+    assert!(out.join(format!("members/001/fields/t{step:09}.vthb")).exists());
     std::fs::remove_dir_all(out).unwrap();
+    std::fs::remove_dir_all(plain).unwrap();
+    std::fs::remove_file(case).unwrap();
 }
 
 #[test]
