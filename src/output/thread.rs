@@ -8,9 +8,10 @@
 //! was given, so the files are the bytes the run would write itself; a
 //! checkpoint takes the writer's state only once everything before it is on
 //! disk ([`WriterThread::state`]). The first error stops the writing, and is
-//! reported at the next flush.
+//! reported by the next call that hands the thread anything, so the run
+//! stops within a few samples of it rather than at its next checkpoint.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
@@ -48,6 +49,8 @@ pub struct WriterThread {
     saves_queued: u64,
     last_queued: Option<Instant>,
     waits: u64,
+    /// Set by the thread at its first error.
+    failed: Arc<AtomicBool>,
 }
 
 fn gone() -> AppError {
@@ -59,8 +62,9 @@ impl WriterThread {
         let (jobs, queue) = sync_channel(QUEUE);
         let save_nanos = Arc::new(AtomicU64::new(0));
         let saves_done = Arc::new(AtomicU64::new(0));
-        let (timing, done) = (save_nanos.clone(), saves_done.clone());
-        let handle = std::thread::spawn(move || work(writer, queue, &timing, &done));
+        let failed = Arc::new(AtomicBool::new(false));
+        let (timing, done, failing) = (save_nanos.clone(), saves_done.clone(), failed.clone());
+        let handle = std::thread::spawn(move || work(writer, queue, &timing, &done, &failing));
         WriterThread {
             jobs,
             handle: Some(handle),
@@ -69,10 +73,19 @@ impl WriterThread {
             saves_queued: 0,
             last_queued: None,
             waits: 0,
+            failed,
         }
     }
 
     fn send(&mut self, job: Job) -> Result<(), AppError> {
+        if self.failed.load(Ordering::Acquire) {
+            // The thread's error, which it hands over once.
+            let (reply, answer) = mpsc::channel();
+            self.jobs.send(Job::State(reply)).map_err(|_| gone())?;
+            if let Ok(Err(e)) = answer.recv() {
+                return Err(e);
+            }
+        }
         match self.jobs.try_send(job) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(job)) => {
@@ -165,7 +178,13 @@ impl WriterThread {
     }
 }
 
-fn work(mut writer: Writer, queue: Receiver<Job>, save_nanos: &AtomicU64, saves_done: &AtomicU64) {
+fn work(
+    mut writer: Writer,
+    queue: Receiver<Job>,
+    save_nanos: &AtomicU64,
+    saves_done: &AtomicU64,
+    failing: &AtomicBool,
+) {
     let mut failed: Option<AppError> = None;
     for job in queue {
         // Written or, after an error, skipped: no longer pending either way.
@@ -204,6 +223,7 @@ fn work(mut writer: Writer, queue: Receiver<Job>, save_nanos: &AtomicU64, saves_
         }
         if let Err(e) = result {
             failed.get_or_insert(e);
+            failing.store(true, Ordering::Release);
         }
     }
 }
@@ -318,6 +338,24 @@ mod tests {
         assert!(error.to_string().contains("fields"), "{error}");
         let rows = std::fs::read_to_string(out.join("forces.csv")).unwrap().lines().count();
         assert_eq!(rows, 1, "nothing is written after the failure");
+        std::fs::remove_dir_all(out).unwrap();
+    }
+
+    /// A run learns of a failed write at its next sample, not at the next
+    /// checkpoint, which may be the end.
+    #[test]
+    fn a_failed_write_is_reported_to_the_next_job_handed_over() {
+        let (out, writer) = writer("failed-next");
+        let mut thread = WriterThread::spawn(writer);
+        std::fs::remove_dir_all(out.join("fields")).unwrap();
+        std::fs::write(out.join("fields"), b"in the way").unwrap();
+        thread.save(60, Arc::new(Vec::new())).unwrap();
+        thread.wait().unwrap();
+        let error = thread
+            .forces(0.1, vec![record(60)])
+            .err()
+            .expect("the save could not write");
+        assert!(error.to_string().contains("fields"), "{error}");
         std::fs::remove_dir_all(out).unwrap();
     }
 }
