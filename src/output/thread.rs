@@ -353,8 +353,7 @@ mod tests {
         thread.wait().unwrap();
         let error = thread
             .forces(0.1, vec![record(60)])
-            .err()
-            .expect("the save could not write");
+            .expect_err("the save could not write");
         assert!(error.to_string().contains("fields"), "{error}");
         std::fs::remove_dir_all(out).unwrap();
     }
