@@ -358,6 +358,27 @@ fn bad_output_keys_are_refused_before_any_work() {
         );
         std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
     }
+    // A run so long that its save points or samples would not fit in memory
+    // (each sample stays for the time averages): the key and the least
+    // period that fits.
+    for (name, text, expect) in [
+        (
+            "save-points",
+            table("every_intervals = 50"),
+            "`output.every_intervals` = 50: at most 100000 save points over the run's 1000000000 base intervals: every 10000 intervals or more",
+        ),
+        (
+            "samples",
+            table("probes = [{ name = \"p\", point = [0.5, 0.5] }]"),
+            "`output.forces_every` = one base interval (the default): at most 10000000 force and probe samples",
+        ),
+    ] {
+        let (out, output) = run(&text, &format!("long-{name}"), "1000000000");
+        assert_eq!(output.status.code(), Some(2), "{name}: {}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{name}: {}", stderr(&output));
+        assert!(!out.exists());
+        std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+    }
     // A probe inside a body.
     let dfg = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
     let text = dfg.replace("point = [0.4, 0.2]", "point = [0.2, 0.2]");

@@ -203,6 +203,13 @@ pub struct CaseFrame {
     pub reference_length: f64,
 }
 
+/// The most save points a run may have: each is a directory of files.
+pub const MAX_SAVE_POINTS: u64 = 100_000;
+
+/// The most force and probe samples a run may take: each stays in memory and
+/// in every checkpoint for the run's time averages.
+pub const MAX_SAMPLES: u64 = 10_000_000;
+
 /// Seconds of simulated time as whole base intervals (at least one), or the
 /// error naming `key`.
 fn intervals(key: &str, seconds: f64, units: &UnitSystem) -> Result<u64> {
@@ -252,6 +259,24 @@ impl OutputSpec {
             }
             (None, n) => n,
         };
+        if let Some(n) = every
+            && steps / n > MAX_SAVE_POINTS
+        {
+            let key = match self.every {
+                Some(_) => "output.every",
+                None => "output.every_intervals",
+            };
+            return Err(Error::parameter(
+                key,
+                self.every.map_or(n.to_string(), |s| s.to_string()),
+                &format!(
+                    "at most {MAX_SAVE_POINTS} save points over the run's {steps} base intervals: every {} \
+                     intervals or more ({} s)",
+                    steps.div_ceil(MAX_SAVE_POINTS),
+                    crate::case::significant(steps.div_ceil(MAX_SAVE_POINTS) as f64 * units.dt, true),
+                ),
+            ));
+        }
         let mut save_points: Vec<u64> = match every {
             Some(n) => (1..=steps / n).map(|k| k * n).collect(),
             None => Vec::new(),
@@ -277,6 +302,21 @@ impl OutputSpec {
             Some(s) => intervals("output.forces_every", s, units)?,
             None => 1,
         };
+        // Every sample stays in the run's history (and its checkpoints) for
+        // the time averages; only a run with bodies or probes samples.
+        if (!bodies.is_empty() || !self.probes.is_empty()) && steps / forces_every > MAX_SAMPLES {
+            let every = steps.div_ceil(MAX_SAMPLES);
+            return Err(Error::parameter(
+                "output.forces_every",
+                self.forces_every
+                    .map_or("one base interval (the default)".to_owned(), |s| s.to_string()),
+                &format!(
+                    "at most {MAX_SAMPLES} force and probe samples over the run's {steps} base intervals: \
+                     {} s or more ({every} intervals)",
+                    crate::case::significant(every as f64 * units.dt, true),
+                ),
+            ));
+        }
         let mut names = std::collections::BTreeSet::new();
         let scale = units.length_to_lattice(1.0);
         // A point probe must lie in the fluid; a line may cross a body, whose
