@@ -312,6 +312,18 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
                     "at least 3 points enclosing an area",
                 ));
             }
+            if let Some((i, j)) = crossing_edges(points) {
+                let n = points.len();
+                return Err(Error::parameter(
+                    &format!("{key}.points"),
+                    format!(
+                        "an outline whose edge from point {i} to {} meets its edge from point {j} to {}",
+                        (i + 1) % n,
+                        (j + 1) % n
+                    ),
+                    "an outline that does not cross or touch itself (two bodies are two [[bodies]])",
+                ));
+            }
         }
         _ => {}
     }
@@ -634,8 +646,20 @@ impl Case {
         let mut bodies = Vec::new();
         for (b, shape) in placed.iter().enumerate() {
             let lattice_shape = shape.scaled(units.length_to_lattice(1.0));
+            let level = body_level(&validated, &lattice_shape, b)?;
+            if !covers_a_cell(&lattice_shape, level) {
+                return Err(Error::parameter(
+                    &format!("bodies[{b}]"),
+                    format!(
+                        "a body that holds no cell centre of level {level}, whose cells are {} m wide",
+                        units.dx * 0.5f64.powi(level as i32)
+                    ),
+                    "a body over at least one cell centre of the finest level over it: make it larger, raise \
+                     domain.resolution or refine around it",
+                ));
+            }
             bodies.push(Body {
-                level: body_level(&validated, &lattice_shape, b)?,
+                level,
                 shape: lattice_shape,
             });
         }
@@ -797,6 +821,72 @@ pub fn accepted_interval(search: [f64; 2], accepts: impl Fn(f64) -> bool) -> Opt
 /// `PARENT_MARGIN` cells of that level from its interfaces (a side on the
 /// domain's boundary needs none); a body that crosses the edge of a finer patch
 /// is refused because its links would span two levels.
+/// The first two edges of the closed outline `points` (each named by its
+/// first point) that cross or touch, other than neighbours at their shared
+/// point; a point repeated next to itself (the closing one, say) is one
+/// point.
+fn crossing_edges(points: &[[f64; 2]]) -> Option<(usize, usize)> {
+    let n = points.len();
+    // Edges of non-zero length, by their first point.
+    let edges: Vec<usize> = (0..n).filter(|&i| points[i] != points[(i + 1) % n]).collect();
+    let m = edges.len();
+    let segment = |k: usize| (points[edges[k]], points[(edges[k] + 1) % n]);
+    let orient = |a: [f64; 2], b: [f64; 2], c: [f64; 2]| {
+        let v = (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0]);
+        (v > 0.0) as i8 - (v < 0.0) as i8
+    };
+    // c on the segment a-b, given that the three are collinear.
+    let within = |a: [f64; 2], b: [f64; 2], c: [f64; 2]| {
+        c[0] >= a[0].min(b[0]) && c[0] <= a[0].max(b[0]) && c[1] >= a[1].min(b[1]) && c[1] <= a[1].max(b[1])
+    };
+    for k in 0..m {
+        for l in k + 1..m {
+            let ((a, b), (c, d)) = (segment(k), segment(l));
+            let (o1, o2, o3, o4) = (orient(a, b, c), orient(a, b, d), orient(c, d, a), orient(c, d, b));
+            let neighbours = l == k + 1 || (k == 0 && l == m - 1);
+            if neighbours {
+                // They share a point; they meet elsewhere only when one
+                // doubles back along the other.
+                let (shared, other_k, other_l) = if b == c { (b, a, d) } else { (a, b, c) };
+                let back = orient(other_k, shared, other_l) == 0
+                    && (other_k[0] - shared[0]) * (other_l[0] - shared[0])
+                        + (other_k[1] - shared[1]) * (other_l[1] - shared[1])
+                        > 0.0;
+                if back {
+                    return Some((edges[k], edges[l]));
+                }
+                continue;
+            }
+            let proper = o1 * o2 < 0 && o3 * o4 < 0;
+            let touching = (o1 == 0 && within(a, b, c))
+                || (o2 == 0 && within(a, b, d))
+                || (o3 == 0 && within(c, d, a))
+                || (o4 == 0 && within(c, d, b));
+            if proper || touching {
+                return Some((edges[k], edges[l]));
+            }
+        }
+    }
+    None
+}
+
+/// Whether `shape` (base lattice units) holds the centre of a cell of
+/// `level`: a body that holds none has no cell, no link and no force.
+fn covers_a_cell(shape: &Shape, level: usize) -> bool {
+    let scale = 2f64.powi(level as i32);
+    let [x0, y0, x1, y1] = shape.bounds().map(|v| v * scale);
+    // Cell i's centre is at i + 1/2 on the level's grid.
+    let first = |lo: f64| (lo - 0.5).ceil().max(0.0) as u64;
+    let last = |hi: f64| (hi - 0.5).floor();
+    let (xs, ys) = (first(x0), first(y0));
+    let (xe, ye) = (last(x1), last(y1));
+    if xe < xs as f64 || ye < ys as f64 {
+        return false;
+    }
+    (ys..=ye as u64)
+        .any(|j| (xs..=xe as u64).any(|i| shape.contains([(i as f64 + 0.5) / scale, (j as f64 + 0.5) / scale])))
+}
+
 fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, body: usize) -> Result<usize> {
     let [x0, y0, x1, y1] = shape.bounds();
     let mut chosen = 0;
@@ -967,6 +1057,57 @@ mod tests {
         ] {
             refused(&format!("{CAVITY}\n[output]\n{key} = {value}\n"), &[expect]);
         }
+    }
+
+    #[test]
+    fn an_outline_that_crosses_or_touches_itself_is_refused_naming_its_edges() {
+        let polygon = |points: &str| format!("{CAVITY}\n[[bodies]]\nshape = \"polygon\"\npoints = {points}\n");
+        let resolves = |points: &str| Case::from_toml(&polygon(points)).and_then(|c| c.resolve()).is_ok();
+        // A bow tie (a signed area of -0.01 m^2).
+        refused(
+            &polygon("[[0.4, 0.4], [0.6, 0.6], [0.6, 0.4], [0.4, 0.5]]"),
+            &[
+                "`bodies[0].points`",
+                "edge from point 0 to 1 meets its edge from point 2 to 3",
+                "does not cross or touch itself",
+            ],
+        );
+        // Two squares meeting at a corner, and a spike back along an edge.
+        refused(
+            &polygon("[[0.4, 0.4], [0.5, 0.5], [0.6, 0.4], [0.6, 0.6], [0.5, 0.5], [0.4, 0.6]]"),
+            &["`bodies[0].points`", "meets"],
+        );
+        refused(
+            &polygon("[[0.4, 0.4], [0.6, 0.4], [0.6, 0.6], [0.6, 0.5], [0.4, 0.6]]"),
+            &["edge from point 1 to 2 meets its edge from point 2 to 3"],
+        );
+        // Concave, clockwise, and closed by repeating the first point.
+        assert!(resolves(
+            "[[0.4, 0.4], [0.6, 0.4], [0.6, 0.6], [0.5, 0.45], [0.4, 0.6]]"
+        ));
+        assert!(resolves("[[0.4, 0.4], [0.4, 0.6], [0.6, 0.6], [0.6, 0.4]]"));
+        assert!(resolves("[[0.4, 0.4], [0.6, 0.4], [0.6, 0.6], [0.4, 0.6], [0.4, 0.4]]"));
+    }
+
+    #[test]
+    fn a_body_over_no_cell_centre_is_refused_naming_its_level() {
+        // On level 1 (the patch), whose cells are 1/64 m: centres at odd
+        // multiples of 1/128 m.
+        let circle = |at: f64, r: f64| {
+            format!("{CAVITY}\n[[bodies]]\nshape = \"circle\"\ncenter = [{at}, {at}]\nradius = {r}\n")
+        };
+        refused(
+            &circle(0.5, 1e-4),
+            &[
+                "`bodies[0]`",
+                "holds no cell centre of level 1, whose cells are 0.015625 m wide",
+                "make it larger",
+            ],
+        );
+        // The same radius over a centre (0.5 + 1/128 m) holds one.
+        Case::from_toml(&circle(0.5 + 1.0 / 128.0, 1e-4))
+            .and_then(|c| c.resolve())
+            .unwrap();
     }
 
     /// The error of reading `edit` of the cavity, as text.
