@@ -1338,6 +1338,24 @@ mod tests {
             ),
             &["`collision.magic` = 0: above 0"],
         );
+        let collision = |table: &str| {
+            CAVITY.replace(
+                "lattice_velocity = 0.1",
+                &format!("lattice_velocity = 0.1\ncollision = {table}"),
+            )
+        };
+        refused(
+            &collision("{ model = \"trt\", magic = 1e12 }"),
+            &["`collision.magic` = 1000000000000: above 0 and at most 1"],
+        );
+        assert!(
+            Case::from_toml(&collision("{ model = \"trt\", magic = 1.0 }"))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
+        let e = read_error(&collision("{ model = \"bgk\", magic = 0.25 }"));
+        assert!(e.contains("unknown field `magic`"), "{e}");
         assert!(
             Case::from_toml(&nearly.replace("{ model = \"bgk\" }", "{ model = \"trt\" }"))
                 .unwrap()

@@ -69,8 +69,9 @@ pub struct Moments {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "model", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Collision {
-    /// Single relaxation time.
-    Bgk,
+    /// Single relaxation time. A struct variant: a unit one would take
+    /// any other key (`magic`) in silence.
+    Bgk {},
     /// Two relaxation times; the odd rate follows from the magic parameter.
     Trt {
         #[serde(default = "default_magic")]
@@ -99,7 +100,7 @@ pub struct Relaxation {
 impl Relaxation {
     pub fn new(collision: Collision, tau_plus: f64) -> Self {
         let tau_minus = match collision {
-            Collision::Bgk => tau_plus,
+            Collision::Bgk {} => tau_plus,
             Collision::Trt { magic } => 0.5 + magic / (tau_plus - 0.5),
         };
         Relaxation { tau_plus, tau_minus }
