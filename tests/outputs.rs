@@ -333,6 +333,29 @@ fn bad_output_keys_are_refused_before_any_work() {
             "output.lines[0].points",
         ),
         (
+            "field-twice",
+            table("fields = [\"speed\", \"pressure\", \"speed\"]"),
+            "`output.fields` = speed twice: each field once",
+        ),
+        (
+            "format-twice",
+            table("formats = [\"npy\", \"npy\"]"),
+            "`output.formats` = npy twice",
+        ),
+        (
+            "line-named-forces",
+            table("lines = [{ name = \"forces\", from = [0.3, 0.2], to = [0.3, 0.8], points = 5 }]"),
+            "`output.lines[0].name` = \"forces\": a name other than `forces`",
+        ),
+        (
+            "long-name",
+            table(&format!(
+                "probes = [{{ name = \"{}\", point = [0.5, 0.5] }}]",
+                "a".repeat(65)
+            )),
+            "1 to 64 letters, digits",
+        ),
+        (
             "line-of-no-length",
             table("lines = [{ name = \"l\", from = [0.3, 0.2], to = [0.3, 0.2], points = 5 }]"),
             "`output.lines[0].to`",

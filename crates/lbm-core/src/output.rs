@@ -203,6 +203,9 @@ pub struct CaseFrame {
     pub reference_length: f64,
 }
 
+/// The longest probe or line name: it names files.
+pub const MAX_NAME: usize = 64;
+
 /// The most save points a run may have: each is a directory of files.
 pub const MAX_SAVE_POINTS: u64 = 100_000;
 
@@ -284,6 +287,30 @@ impl OutputSpec {
         if save_points.last() != Some(&steps) && steps > 0 {
             save_points.push(steps);
         }
+        if let Some(twice) = self
+            .fields
+            .iter()
+            .enumerate()
+            .find(|(k, f)| self.fields[..*k].contains(f))
+        {
+            return Err(Error::parameter(
+                "output.fields",
+                format!("{} twice", twice.1.name()),
+                "each field once",
+            ));
+        }
+        if let Some(twice) = self
+            .formats
+            .iter()
+            .enumerate()
+            .find(|(k, f)| self.formats[..*k].contains(f))
+        {
+            return Err(Error::parameter(
+                "output.formats",
+                format!("{} twice", twice.1.name()),
+                "each format once",
+            ));
+        }
         if self.fields.is_empty() {
             return Err(Error::parameter(
                 "output.fields",
@@ -343,12 +370,22 @@ impl OutputSpec {
             })
         };
         let mut check_name = |key: String, name: &str| -> Result<()> {
-            let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            let valid = !name.is_empty()
+                && name.len() <= MAX_NAME
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             if !valid {
                 return Err(Error::parameter(
                     &key,
                     format!("{name:?}"),
-                    "letters, digits, _ and - (it names a file)",
+                    &format!("1 to {MAX_NAME} letters, digits, _ and - (it names a file)"),
+                ));
+            }
+            // A line's profile is plotted as plots/NAME.png, beside the forces'.
+            if name == "forces" {
+                return Err(Error::parameter(
+                    &key,
+                    format!("{name:?}"),
+                    "a name other than `forces`, which names the forces' files",
                 ));
             }
             if !names.insert(name.to_owned()) {
