@@ -382,7 +382,20 @@ fn members(base: &str, sweeps: &[Sweep], steps: Option<u64>) -> Result<Vec<Membe
             set_key(&mut member_table, key, value).map_err(&refuse)?;
         }
         let text = toml::to_string(&member_table).map_err(|e| refuse(e.to_string()))?;
-        let mut case = Case::from_toml(&text).map_err(|e| refuse(e.to_string()))?;
+        // Lines and columns would be of the member's generated text, which
+        // the user never sees: the key says where.
+        let mut case = Case::from_toml(&text).map_err(|e| match e {
+            lbm_core::Error::CaseSyntax { key, message, .. } => refuse(
+                lbm_core::Error::CaseSyntax {
+                    line: None,
+                    column: None,
+                    key,
+                    message,
+                }
+                .to_string(),
+            ),
+            e => refuse(e.to_string()),
+        })?;
         if let Some(steps) = steps {
             case.run.steps = steps;
         }
@@ -399,10 +412,33 @@ fn members(base: &str, sweeps: &[Sweep], steps: Option<u64>) -> Result<Vec<Membe
                          physical parameters, not what sets the grids, bodies or schedule"
                     )));
                 }
-                if resolved.steps != out[0].resolved.steps || sampled.0 != *saves || sampled.1 != *every {
+                let first = &out[0].resolved;
+                if resolved.steps != first.steps || sampled.0 != *saves || sampled.1 != *every {
                     return Err(refuse(
                         "its run length, save points or sample period differ from member 0's".into(),
                     ));
+                }
+                // The members' samples are compared at the same times, and
+                // sweep.csv has one column per probe for every member.
+                if resolved.units.dt != first.units.dt {
+                    return Err(refuse(format!(
+                        "its time step is {} s where member 0's is {} s (flow.reference_velocity, \
+                         flow.lattice_velocity and domain.resolution set it): a sweep's members share it",
+                        resolved.units.dt, first.units.dt
+                    )));
+                }
+                let names = |r: &Resolved| -> Vec<String> {
+                    let output = &r.output;
+                    let probes = output.probes.iter().map(|p| p.name.clone());
+                    probes.chain(output.lines.iter().map(|l| l.name.clone())).collect()
+                };
+                if names(&resolved) != names(first) {
+                    return Err(refuse(format!(
+                        "its probes and lines are named {:?} where member 0's are {:?}: the sweep's table \
+                         has one set of columns for every member",
+                        names(&resolved),
+                        names(first)
+                    )));
                 }
             }
         }

@@ -264,6 +264,13 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
             "y_min wall, y_max free_slip against x_min inlet",
         ),
         ("bodies.4.radius=0.05", "entry 4"),
+        // The time step follows the reference velocity: the members' samples
+        // would be at other times.
+        ("flow.reference_velocity=0.3,0.6", "its time step is"),
+        (
+            "output.probes=[{name=\"a\",point=[0.4,0.2]}],[{name=\"b\",point=[0.4,0.2]}]",
+            "its probes and lines are named [\"b\", \"wake_profile\"] where member 0's are [\"a\", \"wake_profile\"]",
+        ),
         ("fluid.viscosity", "--set"),
         ("fluid.viscosity=abc", "not a TOML value"),
     ] {
@@ -281,6 +288,8 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         ]);
         assert_eq!(output.status.code(), Some(2), "{set}: {}", stderr(&output));
         assert!(stderr(&output).contains(expect), "{set}: {}", stderr(&output));
+        // No line of the member's generated text, which the user never sees.
+        assert!(!stderr(&output).contains("line "), "{set}: {}", stderr(&output));
         assert!(!out.exists(), "{set}: nothing is written");
     }
     // A fused batch needs one grid: another resolution is refused.
