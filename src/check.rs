@@ -59,7 +59,10 @@ pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), Ap
         }
         case.run.steps = steps;
     }
-    let resolved = case.resolve()?;
+    let resolved = case.resolve().map_err(|source| AppError::Case {
+        path: path.display().to_string(),
+        source,
+    })?;
     Ok((case, resolved))
 }
 

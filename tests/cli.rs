@@ -181,6 +181,12 @@ fn bad_input_is_named_before_any_work() {
             stderr(&output)
         );
         assert!(stderr(&output).contains(expect), "{name}: {}", stderr(&output));
+        // Every refusal of a case's keys names its file.
+        assert!(
+            stderr(&output).contains(&format!("case file {}", path.display())),
+            "{name}: {}",
+            stderr(&output)
+        );
         assert!(
             !out.exists(),
             "{name}: refused input must not create the output directory"
