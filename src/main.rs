@@ -404,7 +404,9 @@ fn main() -> ExitCode {
                 }
                 Ok(Validated::Report(report)) => {
                     for q in &report.quantities {
-                        let mark = if q.within { "within" } else { "OUTSIDE" };
+                        let mark = q
+                            .outside_by()
+                            .map_or("within".to_owned(), |by| format!("OUTSIDE, {by}"));
                         say!(
                             "{:>8} {:>12.6}  reference {} ({} - {}) {mark}",
                             q.name,

@@ -97,6 +97,32 @@ pub struct Quantity {
     pub within: bool,
 }
 
+impl Quantity {
+    /// The value's difference from the reference, relative to it.
+    pub fn relative_error(&self) -> f64 {
+        (self.value - self.reference) / self.reference.abs()
+    }
+
+    /// How far outside its interval the value lies, relative to the
+    /// reference (`None` within it).
+    pub fn outside_by(&self) -> Option<String> {
+        if self.within {
+            return None;
+        }
+        if !self.value.is_finite() {
+            return Some("not finite".into());
+        }
+        let (gap, side) = match self.value > self.high {
+            true => (self.value - self.high, "above its upper end"),
+            false => (self.low - self.value, "below its lower end"),
+        };
+        Some(format!(
+            "{:.3}% of the reference {side}",
+            100.0 * gap / self.reference.abs()
+        ))
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub case: Benchmark,
@@ -610,7 +636,8 @@ fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
     write_json(&out.join("report.json"), report)?;
     let mut md = format!(
         "# {} at {} cells per diameter ({} refinement levels)\n\n{} base intervals, {:.1} s on {}, {}.\n\n\
-         | quantity | value | reference | interval | within |\n| --- | --- | --- | --- | --- |\n",
+         | quantity | value | reference | relative to the reference | interval | within |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
         match report.case {
             Benchmark::Dfg2d1 => "DFG 2D-1",
             Benchmark::Dfg2d2 => "DFG 2D-2",
@@ -628,13 +655,14 @@ fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
     );
     for q in &report.quantities {
         md += &format!(
-            "| {} | {:.6} | {} | {} – {} | {} |\n",
+            "| {} | {:.6} | {} | {:+.3}% | {} – {} | {} |\n",
             q.name,
             q.value,
             q.reference,
+            100.0 * q.relative_error(),
             q.low,
             q.high,
-            if q.within { "yes" } else { "no" }
+            q.outside_by().map_or("yes".to_owned(), |by| format!("no: {by}"))
         );
     }
     write_atomic(&out.join("report.md"), md.as_bytes())
@@ -645,6 +673,29 @@ mod tests {
     use super::*;
     use crate::backend::BackendChoice;
     use mock_driver::MockDriver;
+
+    #[test]
+    fn a_quantity_outside_its_interval_says_by_how_much() {
+        let q = |value: f64| Quantity {
+            name: "cd",
+            value,
+            reference: 5.58,
+            low: 5.57,
+            high: 5.59,
+            within: (5.57..=5.59).contains(&value),
+        };
+        assert_eq!(q(5.58).outside_by(), None);
+        assert_eq!(
+            q(5.6458).outside_by().unwrap(),
+            "1.000% of the reference above its upper end"
+        );
+        assert_eq!(
+            q(5.5142).outside_by().unwrap(),
+            "1.000% of the reference below its lower end"
+        );
+        assert_eq!(q(f64::NAN).outside_by().unwrap(), "not finite");
+        assert!((q(5.6358).relative_error() - 0.01).abs() < 1e-12);
+    }
 
     /// A run that fails part-way keeps what it measured and says where.
     #[test]
