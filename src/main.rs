@@ -283,30 +283,26 @@ fn main() -> ExitCode {
                 pilot,
             })
         }),
-        // A sweep's directory has its record and no manifest of its own.
         Command::Resume {
             dir,
             backend,
             device,
             quiet,
             limits,
-        } if dir.join("sweep.json").exists() && !dir.join("manifest.json").exists() => {
-            let done = lbm::sweep::resume(&dir, backend, device, quiet, limits.limits());
-            return sweep_ended(done, &dir);
+        } => {
+            // A sweep's directory has its record and no manifest of its own.
+            if dir.join("sweep.json").exists() && !dir.join("manifest.json").exists() {
+                let done = lbm::sweep::resume(&dir, backend, device, quiet, limits.limits());
+                return sweep_ended(done, &dir);
+            }
+            resume(&ResumeOptions {
+                dir,
+                backend,
+                device,
+                quiet,
+                limits: limits.limits(),
+            })
         }
-        Command::Resume {
-            dir,
-            backend,
-            device,
-            quiet,
-            limits,
-        } => resume(&ResumeOptions {
-            dir,
-            backend,
-            device,
-            quiet,
-            limits: limits.limits(),
-        }),
         Command::Sweep {
             paths,
             sets,

@@ -10,6 +10,10 @@ fn dfg() -> String {
     workspace().join("cases/dfg-2d1.toml").display().to_string()
 }
 
+fn json_of(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 fn csv_rows(path: &std::path::Path) -> Vec<Vec<String>> {
     std::fs::read_to_string(path)
         .unwrap()
@@ -548,21 +552,20 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
     let cavity = workspace().join("cases/cavity-re100.toml").display().to_string();
     // At a hundredth of the viscosity the lid's corner blows up (around
     // interval 420); the first member is the case as written.
+    let short = ["--steps", "500", "--backend", "cpu", "--quiet", "--out"];
     let output = lbm(&[
-        "sweep",
-        &cavity,
-        "--set",
-        "fluid.viscosity=0.01,1e-4",
-        "--set",
-        "flow.lattice_velocity=0.17",
-        "--steps",
-        "500",
-        "--backend",
-        "cpu",
-        "--quiet",
-        "--out",
-        &out.display().to_string(),
-    ]);
+        &[
+            "sweep",
+            &cavity,
+            "--set",
+            "fluid.viscosity=0.01,1e-4",
+            "--set",
+            "flow.lattice_velocity=0.17",
+        ],
+        &short[..],
+        &[&out.display().to_string()],
+    ]
+    .concat());
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert!(stderr(&output).contains("member 1: diverged"), "{}", stderr(&output));
     let rows = csv_rows(&out.join("sweep.csv"));
@@ -571,12 +574,10 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
         (rows[1][ended].as_str(), rows[2][ended].as_str()),
         ("completed", "diverged")
     );
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("members/001/summary.json")).unwrap()).unwrap();
+    let summary = json_of(&out.join("members/001/summary.json"));
     assert_eq!(summary["ended"], "diverged");
     assert!(summary["completed_intervals"].as_u64().unwrap() < 500);
-    let done: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("members/000/summary.json")).unwrap()).unwrap();
+    let done = json_of(&out.join("members/000/summary.json"));
     assert_eq!(done["completed_intervals"], 500, "the healthy member ran to the end");
     // A plain run of the member's case diverges where the member did, though
     // the sweep's chunks end elsewhere, and says so alike.
@@ -588,19 +589,13 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
     std::fs::write(&case, text).unwrap();
     let plain = scratch("sweep-diverge-plain");
     let output = lbm(&[
-        "run",
-        &case.display().to_string(),
-        "--steps",
-        "500",
-        "--backend",
-        "cpu",
-        "--quiet",
-        "--out",
-        &plain.display().to_string(),
-    ]);
+        &["run", &case.display().to_string()],
+        &short[..],
+        &[&plain.display().to_string()],
+    ]
+    .concat());
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
-    let alone: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(plain.join("summary.json")).unwrap()).unwrap();
+    let alone = json_of(&plain.join("summary.json"));
     let at = |s: &serde_json::Value| {
         let e = s["error"].as_str().unwrap().to_owned();
         e[..e.find(':').unwrap()].to_owned()

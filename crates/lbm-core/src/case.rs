@@ -195,6 +195,13 @@ pub struct Boundaries {
     pub y_max: BoundarySpec,
 }
 
+impl Boundaries {
+    /// The four sides in `SIDE_NAMES` order.
+    pub fn sides(&self) -> [&BoundarySpec; 4] {
+        [&self.x_min, &self.x_max, &self.y_min, &self.y_max]
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RefinementLevel {
@@ -539,12 +546,7 @@ impl Case {
         if let BoundarySpec::Inlet(side) = &self.boundaries.x_min {
             side.amplitude.check("boundaries.x_min.inlet.amplitude", "s")?;
         }
-        let walls = [
-            &self.boundaries.x_min,
-            &self.boundaries.x_max,
-            &self.boundaries.y_min,
-            &self.boundaries.y_max,
-        ];
+        let walls = self.boundaries.sides();
         for (side, spec) in walls.into_iter().enumerate() {
             if let BoundarySpec::MovingWall(velocity) = spec {
                 // A wall moves along itself: bounce-back with a velocity
@@ -608,12 +610,7 @@ impl Case {
             levels,
         };
         let validated = hierarchy.validate(&[])?;
-        let sides = [
-            &self.boundaries.x_min,
-            &self.boundaries.x_max,
-            &self.boundaries.y_min,
-            &self.boundaries.y_max,
-        ];
+        let sides = self.boundaries.sides();
         let boundaries = sides.map(|s| match s {
             BoundarySpec::Periodic => Boundary::Periodic,
             BoundarySpec::Wall | BoundarySpec::MovingWall(_) => Boundary::Wall,
@@ -722,12 +719,7 @@ impl Case {
                 },
             });
         }
-        let sides = [
-            &self.boundaries.x_min,
-            &self.boundaries.x_max,
-            &self.boundaries.y_min,
-            &self.boundaries.y_max,
-        ];
+        let sides = self.boundaries.sides();
         for (side, spec) in sides.into_iter().enumerate() {
             if let BoundarySpec::MovingWall([u, v]) = spec {
                 speeds.push(Speed {
