@@ -82,9 +82,13 @@ impl Watchdog {
         std::thread::spawn(move || {
             loop {
                 std::thread::sleep(poll);
-                let watch = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let mut watch = shared.lock().unwrap_or_else(|p| p.into_inner());
                 if watch.done {
                     return;
+                }
+                if crate::output::thread::WRITING.load(Ordering::Acquire) > 0 {
+                    watch.last_progress = Instant::now();
+                    continue;
                 }
                 if watch.last_progress.elapsed() >= period {
                     let mut summary = watch.summary.clone();

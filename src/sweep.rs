@@ -1275,10 +1275,11 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
             )));
         }
         for r in &record.results {
-            if r.ended == "running" {
+            if ["running", "wall limit", "interrupted", "stalled"].contains(&r.ended.as_str()) {
                 return Err(refuse(format!(
-                    "its member {} has not ended (the shard was stopped): `lbm resume {}` first",
+                    "its member {} has not ended ({}): `lbm resume {}` first",
                     r.index,
+                    r.ended,
                     dir.display()
                 )));
             }

@@ -93,6 +93,15 @@ def main(run):
         amr_reader.Update()
         amr = amr_reader.GetOutput()
         levels = {e["level"] for e in index}
+        # VTK checks each block's box against its grid; an invalid file loses
+        # the covered cells' ghost marks, and ParaView draws both levels.
+        if not amr.CheckValidity():
+            fail(f"{dataset.get('file')}: VTK finds the AMR boxes invalid")
+        if len(levels) > 1:
+            coarse = amr.GetDataSetAsImageData(0, 0).GetCellData().GetArray("vtkGhostType")
+            refined = int(((vtk_to_numpy(coarse) & 8) != 0).sum()) if coarse is not None else 0
+            if refined == 0:
+                fail(f"{dataset.get('file')}: no level-0 cell is marked as refined through VTK's AMR reader")
         if amr.GetNumberOfLevels() != len(levels):
             fail(f"{dataset.get('file')}: {amr.GetNumberOfLevels()} levels, the index has {len(levels)}")
         for level in range(amr.GetNumberOfLevels()):

@@ -431,6 +431,20 @@ fn a_sweep_stopped_at_its_wall_limit_or_killed_resumes_to_the_results_of_one_tha
             String::from_utf8_lossy(&output.stdout).contains("lbm resume"),
             "{mode}: the way on is named"
         );
+        // A shard that has not ended is no result to merge.
+        let merged = scratch(&format!("sweep-resume-merge{mode}"));
+        let output = lbm(&[
+            "sweep",
+            "--merge",
+            &merged.display().to_string(),
+            &out.display().to_string(),
+        ]);
+        assert_eq!(output.status.code(), Some(2), "{mode}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("has not ended (wall limit)"),
+            "{}",
+            stderr(&output)
+        );
         if mode == "--fused" {
             // As a kill leaves it: the record of members still running, no table.
             let record = out.join("sweep.json");

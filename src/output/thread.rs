@@ -23,6 +23,10 @@ use super::fields::PatchFields;
 use super::{Writer, WriterState, Written};
 use crate::AppError;
 
+/// Writer threads in the middle of a job now: the watchdog takes their
+/// writing (a large picture can take minutes) for progress, not a hang.
+pub static WRITING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Jobs the run may queue ahead of the thread.
 const QUEUE: usize = 4;
 
@@ -189,6 +193,7 @@ fn work(
     for job in queue {
         // Written or, after an error, skipped: no longer pending either way.
         let save = matches!(job, Job::Save(..));
+        WRITING.fetch_add(1, Ordering::AcqRel);
         let result = match job {
             _ if failed.is_some() && !matches!(job, Job::State(_) | Job::Wait(_) | Job::Finish(_)) => Ok(()),
             Job::Forces(time, records) => writer.forces(time, &records),
@@ -211,13 +216,16 @@ fn work(
                 Ok(())
             }
             Job::Finish(reply) => {
-                let _ = reply.send(match failed.take() {
+                let finished = match failed.take() {
                     Some(e) => Err(e),
                     None => writer.finish(),
-                });
+                };
+                WRITING.fetch_sub(1, Ordering::AcqRel);
+                let _ = reply.send(finished);
                 return;
             }
         };
+        WRITING.fetch_sub(1, Ordering::AcqRel);
         if save {
             saves_done.fetch_add(1, Ordering::Release);
         }

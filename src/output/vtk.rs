@@ -126,7 +126,9 @@ pub fn overlapping_amr(patches: &[PatchFields], file: impl Fn(&PatchFields) -> S
             let [nx, ny] = p.size;
             let _ = writeln!(
                 xml,
-                r#"      <DataSet index="{index}" amr_box="{x0} {} {y0} {} 0 0" file="{}"/>"#,
+                // Cell boxes, hi = lo + cells - 1: a plane has no cell
+                // across z, so its box ends at -1 there (VTK's own writer).
+                r#"      <DataSet index="{index}" amr_box="{x0} {} {y0} {} 0 -1" file="{}"/>"#,
                 x0 + nx as i64 - 1,
                 y0 + ny as i64 - 1,
                 file(p)
