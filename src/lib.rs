@@ -57,8 +57,12 @@ pub enum AppError {
     #[error("DFG 2D-2: the lift did not oscillate within {time_limit} s, so there is no shedding period")]
     NoShedding { time_limit: f64 },
 
-    #[error("output directory {path} is not empty; choose a new one with --out or remove it")]
-    OutputNotEmpty { path: String },
+    #[error("output directory {path} is not empty{unfinished}; choose a new one with --out or remove it")]
+    OutputNotEmpty {
+        path: String,
+        /// Empty, or what continues the unfinished run the directory holds.
+        unfinished: String,
+    },
 
     #[error("output directory {path}: {reason}; choose another with --out")]
     OutputDir { path: String, reason: String },

@@ -355,23 +355,13 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         }
         _ => None,
     };
-    // The split is refused (a patch in the way, too many devices) before a
-    // device opens.
-    let split = match options.devices.or(options.device_list.as_ref().map(Vec::len)) {
-        Some(g) => {
-            let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
-            Some(lbm_core::domain::decompose::Decomposition::plan(
-                &hierarchy,
-                &resolved.lattice,
-                g,
-            )?)
-        }
-        None => None,
+    let request = Request {
+        steps: options.steps,
+        picture_width: options.picture_width,
+        devices: options.devices,
+        device_list: options.device_list.clone(),
     };
-    let opened = options
-        .backend
-        .open_split(options.device, options.devices, options.device_list.as_deref())?;
-    crate::check::check_split_memory(&resolved, &opened, split.as_ref(), options.picture_width)?;
+    let opened = open_admitted(&resolved, options.backend, options.device, &request)?;
     let device = opened[0].1.clone();
     match &options.pilot {
         PilotChoice::After(dir) => check_pilot(dir, &plan)?,
@@ -393,14 +383,33 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         plan: &plan,
         out: &options.out,
     };
-    let request = Request {
-        steps: options.steps,
-        picture_width: options.picture_width,
-        devices: options.devices,
-        device_list: options.device_list.clone(),
-    };
     let session = open_session(&input, opened, pilot, &request, started)?;
     session.drive(options.limits, options.quiet)
+}
+
+/// The drivers of a run asked for as `request`, once its split (a patch in
+/// the way, too many devices) is refused or planned before any device
+/// opens, and its memory admitted on every device they open.
+fn open_admitted(
+    resolved: &Resolved,
+    backend: BackendChoice,
+    device: Option<usize>,
+    request: &Request,
+) -> Result<Vec<crate::backend::Opened>, AppError> {
+    let split = match request.devices.or(request.device_list.as_ref().map(Vec::len)) {
+        Some(g) => {
+            let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
+            Some(lbm_core::domain::decompose::Decomposition::plan(
+                &hierarchy,
+                &resolved.lattice,
+                g,
+            )?)
+        }
+        None => None,
+    };
+    let opened = backend.open_split(device, request.devices, request.device_list.as_deref())?;
+    crate::check::check_split_memory(resolved, &opened, split.as_ref(), request.picture_width)?;
+    Ok(opened)
 }
 
 /// What a session runs: the case as written and as resolved, its plan, and
@@ -520,7 +529,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     let (case, resolved) = crate::check::read_case(&dir.join("case.toml"), request.steps)?;
     let plan = Plan::of("run", &resolved)?;
     let point = resume_point(dir, manifest, &plan)?;
-    let opened = (options.backend).open_split(options.device, request.devices, request.device_list.as_deref())?;
+    let opened = open_admitted(&resolved, options.backend, options.device, &request)?;
     let input = SessionInput {
         text: &text,
         case: &case,
@@ -528,7 +537,19 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         plan: &plan,
         out: dir,
     };
-    let session = open_resumed(&input, point, opened, &request, started)?;
+    let session = match point {
+        Some(point) => open_resumed(&input, point, opened, &request, started)?,
+        None => {
+            // What a run killed before its first checkpoint wrote is the
+            // start of what running it again writes: nothing is lost.
+            tell!(
+                "{} holds no checkpoint to continue from; the run starts again from interval 0",
+                dir.display()
+            );
+            empty_directory(dir)?;
+            open_session(&input, opened, None, &request, started)?
+        }
+    };
     session.drive(options.limits, options.quiet)
 }
 
@@ -559,7 +580,8 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
 }
 
 /// Where a run directory continues from: its newest checkpoint that reads
-/// back whole and is of `plan`.
+/// back whole and is of `plan` (each damaged one passed over told), or
+/// `None` when it holds no checkpoint at all.
 pub(crate) struct ResumePoint {
     manifest: serde_json::Value,
     found: checkpoint::Checkpoint<Checkpointed>,
@@ -572,21 +594,29 @@ impl ResumePoint {
     }
 }
 
-pub(crate) fn resume_point(dir: &Path, manifest: serde_json::Value, plan: &Plan) -> Result<ResumePoint, AppError> {
-    let refuse = |reason: String| AppError::Resume {
-        dir: dir.display().to_string(),
-        reason,
-    };
+pub(crate) fn resume_point(
+    dir: &Path,
+    manifest: serde_json::Value,
+    plan: &Plan,
+) -> Result<Option<ResumePoint>, AppError> {
     let (found, passed_over) = checkpoint::latest::<Checkpointed>(dir);
     for reason in &passed_over {
         tell!("warning: {reason}; trying the one before");
     }
+    let refuse = |reason: String| AppError::Resume {
+        dir: dir.display().to_string(),
+        reason,
+    };
     let Some(found) = found else {
-        let why = match passed_over.is_empty() {
-            true => "it holds no checkpoint (checkpoints/ is empty or missing)".to_owned(),
-            false => format!("no checkpoint reads back whole: {}", passed_over.join("; ")),
+        // Damaged checkpoints are evidence of a fault worth a look (a full
+        // or failing disk); they are not silently written over.
+        return match passed_over.is_empty() {
+            true => Ok(None),
+            false => Err(refuse(format!(
+                "no checkpoint reads back whole: {}; run the case again into another directory",
+                passed_over.join("; ")
+            ))),
         };
-        return Err(refuse(why));
     };
     if let Some(what) = plan.differences(&found.plan) {
         return Err(refuse(format!(
@@ -594,7 +624,7 @@ pub(crate) fn resume_point(dir: &Path, manifest: serde_json::Value, plan: &Plan)
             found.path.display()
         )));
     }
-    Ok(ResumePoint { manifest, found })
+    Ok(Some(ResumePoint { manifest, found }))
 }
 
 /// The session that continues `input.out` from `point` on the drivers
@@ -695,6 +725,18 @@ fn remove_partial_files(dir: &Path) {
     }
 }
 
+/// Removes everything in a run directory, for a run from the start.
+pub(crate) fn empty_directory(dir: &Path) -> Result<(), AppError> {
+    let write = |source| AppError::Write {
+        path: dir.display().to_string(),
+        source,
+    };
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(write)?;
+    }
+    std::fs::create_dir_all(dir).map_err(write)
+}
+
 fn relative(out: &Path, path: &Path) -> String {
     path.strip_prefix(out).unwrap_or(path).display().to_string()
 }
@@ -719,8 +761,16 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
         }
         let mut entries = std::fs::read_dir(out).map_err(|e| refuse(format!("it cannot be read ({e})")))?;
         if entries.next().is_some() {
+            let unfinished = match read_manifest(out) {
+                Ok(_) => format!(
+                    ": it holds a run that did not complete, which `lbm resume {}` continues",
+                    out.display()
+                ),
+                Err(_) => String::new(),
+            };
             return Err(AppError::OutputNotEmpty {
                 path: out.display().to_string(),
+                unfinished,
             });
         }
     }

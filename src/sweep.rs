@@ -62,8 +62,8 @@ use crate::output::write_atomic;
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::run::{
-    Chunk, Ending, Limits, Pace, Request, ResumePoint, Session, SessionInput, exec, open_resumed, open_session,
-    prepare_output, resume_point, write_json,
+    Chunk, Ending, Limits, Pace, Request, ResumePoint, Session, SessionInput, empty_directory, exec, open_resumed,
+    open_session, prepare_output, resume_point, write_json,
 };
 
 /// How the members advance.
@@ -625,6 +625,9 @@ pub fn resume(
     // Each member of the record: its result kept, or how it goes on.
     let mut kept: Vec<MemberResult> = Vec::new();
     let mut runs: Vec<(&Member, Option<ResumePoint>)> = Vec::new();
+    // Emptied only once every driver has opened and admitted the batch: a
+    // resume refused for want of memory leaves the members as they were.
+    let mut restart: Vec<PathBuf> = Vec::new();
     for previous in &record.results {
         let member = all
             .get(previous.index)
@@ -640,13 +643,22 @@ pub fn resume(
                 let point = match crate::run::read_manifest(&out)
                     .and_then(|manifest| resume_point(&out, manifest, &member.plan))
                 {
-                    Ok(point) => Some(point),
+                    Ok(Some(point)) => Some(point),
+                    Ok(None) => {
+                        tell!(
+                            "member {}: no checkpoint to continue from; it runs again from the start",
+                            member.index
+                        );
+                        None
+                    }
                     Err(e) => {
                         tell!("member {}: {e}; it runs again from the start", member.index);
-                        empty_directory(&out)?;
                         None
                     }
                 };
+                if point.is_none() {
+                    restart.push(out);
+                }
                 runs.push((member, point));
             }
         }
@@ -676,6 +688,9 @@ pub fn resume(
     }
     let chosen: Vec<&Member> = runs.iter().map(|(m, _)| *m).collect();
     let drivers = open_drivers(&chosen, mode, backend, device)?;
+    for out in &restart {
+        empty_directory(out)?;
+    }
     let settings = Settings {
         mode,
         count,
@@ -724,18 +739,6 @@ fn ended_on_disk(member: &Member, out: &Path, count: usize) -> Option<MemberResu
         }
         _ => None,
     }
-}
-
-/// Removes everything in a member's directory, for a run from the start.
-fn empty_directory(dir: &Path) -> Result<(), AppError> {
-    let write = |source| AppError::Write {
-        path: dir.display().to_string(),
-        source,
-    };
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(write)?;
-    }
-    std::fs::create_dir_all(dir).map_err(write)
 }
 
 /// A driver for each member: one fused batch on one driver, or one driver

@@ -238,6 +238,38 @@ fn a_damaged_checkpoint_falls_back_to_the_one_before() {
 }
 
 #[test]
+fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
+    let (root, case, out) = setup("before-checkpoint");
+    let mut child = spawn_run(&case, &out, &[]);
+    // Killed once it has saved fields (at 30), its checkpoints then taken
+    // away: a run killed before its first checkpoint, whatever the machine's speed.
+    wait_for_checkpoint(&out, 40, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_dir_all(out.join("checkpoints")).unwrap();
+    assert!(out.join("fields").read_dir().unwrap().next().is_some());
+    let again = run_command(&case, &out, &[]).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        stderr(&again).contains(&format!("lbm resume {}", out.display())),
+        "{}",
+        stderr(&again)
+    );
+    let resumed = resume(&out, &[]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("starts again from interval 0"),
+        "{}",
+        stderr(&resumed)
+    );
+    let s = summary(&out);
+    assert_eq!(s["ended"], "completed");
+    assert_eq!(s["completed_intervals"], steps());
+    assert_identical(straight(), &out);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
 fn resume_refuses_a_directory_without_a_whole_checkpoint() {
     let (root, case, out) = setup("no-checkpoint");
     let mut child = spawn_run(&case, &out, &[]);
