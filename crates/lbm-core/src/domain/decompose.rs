@@ -197,27 +197,42 @@ impl Decomposition {
             }))
             .collect();
         let total = prefix[nx as usize];
-        // Cuts `k..` after a cut at `from`, none holding more than `most`
-        // updates, each placed as far right as it may go (which finds them
-        // whenever they exist), or the cut that found no place.
-        let rest = |k0: usize, from: u32, most: u64| -> std::result::Result<Vec<u32>, (usize, u32, u32)> {
-            let mut cuts = vec![from];
+        // Whether cuts `k0..` can follow a cut at `from` with no slab
+        // holding more than `most` updates, or the cut that finds no place
+        // (its index and the columns it could have taken). The columns each
+        // cut can reach are carried forward one cut at a time: a cut placed
+        // greedily (as far right as it may go) can leave the next one inside
+        // a patch where a cut further left would not.
+        let rest = |k0: usize, from: u32, most: u64| -> std::result::Result<(), (usize, u32, u32)> {
+            let mut reached = vec![false; nx as usize + 1];
+            reached[from as usize] = true;
+            let mut first = from;
             for k in k0..devices {
-                let prev = *cuts.last().expect("starts with `from`");
-                let lo = prev + MIN_SLAB_COLUMNS;
+                let lo = first + MIN_SLAB_COLUMNS;
                 let hi = nx - (devices - k) as u32 * MIN_SLAB_COLUMNS;
-                let start = prefix[prev as usize];
-                match (lo..=hi)
-                    .rev()
-                    .find(|c| allowed(*c) && prefix[*c as usize] - start <= most)
-                {
-                    Some(c) => cuts.push(c),
-                    None => return Err((k, lo, hi)),
+                let mut next = vec![false; nx as usize + 1];
+                // The rightmost reachable cut at least a slab's width
+                // before `c`: the previous cut that leaves `c`'s slab least work.
+                let (mut nearest, mut scan) = (None, first);
+                for c in lo..=hi {
+                    while scan + MIN_SLAB_COLUMNS <= c {
+                        if reached[scan as usize] {
+                            nearest = Some(scan);
+                        }
+                        scan += 1;
+                    }
+                    next[c as usize] =
+                        allowed(c) && nearest.is_some_and(|p: u32| prefix[c as usize] - prefix[p as usize] <= most);
                 }
+                first = (lo..=hi).find(|c| next[*c as usize]).ok_or((k, lo, hi))?;
+                reached = next;
             }
-            let last = *cuts.last().expect("starts with `from`");
+            let last = (first..=nx)
+                .rev()
+                .find(|c| reached[*c as usize])
+                .expect("`first` is reached");
             match prefix[nx as usize] - prefix[last as usize] <= most {
-                true => Ok(cuts),
+                true => Ok(()),
                 false => Err((devices - 1, last, nx)),
             }
         };
@@ -383,6 +398,89 @@ mod tests {
         let d = plan(&lattice, 2).unwrap();
         assert_eq!(d.slabs[0].x1, 40 + CUT_CLEARANCE);
         assert!(d.imbalance() > 1.4, "{}", d.imbalance());
+    }
+
+    /// The smallest most-loaded slab over every layout of `devices` slabs
+    /// of at least `MIN_SLAB_COLUMNS` whose cuts keep `CUT_CLEARANCE` from
+    /// each patch footprint `[f0, f1)`, by enumeration.
+    fn best_by_enumeration(work: &[u64], footprints: &[(u32, u32)], devices: usize) -> Option<u64> {
+        let nx = work.len() as u32;
+        let allowed = |c: u32| {
+            footprints
+                .iter()
+                .all(|&(f0, f1)| c <= f0.saturating_sub(CUT_CLEARANCE) || c >= f1 + CUT_CLEARANCE)
+        };
+        let load = |a: u32, b: u32| work[a as usize..b as usize].iter().sum::<u64>();
+        fn go(
+            from: u32,
+            left: usize,
+            nx: u32,
+            allowed: &dyn Fn(u32) -> bool,
+            load: &dyn Fn(u32, u32) -> u64,
+        ) -> Option<u64> {
+            if left == 1 {
+                return (nx - from >= MIN_SLAB_COLUMNS).then(|| load(from, nx));
+            }
+            (from + MIN_SLAB_COLUMNS..nx)
+                .filter(|c| allowed(*c))
+                .filter_map(|c| go(c, left - 1, nx, allowed, load).map(|rest| rest.max(load(from, c))))
+                .min()
+        }
+        go(0, devices, nx, &allowed, &load)
+    }
+
+    #[test]
+    fn the_cuts_are_found_whenever_a_layout_exists_and_balance_it_best() {
+        // A 64-column cavity refined in its middle half (as
+        // cases/cavity-re100.toml): 6 and 7 slabs fit, three or four left of
+        // the patch and the rest right of it.
+        let mut lattice = LatticeConfig::uniform(64, 32, 0.8, [Boundary::Wall; 4]);
+        lattice.hierarchy.levels = vec![vec![Rect::new(16, 8, 48, 24)]];
+        for devices in [6, 7] {
+            let d = plan(&lattice, devices).unwrap();
+            assert_eq!(d.slabs.len(), devices);
+            assert!(d.slabs.iter().all(|s| s.x1 - s.x0 >= MIN_SLAB_COLUMNS), "{d:?}");
+            assert!(
+                d.slabs
+                    .iter()
+                    .all(|s| s.x1 <= 12 || s.x0 >= 52 || (s.x0 <= 12 && s.x1 >= 52)),
+                "{d:?}"
+            );
+        }
+        // Placements of one or two patches in a 28-column grid, over 1
+        // to 6 devices: a layout is found exactly when one exists, and its
+        // most loaded slab is the least any layout gives.
+        let mut compared = 0;
+        for a in (0..=20).step_by(2) {
+            for width in [3, 7] {
+                for second in [None, Some(22)] {
+                    let mut patches = vec![Rect::new(a + 2, 0, (a + 2 + width).min(26), 8)];
+                    if let Some(b) = second
+                        && b > a + width + 4
+                    {
+                        patches.push(Rect::new(b, 0, b + 2, 8));
+                    }
+                    let mut lattice = LatticeConfig::uniform(28, 8, 0.8, [Boundary::Wall; 4]);
+                    lattice.hierarchy.levels = vec![patches.clone()];
+                    let Ok((hierarchy, _)) = lattice.validate(&[]) else {
+                        continue;
+                    };
+                    let work = column_work(&hierarchy);
+                    let footprints: Vec<(u32, u32)> = patches.iter().map(|r| (r.x0, r.x1)).collect();
+                    for devices in 1..=6 {
+                        let found = Decomposition::plan(&hierarchy, &lattice, devices);
+                        let best = best_by_enumeration(&work, &footprints, devices);
+                        let most = found
+                            .as_ref()
+                            .ok()
+                            .map(|d| d.slabs.iter().map(|s| s.cell_updates).max().unwrap());
+                        assert_eq!(most, best, "{patches:?} over {devices}: {found:?}");
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        assert!(compared > 100, "{compared}");
     }
 
     #[test]
