@@ -33,15 +33,16 @@ const CUDA_LAUNCH_S: f64 = 10e-6;
 const PILOT_ABOVE_S: f64 = 60.0;
 
 /// The text of the case file at `path`.
-pub fn read_case_text(path: &Path) -> Result<String, AppError> {
+fn read_case_text(path: &Path) -> Result<String, AppError> {
     std::fs::read_to_string(path).map_err(|source| AppError::ReadCase {
         path: path.display().to_string(),
         source,
     })
 }
 
-/// The case at `path`, read and resolved as `lbm run` would.
-pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), AppError> {
+/// The case at `path` as written (one read, so that what a run keeps is
+/// what it ran), read and resolved as `lbm run` would.
+pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(String, Case, Resolved), AppError> {
     let text = read_case_text(path)?;
     let mut case = Case::from_toml(&text).map_err(|source| AppError::Case {
         path: path.display().to_string(),
@@ -63,12 +64,12 @@ pub fn read_case(path: &Path, steps: Option<u64>) -> Result<(Case, Resolved), Ap
         path: path.display().to_string(),
         source,
     })?;
-    Ok((case, resolved))
+    Ok((text, case, resolved))
 }
 
 /// The report of `lbm check`.
 pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
-    let (case, resolved) = read_case(path, None)?;
+    let (_, case, resolved) = read_case(path, None)?;
     let levels = resolved.levels()?;
     let hierarchy = resolved.lattice.hierarchy.validate(&resolved.tiles)?;
     // Refused before anything is printed.

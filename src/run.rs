@@ -337,8 +337,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         });
     }
     options.limits.check()?;
-    let text = crate::check::read_case_text(&options.case)?;
-    let (case, resolved) = crate::check::read_case(&options.case, options.steps)?;
+    let (text, case, resolved) = crate::check::read_case(&options.case, options.steps)?;
     let plan = Plan::of("run", &resolved)?;
     let pilot = match &options.pilot {
         PilotChoice::Run { intervals } => {
@@ -525,8 +524,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         dir: dir.display().to_string(),
         reason: format!("its manifest.json records no request ({e})"),
     })?;
-    let text = crate::check::read_case_text(&dir.join("case.toml"))?;
-    let (case, resolved) = crate::check::read_case(&dir.join("case.toml"), request.steps)?;
+    let (text, case, resolved) = crate::check::read_case(&dir.join("case.toml"), request.steps)?;
     let plan = Plan::of("run", &resolved)?;
     let point = resume_point(dir, manifest, &plan)?;
     let opened = open_admitted(&resolved, options.backend, options.device, &request)?;

@@ -544,9 +544,8 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .map(|s| parse_set(s))
         .collect::<Result<Vec<_>, _>>()?;
     check_keys_apart(&sweeps)?;
-    let base = crate::check::read_case_text(&options.case)?;
     // The case as written first, its errors naming the file and the key.
-    crate::check::read_case(&options.case, options.steps)?;
+    let (base, _, _) = crate::check::read_case(&options.case, options.steps)?;
     let all = members(&base, &sweeps, options.steps)?;
     let count = all.len();
     let shard = options.shard.as_deref().map(|s| parse_shard(s, count)).transpose()?;
@@ -1290,6 +1289,10 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
                 return Err(refuse(format!("member {} is also in shard {other}", r.index)));
             }
         }
+        let mut record = record;
+        for r in &mut record.results {
+            r.out = dir.join(&r.out).display().to_string();
+        }
         match &mut merged {
             // A merge holds no members' directories to resume.
             None => {
@@ -1305,6 +1308,11 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
     let mut merged = merged.expect("at least one shard");
     merged.results.sort_by_key(|r| r.index);
     prepare_output(out)?;
+    // Each member's directory stays in its shard: named from the merge's
+    // directory, so that the tree moves whole.
+    for r in &mut merged.results {
+        r.out = relative_path(out, Path::new(&r.out));
+    }
     write_results(out, &merged)?;
     let missing = merged.members - merged.results.len();
     if missing > 0 {
@@ -1314,6 +1322,28 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
         );
     }
     Ok(())
+}
+
+/// `target` as seen from the directory `from` (both existing): through
+/// `..` where they part, or absolute where they share no root.
+fn relative_path(from: &Path, target: &Path) -> String {
+    let (Ok(from), Ok(to)) = (from.canonicalize(), target.canonicalize()) else {
+        return target.display().to_string();
+    };
+    let common = from
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    if common == 0 {
+        return to.display().to_string();
+    }
+    let mut path = PathBuf::new();
+    for _ in from.components().skip(common) {
+        path.push("..");
+    }
+    path.extend(to.components().skip(common));
+    path.display().to_string()
 }
 
 #[cfg(test)]

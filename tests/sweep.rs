@@ -212,9 +212,23 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
     assert!(output.status.success(), "{}", stderr(&output));
     let mut mine = csv_rows(&merged.join("sweep.csv"));
     let mut full = csv_rows(&whole.join("sweep.csv"));
-    // Everything but the speed is the whole sweep's.
+    // Each row names its member's directory in its shard, from the merge's.
+    let out = full[0].iter().position(|h| h == "out").unwrap();
+    for row in &mine[1..] {
+        let member: usize = row[0].parse().unwrap();
+        let dir = merged.join(&row[out]);
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+        assert_eq!(
+            dir.canonicalize().unwrap(),
+            shards[member % 2].join(&full[member + 1][out]).canonicalize().unwrap()
+        );
+        assert_eq!(summary["ended"], "completed");
+    }
+    // Everything else but the speed is the whole sweep's.
     let mlups = full[0].iter().position(|h| h == "mlups").unwrap();
     for r in mine.iter_mut().chain(full.iter_mut()) {
+        r.truncate(out);
         r.remove(mlups);
     }
     assert_eq!(mine, full);

@@ -896,14 +896,21 @@ fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, bo
             if inside {
                 chosen = level;
             } else if !apart {
-                return Err(Error::Layout {
-                    level,
-                    patch: Some((patch.index, patch.rect)),
-                    reason: format!(
-                        "body {body} crosses its edge or lies within {PARENT_MARGIN} cells of it; \
-                         enlarge the patch or move the body"
+                // Named as the case file names both: the body is what a
+                // user most often moved.
+                return Err(Error::parameter(
+                    &format!("bodies[{body}]"),
+                    format!(
+                        "a body across the edge of refinement[{}].patches[{}] or within {PARENT_MARGIN} of its \
+                         level-{level} cells of that edge",
+                        level - 1,
+                        patch.index
                     ),
-                });
+                    &format!(
+                        "a body wholly inside a patch ({PARENT_MARGIN} of its cells clear of each edge that is not \
+                         a side of the domain) or wholly outside it: move the body, or enlarge or move the patch"
+                    ),
+                ));
             }
         }
     }
@@ -1528,7 +1535,7 @@ mod tests {
         assert_eq!(resolved.lattice.bodies[0].level, 1);
         let crossing = with_body.replace("center = [0.5, 0.5]", "center = [0.25, 0.5]");
         let e = Case::from_toml(&crossing).unwrap().resolve().unwrap_err().to_string();
-        assert!(e.contains("body 0 crosses"), "{e}");
+        assert!(e.contains("`bodies[0]`") && e.contains("refinement[0].patches[0]"), "{e}");
     }
 }
 
