@@ -570,9 +570,18 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
     }
     if let Ok(text) = std::fs::read_to_string(dir.join("summary.json"))
         && let Ok(summary) = serde_json::from_str::<serde_json::Value>(&text)
-        && summary["ended"] == "completed"
     {
-        return Err(refuse("the run completed; there is nothing to resume".into()));
+        if summary["ended"] == "completed" {
+            return Err(refuse("the run completed; there is nothing to resume".into()));
+        }
+        // The same bits diverge again: only another case gets past it.
+        if summary["ended"] == "diverged" {
+            return Err(refuse(format!(
+                "the run diverged ({}); resumed, it would diverge again: change the case (a finer grid, a \
+                 lower flow.lattice_velocity or a larger viscosity) and run it anew",
+                summary["error"].as_str().unwrap_or("no error recorded")
+            )));
+        }
     }
     Ok(manifest)
 }

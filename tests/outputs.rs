@@ -523,5 +523,13 @@ fn a_cavity_far_beyond_its_resolution_is_stopped_as_diverged() {
         out.join(format!("fields/t{step:09}")).is_dir(),
         "the fields at the divergence are written"
     );
+    // Resumed, the same bits would diverge again.
+    let resumed = lbm(&["resume", &out.display().to_string(), "--backend", "cpu"]);
+    assert_eq!(resumed.status.code(), Some(2), "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("diverge again") && stderr(&resumed).contains(&format!("interval {step} ")),
+        "{}",
+        stderr(&resumed)
+    );
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }

@@ -1535,7 +1535,10 @@ mod tests {
         assert_eq!(resolved.lattice.bodies[0].level, 1);
         let crossing = with_body.replace("center = [0.5, 0.5]", "center = [0.25, 0.5]");
         let e = Case::from_toml(&crossing).unwrap().resolve().unwrap_err().to_string();
-        assert!(e.contains("`bodies[0]`") && e.contains("refinement[0].patches[0]"), "{e}");
+        assert!(
+            e.contains("`bodies[0]`") && e.contains("refinement[0].patches[0]"),
+            "{e}"
+        );
     }
 }
 
