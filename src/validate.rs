@@ -550,7 +550,14 @@ fn periodic<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Mea
     let time_limit = 30.0;
     // About a hundred samples per shedding period (Strouhal 0.3 at U = 1 m/s).
     let chunk = ((DIAMETER / (0.3 * probe.u_mean) / 100.0) / units.dt).round().max(1.0) as u64;
-    probe.stepper.step((startup / units.dt).round() as u64)?;
+    // The start-up in chunks, so that progress shows through it.
+    let mut left = (startup / units.dt).round() as u64;
+    while left > 0 {
+        let n = left.min(100 * chunk);
+        probe.stepper.step(n)?;
+        probe.report(None);
+        left -= n;
+    }
     loop {
         probe.stepper.step(chunk)?;
         series.push(probe.instant()?);
