@@ -22,6 +22,7 @@
 #define LBM_LINK_WORDS 6u  // geometry::LINK_WORDS
 #define LBM_NO_CELL 0xFFFFFFFFu  // geometry::NO_CELL
 #define LBM_EXCHANGE_WORDS 4u  // exchange::EXCHANGE_WORDS
+#define LBM_PARTIAL_WORDS 7u  // exchange::PARTIAL_WORDS
 #define LBM_BLOCK_THREADS 256  // device::BLOCK_THREADS
 #define LBM_GRADIENT_FIELDS 5  // refine::GRADIENT_FIELDS
 #define LBM_RESTRICT_TILE 16u  // refine::RESTRICT_TILE

@@ -94,6 +94,19 @@ static inline double __longlong_as_double(long long v) {
     std::memcpy(&d, &v, sizeof d);
     return d;
 }
+static inline long long __double_as_longlong(double d) {
+    long long v;
+    std::memcpy(&v, &d, sizeof v);
+    return v;
+}
+// CUDA's count of leading zeros, 64 for 0.
+static inline int __clzll(long long v) {
+    return v == 0 ? 64 : __builtin_clzll((unsigned long long)v);
+}
+// The host's conversion rounds to nearest, ties to even, as the _rn intrinsic.
+static inline double __ull2double_rn(unsigned long long v) {
+    return (double)v;
+}
 
 #include "all.cu"
 using namespace lbm_plain;

@@ -5,6 +5,7 @@
 //! and body sit in one slab, across a periodic side and with a tiled base.
 
 use lbm_core::config::{Amplitude, InletSpec, Profile};
+use lbm_core::domain::decompose::Decomposition;
 use lbm_core::domain::geometry::{Body, Shape};
 use lbm_core::domain::hierarchy::Rect;
 use lbm_core::lattice::Moments;
@@ -141,6 +142,28 @@ fn check_split(lattice: LatticeConfig, devices: usize, tiles: Vec<Option<[u32; 2
 fn a_uniform_channel_with_a_cylinder_splits_bit_for_bit() {
     for devices in [2, 3] {
         check_split(channel(), devices, Vec::new());
+    }
+}
+
+/// Three cylinders on the base grid, off the channel's axis so that each
+/// feels a torque, which the cuts put on different slabs: a slab's link
+/// table then lacks the others' links, and each body's sums must still be
+/// one device's bits.
+#[test]
+fn bodies_on_different_slabs_get_one_devices_forces_and_torques() {
+    let mut lattice = channel();
+    lattice.bodies = vec![
+        cylinder([16.0, 18.3], 3.5, 0),
+        cylinder([48.0, 23.1], 4.0, 0),
+        cylinder([78.0, 17.6], 3.0, 0),
+    ];
+    for devices in [2, 3] {
+        let (hierarchy, _) = lattice.validate(&[]).unwrap();
+        let plan = Decomposition::plan(&hierarchy, &lattice, devices).unwrap();
+        let slab_of = |x: f64| plan.slabs.iter().position(|s| (s.x0 as f64) <= x && x < s.x1 as f64);
+        let slabs: Vec<_> = [16.0, 48.0, 78.0].map(slab_of).into_iter().collect();
+        assert!(slabs.windows(2).any(|w| w[0] != w[1]), "{devices} slabs: {slabs:?}");
+        check_split(lattice.clone(), devices, Vec::new());
     }
 }
 

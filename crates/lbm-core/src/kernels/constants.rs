@@ -77,6 +77,11 @@ pub fn cuda_constants() -> String {
         format!("{}u", exchange::EXCHANGE_WORDS),
         "exchange::EXCHANGE_WORDS",
     );
+    define(
+        "LBM_PARTIAL_WORDS",
+        format!("{}u", exchange::PARTIAL_WORDS),
+        "exchange::PARTIAL_WORDS",
+    );
     define("LBM_BLOCK_THREADS", BLOCK_THREADS.to_string(), "device::BLOCK_THREADS");
     define(
         "LBM_GRADIENT_FIELDS",

@@ -2,12 +2,17 @@
 //! body links of one patch, added to the interval and window integrals of its
 //! level. Launch struct and CPU reference.
 //!
-//! The sums are deterministic and the kernel's bit for bit: each body slot has
-//! [`blocks_per_slot`] blocks, each summing its share of the links in the fixed
-//! order of `kernels::reduce` into one partial, and the last block of the slot
-//! to arrive sums the partials in block order; the reference mirrors both
-//! steps. What it does not do: zero the integrals (the plan's memsets) or turn
-//! them into forces (the stepper's exchange ledgers).
+//! The sums do not depend on their order: each link's Fx, Fy and torque are
+//! turned into fixed-point integers ([`to_fixed`], multiples of 2^-64) and
+//! summed as integers, which associate; only the slot's total is rounded back
+//! to f64, once ([`from_fixed`]). So a body's sums are the same bits whatever
+//! else its table holds and however it is spread over blocks: a split run's
+//! slab, whose table lacks the other slabs' bodies, gives each body what
+//! one device gives it. Each body slot has [`blocks_per_slot`] blocks, each
+//! summing its share of the links into one partial; the last block of the
+//! slot to arrive adds the partials. What it does not do: zero the integrals
+//! (the plan's memsets) or turn them into forces (the stepper's exchange
+//! ledgers).
 
 use crate::device::{Arg, BLOCK_THREADS, BufferRef, Kernel, Launch};
 use crate::domain::geometry::{LINK_WORDS, NO_CELL};
@@ -15,14 +20,120 @@ use crate::error::{LaunchProblem, Result};
 use crate::lattice::{C, OPP, Q, W};
 
 use super::lbm::bouzidi;
-use super::reduce::BlockSum;
 use super::{ArgReader, BufferUse, ExactShape, HostViews, KernelArgs};
 
 /// f64 words per body in an exchange accumulator: Fx, Fy, torque, unused.
 pub const EXCHANGE_WORDS: usize = 4;
 
-/// f64 words per block in the partials scratch: Fx, Fy, torque.
-pub const PARTIAL_WORDS: usize = 3;
+/// 64-bit words per block in the partials scratch: Fx, Fy and torque as
+/// fixed-point i128 (low word first), then a word whose bit j marks a
+/// component that met a contribution [`to_fixed`] refuses.
+pub const PARTIAL_WORDS: usize = 7;
+
+/// The largest magnitude a link's contribution may have, 2^40 in lattice
+/// units (a population of order 1 on a lever of up to 2^24 cells gives
+/// less than 2^25): anything larger is a diverged flow, summed as NaN. The
+/// bound keeps 2^23 links of it inside an i128.
+const FIXED_LIMIT_EXPONENT: u64 = 1023 + 40;
+
+/// `v` in multiples of 2^-64, truncated toward zero (exact from |v| >=
+/// 2^-11 on), or `None` for a non-finite `v` or one of 2^40 or more. Written
+/// out in bits, as `exchange.cu`'s `to_fixed` is.
+pub fn to_fixed(v: f64) -> Option<i128> {
+    let bits = v.to_bits();
+    let exponent = (bits >> 52) & 0x7ff;
+    if exponent >= FIXED_LIMIT_EXPONENT {
+        return None;
+    }
+    if exponent == 0 {
+        // Zero or subnormal: below 2^-1022, nothing at 2^-64.
+        return Some(0);
+    }
+    let mantissa = (bits & ((1 << 52) - 1)) | (1 << 52);
+    // v 2^64 = mantissa 2^(exponent - 1075 + 64).
+    let shift = exponent as i64 - 1011;
+    let magnitude = match shift {
+        0.. => u128::from(mantissa) << shift,
+        -52..0 => u128::from(mantissa >> -shift),
+        _ => 0,
+    };
+    Some(match bits >> 63 {
+        1 => -(magnitude as i128),
+        _ => magnitude as i128,
+    })
+}
+
+/// The fixed-point `x` (multiples of 2^-64) as the nearest f64, ties to
+/// even. Written out in bits, as `exchange.cu`'s `from_fixed` is.
+pub fn from_fixed(x: i128) -> f64 {
+    let magnitude = x.unsigned_abs();
+    if magnitude == 0 {
+        return 0.0;
+    }
+    let lead = 127 - magnitude.leading_zeros() as i64;
+    let (mut mantissa, mut scale) = (magnitude, 0i64);
+    if lead > 52 {
+        let drop = lead - 52;
+        let rest = magnitude & ((1u128 << drop) - 1);
+        let half = 1u128 << (drop - 1);
+        mantissa = magnitude >> drop;
+        if rest > half || (rest == half && mantissa & 1 == 1) {
+            mantissa += 1;
+        }
+        scale = drop;
+    }
+    // Both factors exact, so is their product: at most 2^54 x 2^11.
+    let power = f64::from_bits(((1023 + scale - 64) as u64) << 52);
+    let value = mantissa as u64 as f64 * power;
+    if x < 0 { -value } else { value }
+}
+
+/// The NaN a sum that met a refused contribution gives, the same bits on
+/// every backend.
+const NAN_BITS: u64 = 0x7ff8_0000_0000_0000;
+
+/// One block's (or slot's) fixed-point sums and the components that met a
+/// refused contribution.
+#[derive(Clone, Copy, Default)]
+struct FixedSum {
+    sum: [i128; 3],
+    refused: u64,
+}
+
+impl FixedSum {
+    fn add(&mut self, value: [f64; 3]) {
+        for (j, v) in value.into_iter().enumerate() {
+            match to_fixed(v) {
+                Some(x) => self.sum[j] = self.sum[j].wrapping_add(x),
+                None => self.refused |= 1 << j,
+            }
+        }
+    }
+
+    fn merge(&mut self, other: &FixedSum) {
+        for j in 0..3 {
+            self.sum[j] = self.sum[j].wrapping_add(other.sum[j]);
+        }
+        self.refused |= other.refused;
+    }
+
+    fn words(&self) -> [u64; PARTIAL_WORDS] {
+        let mut words = [0u64; PARTIAL_WORDS];
+        for j in 0..3 {
+            words[2 * j] = self.sum[j] as u64;
+            words[2 * j + 1] = (self.sum[j] >> 64) as u64;
+        }
+        words[6] = self.refused;
+        words
+    }
+
+    fn values(&self) -> [f64; 3] {
+        std::array::from_fn(|j| match self.refused >> j & 1 {
+            1 => f64::from_bits(NAN_BITS),
+            _ => from_fixed(self.sum[j]),
+        })
+    }
+}
 
 /// Body slots one level may have: a link names its slot in the 28 bits of its
 /// second word above the direction.
@@ -79,7 +190,7 @@ pub struct AccumulateExchange {
     /// Blocks per slot, 1 to [`MAX_BLOCKS_PER_SLOT`]; the plan takes
     /// [`blocks_per_slot`] of `n_links`.
     pub blocks_per_slot: u32,
-    /// Scratch, [`PARTIAL_WORDS`] f64 per block (slot-major, block `b` of slot
+    /// Scratch, [`PARTIAL_WORDS`] 64-bit words per block (slot-major, block `b` of slot
     /// `s` at `s * blocks_per_slot + b`); written before it is read, so its
     /// contents on entry do not matter.
     pub partials: BufferRef,
@@ -233,17 +344,17 @@ pub struct Scratch<'a> {
 /// stationary-wall form of the Galilean-invariant exchange). Torque is taken
 /// about the body centre with the lever arm in the table.
 ///
-/// The sums follow the kernel: slot `s` has blocks `b = 0..B`
-/// (B = `blocks_per_slot`, T = [`BLOCK_THREADS`]); thread `t` of block `b`
-/// sums the contributions of the links of slot `s` among links
-/// `b T + t + k B T` for `k = 0, 1, ...` in that order, and the block's tree of
-/// `kernels::reduce` combines its threads' sums into the block's partial. The
-/// slot's total is the partial of block 0, plus that of block 1, ..., plus
-/// that of block B - 1, in that order whichever block arrived last, added once
-/// to the slot's interval words and, while a window is observed, to its window
-/// words. So the result depends on nothing but `f`, the link table, B and the
-/// accumulators, bit for bit on every backend and run. A link naming a slot
-/// of `n_slots` or more contributes nothing, as no block takes it.
+/// Slot `s` has blocks `b = 0..B` (B = `blocks_per_slot`, T =
+/// [`BLOCK_THREADS`]); block `b` takes the links of slot `s` among links
+/// `b T + t + k B T` (`t < T`, `k = 0, 1, ...`), and its partial is their
+/// fixed-point sum ([`to_fixed`]; a component that met a refused
+/// contribution is marked). The slot's total, the sum of its blocks'
+/// partials, is rounded to f64 once ([`from_fixed`]; NaN where marked) and
+/// added to the slot's interval words and, while a window is observed, to its
+/// window words. Integer sums associate, so the result depends on `f`, the
+/// slot's own links and the accumulators alone: not on the order of the
+/// table, the other slots' links or B, bit for bit on every backend and run.
+/// A link naming a slot of `n_slots` or more contributes nothing.
 pub fn accumulate_exchange(
     k: &AccumulateExchange,
     f: &[f32],
@@ -255,36 +366,33 @@ pub fn accumulate_exchange(
     let plane = k.plane_cells as usize;
     let n_blocks = k.blocks_per_slot as usize;
     let threads = BLOCK_THREADS as usize;
-    let mut sums: Vec<BlockSum<3>> = (0..k.n_slots as usize * n_blocks).map(|_| BlockSum::new()).collect();
+    let mut sums = vec![FixedSum::default(); k.n_slots as usize * n_blocks];
     for (item, link) in links.chunks_exact(LINK_WORDS).take(k.n_links as usize).enumerate() {
         let slot = (link[1] >> 4) as usize;
         if slot < k.n_slots as usize {
-            // Block `b` takes the runs of T links b, b + B, b + 2B, ...; within
-            // a thread the links come in increasing order, as BlockSum needs.
             let block = (item / threads) % n_blocks;
-            sums[slot * n_blocks + block].add(item, link_exchange(f, plane, link));
+            sums[slot * n_blocks + block].add(link_exchange(f, plane, link));
         }
     }
-    for (index, sum) in sums.into_iter().enumerate() {
+    for (index, sum) in sums.iter().enumerate() {
         let words = index * PARTIAL_WORDS..(index + 1) * PARTIAL_WORDS;
-        scratch.partials[words].copy_from_slice(&sum.total());
+        for (word, value) in scratch.partials[words].iter_mut().zip(sum.words()) {
+            *word = f64::from_bits(value);
+        }
     }
-    for slot in 0..k.n_slots as usize {
-        let blocks = &scratch.partials[slot * n_blocks * PARTIAL_WORDS..(slot + 1) * n_blocks * PARTIAL_WORDS];
-        let mut total = [0.0f64; 3];
-        total.copy_from_slice(&blocks[..PARTIAL_WORDS]);
-        for partial in blocks.chunks_exact(PARTIAL_WORDS).skip(1) {
-            for (sum, value) in total.iter_mut().zip(partial) {
-                *sum += value;
-            }
+    for (slot, blocks) in sums.chunks_exact(n_blocks).enumerate() {
+        let mut total = FixedSum::default();
+        for block in blocks {
+            total.merge(block);
         }
         scratch.arrivals[slot] = 0;
         let words = slot * EXCHANGE_WORDS..slot * EXCHANGE_WORDS + 3;
-        for (word, value) in interval[words.clone()].iter_mut().zip(total) {
+        let values = total.values();
+        for (word, value) in interval[words.clone()].iter_mut().zip(values) {
             *word += value;
         }
         if let Some(w) = window.as_deref_mut() {
-            for (word, value) in w[words].iter_mut().zip(total) {
+            for (word, value) in w[words].iter_mut().zip(values) {
                 *word += value;
             }
         }
@@ -396,59 +504,7 @@ mod tests {
         words.iter().map(|w| w.to_bits()).collect()
     }
 
-    /// The kernel's order written out as the kernel runs it: block `b` of slot
-    /// `slot`, thread `t` summing links `b T + t + k B T` of its slot, then the
-    /// tree, each block's total into its partial; then the partials of the
-    /// slot in block order. (The accumulators, the partials.)
-    fn kernel_order(f: &[f32], links: &[u32], start: &[f64], n_blocks: usize) -> (Vec<f64>, Vec<f64>) {
-        let threads = BLOCK_THREADS as usize;
-        let n_links = links.len() / LINK_WORDS;
-        let mut out = start.to_vec();
-        let mut partials = Vec::new();
-        for slot in 0..N_SLOTS as usize {
-            let mut block_totals = Vec::new();
-            for block in 0..n_blocks {
-                // Fx, Fy and torque of every thread, as in the kernel's shared memory.
-                let mut partial = [vec![0.0f64; threads], vec![0.0f64; threads], vec![0.0f64; threads]];
-                for t in 0..threads {
-                    let mut link = block * threads + t;
-                    while link < n_links {
-                        let words = &links[link * LINK_WORDS..(link + 1) * LINK_WORDS];
-                        if (words[1] >> 4) as usize == slot {
-                            for (p, value) in partial.iter_mut().zip(link_exchange(f, PLANE, words)) {
-                                p[t] += value;
-                            }
-                        }
-                        link += threads * n_blocks;
-                    }
-                }
-                let mut stride = threads / 2;
-                while stride > 0 {
-                    for p in partial.iter_mut() {
-                        for i in 0..stride {
-                            p[i] += p[i + stride];
-                        }
-                    }
-                    stride /= 2;
-                }
-                block_totals.push([partial[0][0], partial[1][0], partial[2][0]]);
-            }
-            let mut total = block_totals[0];
-            for block in &block_totals[1..] {
-                for j in 0..3 {
-                    total[j] += block[j];
-                }
-            }
-            for (j, value) in total.iter().enumerate() {
-                out[slot * EXCHANGE_WORDS + j] += value;
-            }
-            partials.extend(block_totals.into_iter().flatten());
-        }
-        (out, partials)
-    }
-
-    /// Plain sums in link order, what the reference did before it took the
-    /// kernel's order.
+    /// Plain f64 sums in link order.
     fn link_order(f: &[f32], links: &[u32], start: &[f64]) -> Vec<f64> {
         let mut out = start.to_vec();
         for words in links.chunks_exact(LINK_WORDS) {
@@ -462,11 +518,20 @@ mod tests {
         out
     }
 
+    /// The links of `links` that name `slot`.
+    fn own_links(links: &[u32], slot: u32) -> Vec<u32> {
+        links
+            .chunks_exact(LINK_WORDS)
+            .filter(|l| l[1] >> 4 == slot)
+            .flatten()
+            .copied()
+            .collect()
+    }
+
     #[test]
-    fn sums_take_the_kernels_order_and_nothing_else() {
+    fn a_slots_sums_depend_on_its_own_links_alone() {
         let mut rng = Rng(5);
-        let mut reordered = 0;
-        let mut by_blocks = 0;
+        let mut rounded = 0;
         let t = BLOCK_THREADS;
         for blocks_per_slot in [1, 2, 3, 5] {
             let b = blocks_per_slot * t;
@@ -476,17 +541,42 @@ mod tests {
                 let (k, f, links, start) = random_case(&mut rng, n_links, blocks_per_slot);
                 let (got, partials) = reference(&k, &f, &links, &start);
                 let what = format!("{n_links} links, {blocks_per_slot} blocks per slot");
-                let (expected, expected_partials) = kernel_order(&f, &links, &start, blocks_per_slot as usize);
-                assert_eq!(bits(&got), bits(&expected), "{what}");
-                assert_eq!(bits(&partials), bits(&expected_partials), "{what}: partials");
                 let plain = link_order(&f, &links, &start);
                 for (g, p) in got.iter().zip(&plain) {
                     assert!((g - p).abs() <= 1e-12 * (1.0 + p.abs()), "{what}: {g} against {p}");
                 }
-                reordered += (bits(&got) != bits(&plain)) as usize;
-                if blocks_per_slot > 1 {
-                    let (one, _) = kernel_order(&f, &links, &start, 1);
-                    by_blocks += (bits(&got) != bits(&one)) as usize;
+                rounded += (bits(&got) != bits(&plain)) as usize;
+                // Every block's partial is written, none left poisoned.
+                assert!(
+                    partials.iter().all(|w| !w.is_nan() || w.to_bits() >> 32 != 0x7ff8_0000),
+                    "{what}"
+                );
+                // The table reversed, over one block per slot: the same bits.
+                let reversed: Vec<u32> = links.chunks_exact(LINK_WORDS).rev().flatten().copied().collect();
+                let one_block = AccumulateExchange {
+                    blocks_per_slot: 1,
+                    ..k.clone()
+                };
+                assert_eq!(
+                    bits(&reference(&one_block, &f, &reversed, &start).0),
+                    bits(&got),
+                    "{what}"
+                );
+                // Each slot's links alone, as a slab that holds only that
+                // body has them: that slot's bits.
+                for slot in 0..N_SLOTS {
+                    let own = own_links(&links, slot);
+                    let alone = AccumulateExchange {
+                        n_links: (own.len() / LINK_WORDS) as u32,
+                        blocks_per_slot: super::blocks_per_slot(own.len() as u32 / LINK_WORDS as u32),
+                        ..k.clone()
+                    };
+                    let words = slot as usize * EXCHANGE_WORDS..(slot as usize + 1) * EXCHANGE_WORDS;
+                    assert_eq!(
+                        bits(&reference(&alone, &f, &own, &start).0[words.clone()]),
+                        bits(&got[words]),
+                        "{what}: slot {slot} alone"
+                    );
                 }
                 // The unused fourth word of every slot stays as it was.
                 for slot in 0..N_SLOTS as usize {
@@ -496,15 +586,71 @@ mod tests {
                         "{what}"
                     );
                 }
-                // The table alone decides: the same inputs give the same bits again.
-                assert_eq!(bits(&got), bits(&reference(&k, &f, &links, &start).0), "{what}");
             }
         }
-        assert!(reordered > 0, "the order never mattered, so this test shows nothing");
         assert!(
-            by_blocks > 0,
-            "splitting a slot over blocks never mattered, so this test shows nothing"
+            rounded > 0,
+            "the fixed-point sums never differed from f64 ones: this test shows nothing"
         );
+    }
+
+    #[test]
+    fn a_non_finite_or_huge_contribution_makes_its_slots_sums_nan() {
+        let mut rng = Rng(9);
+        let (k, mut f, links, start) = random_case(&mut rng, 600, 1);
+        let first = &links[..LINK_WORDS];
+        let (cell, d, slot) = (first[0] as usize, (first[1] & 15) as usize, (first[1] >> 4) as usize);
+        f[d * PLANE + cell] = f32::INFINITY;
+        let (got, _) = reference(&k, &f, &links, &start);
+        if slot < N_SLOTS as usize {
+            // Fx or Fy, whichever the direction has, and the torque.
+            assert!(got[slot * EXCHANGE_WORDS + 2].is_nan(), "{got:?}");
+            assert_eq!(got[slot * EXCHANGE_WORDS + 2].to_bits(), NAN_BITS);
+        }
+        for other in (0..N_SLOTS as usize).filter(|s| *s != slot) {
+            assert!(
+                got[other * EXCHANGE_WORDS..other * EXCHANGE_WORDS + 3]
+                    .iter()
+                    .all(|v| v.is_finite())
+            );
+        }
+    }
+
+    #[test]
+    fn fixed_point_is_exact_where_it_can_be_and_rounds_to_nearest_even() {
+        let two64 = 2f64.powi(64);
+        assert_eq!(to_fixed(1.5), Some((1.5 * two64) as i128));
+        assert_eq!(to_fixed(-0.25), Some(-((0.25 * two64) as i128)));
+        assert_eq!(to_fixed(0.0), Some(0));
+        assert_eq!(to_fixed(-0.0), Some(0));
+        assert_eq!(to_fixed(f64::MIN_POSITIVE / 4.0), Some(0));
+        // Below 2^-64 a value truncates to zero; 2^-64 itself is one unit.
+        assert_eq!(to_fixed(2f64.powi(-65)), Some(0));
+        assert_eq!(to_fixed(2f64.powi(-64)), Some(1));
+        assert_eq!(to_fixed(-3.0 * 2f64.powi(-65)), Some(-1));
+        for refused in [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            2f64.powi(40),
+            -2f64.powi(41),
+        ] {
+            assert_eq!(to_fixed(refused), None, "{refused}");
+        }
+        assert!(to_fixed(2f64.powi(40) * (1.0 - f64::EPSILON)).is_some());
+        let mut rng = Rng(3);
+        for _ in 0..10_000 {
+            let sign = if rng.below(2) == 0 { -1.0 } else { 1.0 };
+            let v = sign * rng.range(1.0, 2.0) * 2f64.powi(rng.below(50) as i32 - 11);
+            // From 2^-11 on, v is a whole number of units: both ways exact.
+            assert_eq!(from_fixed(to_fixed(v).unwrap()), v, "{v:e}");
+            // Any i128 rounds as Rust's own correctly rounded conversion does.
+            let x = (rng.next() as i128) << rng.below(62) ^ rng.next() as i128;
+            assert_eq!(from_fixed(x).to_bits(), (x as f64 / two64).to_bits(), "{x}");
+        }
+        // Ties go to the even mantissa: 2^53 + 1 and 2^53 + 3 units.
+        assert_eq!(from_fixed((1 << 53) + 1), 2f64.powi(53) / two64);
+        assert_eq!(from_fixed((1 << 53) + 3), (2f64.powi(53) + 4.0) / two64);
     }
 
     #[test]

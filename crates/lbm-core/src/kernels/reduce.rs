@@ -1,5 +1,6 @@
 //! The fixed summation order of the kernels that reduce inside a block of
-//! [`BLOCK_THREADS`] threads (`accumulate_exchange`, `correct_interface_mass`),
+//! [`BLOCK_THREADS`] threads in f64 (`correct_interface_mass`; the
+//! exchange sums in fixed point, whose order does not matter),
 //! for their CPU references to mirror: thread `t` sums its items `t`, `t + T`,
 //! `t + 2T`, ... in that order in f64, starting from 0.0; then a tree in
 //! shared memory combines the partial sums (for `s = T/2, T/4, ..., 1`:
