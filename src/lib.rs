@@ -104,6 +104,10 @@ pub enum AppError {
     #[error("{source}; what was measured until then is in {kept}")]
     Interrupted { source: Box<AppError>, kept: String },
 
+    /// SIGINT or SIGTERM ended a command that has no checkpoint to take.
+    #[error("interrupted by a signal (SIGINT or SIGTERM) at simulated time {time} s")]
+    Signalled { time: f64 },
+
     /// `--after-pilot DIR` names no completed pilot of this plan.
     #[error("--after-pilot {dir}: {reason}")]
     Pilot { dir: String, reason: String },
@@ -178,6 +182,7 @@ impl AppError {
             | AppError::Memory { .. } => 2,
             AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
             AppError::Interrupted { source, .. } => source.exit_code(),
+            AppError::Signalled { .. } => crate::guard::EXIT_INTERRUPTED,
             _ => crate::guard::EXIT_FAILED,
         }
     }

@@ -175,8 +175,16 @@ enum Command {
         /// Run members K, K+N, K+2N, ... only (K from 0): one task of a job array.
         #[arg(long, value_name = "K/N")]
         shard: Option<String>,
-        /// Join the shard directories given as PATHS into the directory OUT.
-        #[arg(long, value_name = "OUT", conflicts_with_all = ["sets", "shard", "fused", "lockstep", "steps"])]
+        /// Join the shard directories given as PATHS into the directory OUT
+        /// (it runs nothing: the flags of a run are refused beside it).
+        #[arg(
+            long,
+            value_name = "OUT",
+            conflicts_with_all = [
+                "sets", "shard", "fused", "lockstep", "steps", "out", "backend", "device", "quiet",
+                "max_wall_seconds", "watchdog_seconds",
+            ]
+        )]
         merge: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
         backend: BackendChoice,

@@ -526,7 +526,23 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     })?;
     let (text, case, resolved) = crate::check::read_case(&dir.join("case.toml"), request.steps)?;
     let plan = Plan::of("run", &resolved)?;
+    // The run starts again only as the run it was: an edited case.toml is
+    // another run, which another directory is for.
+    let started_as: Option<Plan> = serde_json::from_value(manifest["plan"].clone()).ok();
     let point = resume_point(dir, manifest, &plan)?;
+    if point.is_none()
+        && let Some(started_as) = started_as
+        && started_as.case_sha256 != plan.case_sha256
+    {
+        return Err(AppError::Resume {
+            dir: dir.display().to_string(),
+            reason: format!(
+                "it holds no checkpoint, and its case.toml is not the case it started with: {}; run the \
+                 edited case into another directory",
+                plan.differences(&started_as).unwrap_or_default()
+            ),
+        });
+    }
     let opened = open_admitted(&resolved, options.backend, options.device, &request)?;
     let input = SessionInput {
         text: &text,
@@ -655,7 +671,18 @@ pub(crate) fn open_resumed<'a>(
     let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
     let backend = drivers[0].backend();
     let mut engine = Engine::open(drivers, &devices, resolved.lattice.clone(), exec(resolved))?;
+    // A checkpoint of another configuration (another split's), and files
+    // it needs that are gone, are found before the manifest records a
+    // segment that will not run.
+    engine.restore(&found.snapshot).map_err(|e| match e {
+        lbm_core::Error::Snapshot { .. } => AppError::Resume {
+            dir: dir.display().to_string(),
+            reason: format!("{} does not fit this run: {e}", found.path.display()),
+        },
+        e => e.into(),
+    })?;
     remove_partial_files(dir);
+    let writer = Writer::resume(dir, case, resolved, request.picture_width, found.run.writer)?;
     let mut state = found.run.run;
     state.segments += 1;
     if let Some(resumes) = manifest["resumes"].as_array_mut() {
@@ -675,8 +702,6 @@ pub(crate) fn open_resumed<'a>(
         resumes.push(entry);
     }
     write_json(&dir.join("manifest.json"), &manifest)?;
-    engine.restore(&found.snapshot)?;
-    let writer = Writer::resume(dir, case, resolved, request.picture_width, found.run.writer)?;
     tell!(
         "resuming {} from interval {} of {} ({})",
         dir.display(),
@@ -768,12 +793,20 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
         }
         let mut entries = std::fs::read_dir(out).map_err(|e| refuse(format!("it cannot be read ({e})")))?;
         if entries.next().is_some() {
-            let unfinished = match read_manifest(out) {
-                Ok(_) => format!(
+            let resumable = read_manifest(out).is_ok() && {
+                let (found, damaged) = checkpoint::latest::<Checkpointed>(out);
+                found.is_some() || damaged.is_empty()
+            };
+            let unfinished = match (resumable, crate::sweep::is_unfinished(out)) {
+                (true, _) => format!(
                     ": it holds a run that did not complete, which `lbm resume {}` continues",
                     out.display()
                 ),
-                Err(_) => String::new(),
+                (_, true) => format!(
+                    ": it holds a sweep that did not complete, which `lbm resume {}` continues",
+                    out.display()
+                ),
+                _ => String::new(),
             };
             return Err(AppError::OutputNotEmpty {
                 path: out.display().to_string(),

@@ -705,6 +705,21 @@ pub fn resume(
     Ok(ran.ending)
 }
 
+/// Whether `dir` holds a sweep that `lbm resume` can continue: a record
+/// with its case text and a member that has not ended.
+pub(crate) fn is_unfinished(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("sweep.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<SweepRecord>(&text).ok())
+        .is_some_and(|record| {
+            record.case_text.is_some()
+                && record
+                    .results
+                    .iter()
+                    .any(|r| !["completed", "failed", "diverged"].contains(&r.ended.as_str()))
+        })
+}
+
 /// The result of a member whose own directory says it has ended (its
 /// summary completed, failed or diverged) though the sweep's record does
 /// not: the sweep was stopped after it ended.

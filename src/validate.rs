@@ -17,13 +17,15 @@ use std::time::Instant;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use lbm_core::case::{BodyTable, Case, Resolved, significant};
+use lbm_core::case::{BodyTable, BoundarySpec, Case, Resolved, significant};
+use lbm_core::config::{Amplitude, Profile};
 use lbm_core::domain::geometry::Shape;
 use lbm_core::units::UnitSystem;
 use lbm_core::{Driver, ExecConfig, Stepper};
 
 use crate::AppError;
 use crate::backend::BackendChoice;
+use crate::guard::Signals;
 use crate::output::write_atomic;
 use crate::plan::{PilotChoice, PilotRecord, Plan, check_pilot, pilot_intervals};
 use crate::progress::Progress;
@@ -286,7 +288,7 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
                 path: path.display().to_string(),
                 source,
             })?;
-            check_benchmark_geometry(&case)?;
+            check_benchmark_case(&case, options.benchmark)?;
             case
         }
         None => Case::from_toml(match options.benchmark {
@@ -406,6 +408,8 @@ struct Probe<'a, D: Driver> {
     /// Up to the benchmark's time limit: the criterion usually ends the
     /// run well before.
     progress: std::cell::RefCell<Progress>,
+    /// SIGINT or SIGTERM end the run between chunks, its series written.
+    signals: Signals,
     units: UnitSystem,
     level: usize,
     /// Mean inflow velocity, m/s: two thirds of the parabola's peak.
@@ -427,12 +431,18 @@ impl<D: Driver> Probe<'_, D> {
         Ok(self.units.pressure_to_physical(front - back))
     }
 
-    /// Progress at the stepper's interval with the latest measured cd and cl.
-    fn report(&self, latest: Option<&Sample>) {
+    /// Progress at the stepper's interval with the latest measured cd and
+    /// cl; the end of the run where a signal arrived.
+    fn report(&self, latest: Option<&Sample>) -> Result<(), AppError> {
         let coefficients: Vec<[f64; 2]> = latest.map(|s| [s.cd, s.cl]).into_iter().collect();
-        self.progress
-            .borrow_mut()
-            .update(self.stepper.step_count(), &coefficients);
+        let step = self.stepper.step_count();
+        self.progress.borrow_mut().update(step, &coefficients);
+        match self.signals.raised() {
+            true => Err(AppError::Signalled {
+                time: step as f64 * self.units.dt,
+            }),
+            false => Ok(()),
+        }
     }
 
     fn instant(&self) -> Result<Sample, AppError> {
@@ -457,6 +467,7 @@ fn measure<D: Driver>(driver: D, options: &ValidateOptions, setup: &Setup) -> Re
     let updates = stepper.hierarchy().cell_updates_per_interval();
     let probe = Probe {
         progress: Progress::new(0, limit, units.dt, updates, options.quiet).into(),
+        signals: Signals::install(),
         stepper: &stepper,
         units,
         level: resolved.lattice.bodies[0].level,
@@ -511,7 +522,7 @@ fn steady<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Measu
         let mut delta_p = 0.0;
         for _ in 0..samples_per_window {
             probe.stepper.step(chunk)?;
-            probe.report(series.last());
+            probe.report(series.last())?;
             delta_p += probe.delta_p()?;
         }
         let record = probe.stepper.read_exchange_window(0)?;
@@ -555,13 +566,13 @@ fn periodic<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Mea
     while left > 0 {
         let n = left.min(100 * chunk);
         probe.stepper.step(n)?;
-        probe.report(None);
+        probe.report(None)?;
         left -= n;
     }
     loop {
         probe.stepper.step(chunk)?;
         series.push(probe.instant()?);
-        probe.report(series.last());
+        probe.report(series.last())?;
         let crossings = upward_crossings(series);
         let periods: Vec<f64> = crossings.windows(2).map(|w| w[1] - w[0]).collect();
         let repeating = periods.len() >= 3 && {
@@ -620,8 +631,69 @@ fn interpolate(series: &[Sample], time: f64, value: impl Fn(&Sample) -> f64) -> 
         )
 }
 
+/// The reference values are those of the benchmark's flow: its channel and
+/// cylinder, fluid, sides and inflow (a ramp to it or none, whose start
+/// the criterion waits out). A case file for `--case` may change how it is
+/// computed (patches, collision, lattice velocity, outputs), nothing else.
+fn check_benchmark_case(case: &Case, benchmark: Benchmark) -> Result<(), AppError> {
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-12);
+    let refuse = |key: &str, value: String, accepted: String| AppError::Flag {
+        flag: "--case",
+        value: format!("{key} = {value}"),
+        accepted: format!("{accepted}: the benchmark's flow, which its reference values are of"),
+    };
+    if !close(case.fluid.viscosity, 1e-3) {
+        return Err(refuse(
+            "fluid.viscosity",
+            case.fluid.viscosity.to_string(),
+            "1e-3 m^2/s".into(),
+        ));
+    }
+    if !close(case.fluid.density, 1.0) {
+        return Err(refuse(
+            "fluid.density",
+            case.fluid.density.to_string(),
+            "1 kg/m^3".into(),
+        ));
+    }
+    let peak = match benchmark {
+        Benchmark::Dfg2d1 => 0.3,
+        Benchmark::Dfg2d2 => 1.5,
+    };
+    match &case.boundaries.x_min {
+        BoundarySpec::Inlet(inlet)
+            if inlet.profile == Profile::Parabolic
+                && close(inlet.velocity, peak)
+                && matches!(inlet.amplitude, Amplitude::Constant | Amplitude::Ramp { .. }) => {}
+        other => {
+            return Err(refuse(
+                "boundaries.x_min",
+                format!("{other:?}"),
+                format!(
+                    "a parabolic inlet of peak velocity {peak} m/s, constant or ramped up (`{{ inlet = {{ \
+                     profile = \"parabolic\", velocity = {peak}, amplitude = {{ ramp = {{ duration = 1.0 }} }} }} }}`)"
+                ),
+            ));
+        }
+    }
+    for (key, side, accepted) in [
+        ("boundaries.x_max", &case.boundaries.x_max, "\"outflow\""),
+        ("boundaries.y_min", &case.boundaries.y_min, "\"wall\""),
+        ("boundaries.y_max", &case.boundaries.y_max, "\"wall\""),
+    ] {
+        let expected = match key {
+            "boundaries.x_max" => matches!(side, BoundarySpec::Outflow),
+            _ => matches!(side, BoundarySpec::Wall),
+        };
+        if !expected {
+            return Err(refuse(key, format!("{side:?}"), accepted.into()));
+        }
+    }
+    check_benchmark_geometry(case)
+}
+
 /// The probes and reference values assume the benchmark's channel and
-/// cylinder; a case file for `--case` may change anything else.
+/// cylinder.
 fn check_benchmark_geometry(case: &Case) -> Result<(), AppError> {
     let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
     if !(close(case.domain.size[0], 2.2) && close(case.domain.size[1], 0.41)) {
@@ -732,6 +804,42 @@ mod tests {
         );
         assert_eq!(q(f64::NAN).outside_by().unwrap(), "not finite");
         assert!((q(5.6358).relative_error() - 0.01).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_case_variant_keeps_the_benchmarks_flow() {
+        let text = include_str!("../cases/dfg-2d1.toml");
+        let case = |t: &str| Case::from_toml(t).unwrap();
+        check_benchmark_case(&case(text), Benchmark::Dfg2d1).unwrap();
+        check_benchmark_case(&case(include_str!("../cases/dfg-2d2.toml")), Benchmark::Dfg2d2).unwrap();
+        // What it is computed with may change.
+        let finer = text.replace("lattice_velocity = 0.05", "lattice_velocity = 0.03");
+        assert_ne!(finer, text);
+        check_benchmark_case(&case(&finer), Benchmark::Dfg2d1).unwrap();
+        for (from, to, key) in [
+            ("viscosity = 1e-3", "viscosity = 2e-3", "fluid.viscosity"),
+            ("velocity = 0.3,", "velocity = 0.4,", "boundaries.x_min"),
+            ("x_max = \"outflow\"", "x_max = \"wall\"", "boundaries.x_max"),
+            ("y_max = \"wall\"", "y_max = \"free_slip\"", "boundaries.y_max"),
+        ] {
+            let changed = text.replace(from, to);
+            assert_ne!(changed, text, "{from}");
+            let e = check_benchmark_case(&case(&changed), Benchmark::Dfg2d1)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains("--case"), "{e}");
+            assert_eq!(
+                check_benchmark_case(&case(&changed), Benchmark::Dfg2d1)
+                    .unwrap_err()
+                    .exit_code(),
+                2
+            );
+        }
+        // The other benchmark's case is the other benchmark's flow.
+        let e = check_benchmark_case(&case(include_str!("../cases/dfg-2d2.toml")), Benchmark::Dfg2d1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("boundaries.x_min") && e.contains("0.3 m/s"), "{e}");
     }
 
     #[test]

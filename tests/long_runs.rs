@@ -178,6 +178,52 @@ fn sigint_checkpoints_and_says_interrupted() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// `lbm validate` has no checkpoint to take: SIGTERM ends it at the next
+/// chunk with what it measured written and exit 130.
+#[test]
+fn a_signal_ends_a_validation_with_its_series_written() {
+    let out = common::scratch("validate-signal");
+    let child = Command::new(common::runs::binary())
+        .args([
+            "validate",
+            "dfg-2d1",
+            "--resolution",
+            "40",
+            "--levels",
+            "0",
+            "--no-pilot",
+            "--quiet",
+        ])
+        .args(["--backend", "cpu", "--out", &out.display().to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Stepping: its output directory exists and a moment has passed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !out.is_dir() {
+        assert!(Instant::now() < deadline, "the validation never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("interrupted by a signal"),
+        "{}",
+        stderr(&output)
+    );
+    let series = std::fs::read_to_string(out.join("series.csv")).unwrap();
+    assert!(series.starts_with("time_s,cd,cl,delta_p_pa\n"), "{series}");
+    assert!(!out.join("report.json").exists());
+    std::fs::remove_dir_all(out).unwrap();
+}
+
 #[test]
 fn a_stalled_device_ends_the_run_as_stalled() {
     let (root, case, out) = setup("stall");
@@ -255,6 +301,19 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
         "{}",
         stderr(&again)
     );
+    // An edited case is another run.
+    let text = std::fs::read_to_string(out.join("case.toml")).unwrap();
+    let edited = text.replace("viscosity = 1e-3", "viscosity = 1.1e-3");
+    assert_ne!(edited, text);
+    std::fs::write(out.join("case.toml"), edited).unwrap();
+    let refused = resume(&out, &[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("not the case it started with"),
+        "{}",
+        stderr(&refused)
+    );
+    std::fs::write(out.join("case.toml"), text).unwrap();
     let resumed = resume(&out, &[]);
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert!(
@@ -276,6 +335,19 @@ fn resume_refuses_a_directory_without_a_whole_checkpoint() {
     wait_for_checkpoint(&out, 20, &mut child);
     child.kill().unwrap();
     child.wait().unwrap();
+    // A file the checkpoint continues gone: refused before the manifest
+    // records a segment.
+    let manifest = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    std::fs::rename(out.join("forces.csv"), out.join("forces.csv.away")).unwrap();
+    let missing = resume(&out, &[]);
+    assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).contains("forces.csv") && stderr(&missing).contains("missing"),
+        "{}",
+        stderr(&missing)
+    );
+    assert_eq!(std::fs::read_to_string(out.join("manifest.json")).unwrap(), manifest);
+    std::fs::rename(out.join("forces.csv.away"), out.join("forces.csv")).unwrap();
     for entry in std::fs::read_dir(out.join("checkpoints")).unwrap() {
         let path = entry.unwrap().path();
         let mut bytes = std::fs::read(&path).unwrap();

@@ -328,6 +328,11 @@ fn bad_output_keys_are_refused_before_any_work() {
             "output.probes[1].name",
         ),
         (
+            "twice-but-case",
+            table("probes = [{ name = \"wake\", point = [0.5, 0.5] }, { name = \"Wake\", point = [0.4, 0.5] }]"),
+            "`output.probes[1].name` = Wake: a name no other probe or line has, letter case aside",
+        ),
+        (
             "line-points",
             table("lines = [{ name = \"l\", from = [0.1, 0.1], to = [0.9, 0.9], points = 1 }]"),
             "output.lines[0].points",

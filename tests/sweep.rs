@@ -261,6 +261,24 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
         assert!(stderr(&output).contains(expect), "{}", stderr(&output));
         assert!(!target.join("sweep.csv").exists());
     }
+    // A merge runs nothing: a run's flags beside it are refused, not ignored.
+    for flag in [
+        &["--out", "elsewhere"][..],
+        &["--max-wall-seconds", "5"],
+        &["--backend", "cpu"],
+        &["--quiet"],
+    ] {
+        let target = scratch("sweep-flag-merge");
+        let mut args = vec!["sweep", "--merge"];
+        let target_text = target.display().to_string();
+        let shard = shards[0].display().to_string();
+        args.extend([target_text.as_str(), shard.as_str()]);
+        args.extend(flag);
+        let output = lbm(&args);
+        assert_eq!(output.status.code(), Some(2), "{flag:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(flag[0]), "{flag:?}: {}", stderr(&output));
+        assert!(!target.join("sweep.csv").exists());
+    }
     for dir in shards.iter().chain([&whole, &merged, &other]) {
         std::fs::remove_dir_all(dir).unwrap();
     }

@@ -84,7 +84,18 @@ impl Csv {
             path: path.display().to_string(),
             source,
         };
-        let file = std::fs::OpenOptions::new().write(true).open(&path).map_err(failed)?;
+        let file = match std::fs::OpenOptions::new().write(true).open(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(AppError::Resume {
+                    dir: path.display().to_string(),
+                    reason: format!(
+                        "it is missing, and the checkpoint continues its first {len} bytes: the run \
+                         directory is incomplete; run the case again into another directory"
+                    ),
+                });
+            }
+            opened => opened.map_err(failed)?,
+        };
         let on_disk = file.metadata().map_err(failed)?.len();
         if on_disk < len {
             return Err(AppError::Resume {

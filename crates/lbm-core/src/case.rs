@@ -83,6 +83,13 @@ impl BodyTable {
                 "a finite angle, degrees",
             ));
         }
+        // A rectangle turns into a polygon, which has no min and max left
+        // to compare: the rectangle as written is checked first.
+        if let Shape::Rectangle { min, max } = &self.shape
+            && !(min[0] < max[0] && min[1] < max[1])
+        {
+            return Err(rectangle_error(b, min, max));
+        }
         let [x0, y0, x1, y1] = self.shape.bounds();
         let pivot = self.pivot.unwrap_or([0.5 * (x0 + x1), 0.5 * (y0 + y1)]);
         if let Some(k) = (0..2).find(|k| !pivot[*k].is_finite()) {
@@ -252,6 +259,18 @@ impl Run {
     }
 }
 
+/// The longest case name: it titles pictures and plots.
+pub const MAX_CASE_NAME: usize = 200;
+
+/// A rectangle whose min is not below its max on both axes.
+fn rectangle_error(b: usize, min: &[f64; 2], max: &[f64; 2]) -> Error {
+    Error::parameter(
+        &format!("bodies[{b}].min"),
+        format!("{min:?} to {max:?}"),
+        "min below max on both axes",
+    )
+}
+
 /// What a side of the domain is, in the words of the case file.
 fn side_kind(spec: &BoundarySpec) -> &'static str {
     match spec {
@@ -298,11 +317,7 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
             ));
         }
         Shape::Rectangle { min, max } if min[0] >= max[0] || min[1] >= max[1] => {
-            return Err(Error::parameter(
-                &format!("{key}.min"),
-                format!("{min:?} to {max:?}"),
-                "min below max on both axes",
-            ));
+            return Err(rectangle_error(b, min, max));
         }
         Shape::Polygon { points } => {
             let area: f64 = (0..points.len())
@@ -525,6 +540,19 @@ impl Case {
     }
 
     fn resolve_as_given(&self) -> Result<Resolved> {
+        // The name titles the pictures and plots and heads the summaries.
+        if self.name.trim().is_empty()
+            || self.name.chars().count() > MAX_CASE_NAME
+            || self.name.chars().any(char::is_control)
+        {
+            return Err(Error::parameter(
+                "name",
+                format!("{:?}", self.name),
+                &format!(
+                    "1 to {MAX_CASE_NAME} characters, not all spaces, without control characters (line breaks, tabs)"
+                ),
+            ));
+        }
         self.run.check()?;
         let units = UnitSystem::new(
             self.domain.reference_length,
@@ -1476,6 +1504,9 @@ mod tests {
             &["`bodies[0].pivot`", "rotation"],
         );
         refused(&cavity_with(&[&format!("{square}\nangle = 5.0")]), &["angle"]);
+        // A rectangle turned is still a rectangle as written: min below max.
+        let inverted = "shape = \"rectangle\"\nmin = [0.55, 0.45]\nmax = [0.45, 0.55]\nrotation = 0.0";
+        refused(&cavity_with(&[inverted]), &["`bodies[0].min`", "min below max"]);
         refused(
             &cavity_with(&[&format!("{square}\nrotation = 90.0\npivot = [0.02, 0.5]")]),
             &["bodies[0]"],
@@ -1526,6 +1557,19 @@ mod tests {
         let mut broken = cavity.clone();
         broken.fluid.viscosity = -1.0;
         assert_eq!(broken.lattice_velocity_range(), None);
+    }
+
+    #[test]
+    fn a_case_name_is_a_title() {
+        for bad in ["", "   ", "two\nlines", "tab\there"] {
+            let text = CAVITY.replacen("name = \"cavity\"", &format!("name = {bad:?}"), 1);
+            assert_ne!(text, CAVITY);
+            refused(&text, &["`name`", "control characters"]);
+        }
+        let long = CAVITY.replacen("name = \"cavity\"", &format!("name = \"{}\"", "x".repeat(201)), 1);
+        refused(&long, &["`name`", "1 to 200 characters"]);
+        let fine = CAVITY.replacen("name = \"cavity\"", "name = \"Hohlraum, Re 100 (ü)\"", 1);
+        Case::from_toml(&fine).unwrap().resolve().unwrap();
     }
 
     #[test]

@@ -381,15 +381,21 @@ impl OutputSpec {
                 ));
             }
             // A line's profile is plotted as plots/NAME.png, beside the forces'.
-            if name == "forces" {
+            if name.eq_ignore_ascii_case("forces") {
                 return Err(Error::parameter(
                     &key,
                     format!("{name:?}"),
                     "a name other than `forces`, which names the forces' files",
                 ));
             }
-            if !names.insert(name.to_owned()) {
-                return Err(Error::parameter(&key, name, "a name no other probe or line has"));
+            // Compared without case: on a case-insensitive file system (macOS,
+            // Windows) `Wake` and `wake` would write one file.
+            if !names.insert(name.to_ascii_lowercase()) {
+                return Err(Error::parameter(
+                    &key,
+                    name,
+                    "a name no other probe or line has, letter case aside (names are file names)",
+                ));
             }
             Ok(())
         };

@@ -20,6 +20,12 @@ pub struct UnitSystem {
     pub density: f64,
 }
 
+/// The smallest and largest speed (m/s) and pressure (Pa) scales a case
+/// may have: fields are f32, which holds 1e-38 to 3e38, and the lattice
+/// values the scales multiply stay within a few decades of 1.
+const MIN_SCALE: f64 = 1e-30;
+const MAX_SCALE: f64 = 1e30;
+
 impl UnitSystem {
     /// `cells_per_length` base cells span `reference_length`; `reference_velocity`
     /// (m/s) becomes `lattice_velocity` in lattice units.
@@ -37,6 +43,31 @@ impl UnitSystem {
         // Its upper bound is the Mach number's, checked with every other speed.
         positive("flow.lattice_velocity", lattice_velocity)?;
         positive("fluid.density", density)?;
+        // Fields are written as f32: a speed or pressure scale beyond what
+        // f32 holds overflows the files (a "divergence" that is not one).
+        let speed = reference_velocity / lattice_velocity;
+        let pressure = density * speed * speed;
+        if !(MIN_SCALE..=MAX_SCALE).contains(&speed) {
+            return Err(Error::parameter(
+                "flow.reference_velocity",
+                reference_velocity,
+                &format!(
+                    "a velocity whose lattice speed scale, flow.reference_velocity / flow.lattice_velocity = \
+                     {speed:e} m/s, lies within {MIN_SCALE:e} to {MAX_SCALE:e}, which f32 fields hold"
+                ),
+            ));
+        }
+        if !(MIN_SCALE..=MAX_SCALE).contains(&pressure) {
+            return Err(Error::parameter(
+                "fluid.density",
+                density,
+                &format!(
+                    "a density whose pressure scale, fluid.density x (flow.reference_velocity / \
+                     flow.lattice_velocity)^2 = {pressure:e} Pa, lies within {MIN_SCALE:e} to {MAX_SCALE:e}, \
+                     which f32 fields hold"
+                ),
+            ));
+        }
         let dx = reference_length / cells_per_length;
         Ok(UnitSystem {
             dx,
@@ -96,6 +127,19 @@ fn positive(key: &str, value: f64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scales_beyond_what_f32_fields_hold_are_refused_naming_the_key() {
+        let e = UnitSystem::new(0.1, 20.0, 1.0, 0.05, 1e39).unwrap_err().to_string();
+        assert!(e.contains("`fluid.density`") && e.contains("pressure scale"), "{e}");
+        let e = UnitSystem::new(0.1, 20.0, 1e35, 0.05, 1.0).unwrap_err().to_string();
+        assert!(
+            e.contains("`flow.reference_velocity`") && e.contains("speed scale"),
+            "{e}"
+        );
+        // Water and a slow micro-channel flow are well inside.
+        UnitSystem::new(1e-4, 20.0, 1e-6, 0.05, 1000.0).unwrap();
+    }
 
     #[test]
     fn dfg_like_scaling_round_trips() {
