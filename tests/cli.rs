@@ -469,7 +469,11 @@ fn check_shows_the_split_over_devices_and_refuses_an_impossible_one() {
     assert!(report.contains("device 0: base columns [0, 12)"), "{report}");
     assert!(report.contains("device 1: base columns [12, 64)"), "{report}");
     assert!(report.contains("1 cut(s) x 64 rows, 1.5 KiB per interval"), "{report}");
-    for (devices, expect) in [("0", "1 to 16"), ("8", "patch L1.p0"), ("two", "invalid value")] {
+    for (devices, expect) in [
+        ("0", "1 to 7 for this layout"),
+        ("8", "patch L1.p0"),
+        ("two", "invalid value"),
+    ] {
         let refused = lbm(&["check", &cavity, "--devices", devices]);
         assert_eq!(refused.status.code(), Some(2), "{devices}");
         assert!(

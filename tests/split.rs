@@ -128,9 +128,12 @@ fn a_split_that_cannot_run_is_refused_before_anything_is_written() {
     let out = scratch("split-refused");
     let out_text = out.display().to_string();
     for (flags, expect) in [
-        (vec!["--devices", "0"], vec!["--devices", "1 to 16"]),
-        (vec!["--devices", "40"], vec!["--devices", "1 to 16"]),
-        (vec!["--devices", "8"], vec!["--devices", "patch L1.p0"]),
+        (vec!["--devices", "0"], vec!["--devices", "1 to 7 for this layout"]),
+        (vec!["--devices", "40"], vec!["--devices", "1 to 7 for this layout"]),
+        (
+            vec!["--devices", "8"],
+            vec!["--devices", "1 to 7 for this layout", "patch L1.p0"],
+        ),
         (
             vec!["--device-list", "0,1"],
             vec!["--device-list", "the CPU backend takes --devices G"],

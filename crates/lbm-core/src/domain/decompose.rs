@@ -156,14 +156,7 @@ impl Decomposition {
     pub fn plan(hierarchy: &Hierarchy, lattice: &LatticeConfig, devices: usize) -> Result<Decomposition> {
         let base = hierarchy.base();
         let (nx, ny) = (base.active.width(), base.active.height());
-        let most = (nx / MIN_SLAB_COLUMNS) as usize;
-        if devices == 0 || devices > most {
-            return Err(Error::parameter(
-                "--devices",
-                devices,
-                &format!("1 to {most} (slabs of at least {MIN_SLAB_COLUMNS} of the {nx} base columns)"),
-            ));
-        }
+        let widest = (nx / MIN_SLAB_COLUMNS) as usize;
         let work = column_work(hierarchy);
         // Where a cut may not fall: strictly inside a patch's footprint
         // widened by the clearance, or a level-0 body's.
@@ -203,7 +196,7 @@ impl Decomposition {
         // cut can reach are carried forward one cut at a time: a cut placed
         // greedily (as far right as it may go) can leave the next one inside
         // a patch where a cut further left would not.
-        let rest = |k0: usize, from: u32, most: u64| -> std::result::Result<(), (usize, u32, u32)> {
+        let rest = |devices: usize, k0: usize, from: u32, most: u64| -> std::result::Result<(), (usize, u32, u32)> {
             let mut reached = vec![false; nx as usize + 1];
             reached[from as usize] = true;
             let mut first = from;
@@ -236,7 +229,27 @@ impl Decomposition {
                 false => Err((devices - 1, last, nx)),
             }
         };
-        if let Err((k, lo, hi)) = rest(1, 0, total) {
+        // The most slabs any layout holds: a layout of G slabs less one cut
+        // is one of G - 1, so those that fit are 1 to some largest G.
+        let (mut fit, mut over) = (1, widest + 1);
+        while over - fit > 1 {
+            let mid = fit + (over - fit) / 2;
+            match rest(mid, 1, 0, total) {
+                Ok(()) => fit = mid,
+                Err(_) => over = mid,
+            }
+        }
+        if devices == 0 || devices > widest {
+            return Err(Error::parameter(
+                "--devices",
+                devices,
+                &format!(
+                    "1 to {fit} for this layout (slabs of at least {MIN_SLAB_COLUMNS} of the {nx} base columns, \
+                     cuts clear of patches and bodies)"
+                ),
+            ));
+        }
+        if let Err((k, lo, hi)) = rest(devices, 1, 0, total) {
             let (_, _, what) = blocked
                 .iter()
                 .find(|(a, b, _)| *a < hi && *b > lo)
@@ -245,8 +258,9 @@ impl Decomposition {
                 "--devices",
                 devices,
                 &format!(
-                    "a layout whose cut {k} of {} can fall between base columns {lo} and {hi}; {what} and its \
-                     {CUT_CLEARANCE}-cell clearance cover them (patches and bodies stay whole on one device)",
+                    "1 to {fit} for this layout: cut {k} of {} could fall only between base columns {lo} and \
+                     {hi}, which {what} and its {CUT_CLEARANCE}-cell clearance cover (patches and bodies stay \
+                     whole on one device)",
                     devices - 1
                 ),
             ));
@@ -255,7 +269,7 @@ impl Decomposition {
         let (mut lo, mut hi) = (total.div_ceil(devices as u64), total);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match rest(1, 0, mid) {
+            match rest(devices, 1, 0, mid) {
                 Ok(_) => hi = mid,
                 Err(_) => lo = mid + 1,
             }
@@ -280,7 +294,7 @@ impl Decomposition {
             });
             let cut = candidates
                 .into_iter()
-                .find(|c| rest(k + 1, *c, most).is_ok())
+                .find(|c| rest(devices, k + 1, *c, most).is_ok())
                 .expect("the bound is feasible, so some cut keeps it");
             cuts.push(cut);
         }
@@ -475,6 +489,18 @@ mod tests {
                             .ok()
                             .map(|d| d.slabs.iter().map(|s| s.cell_updates).max().unwrap());
                         assert_eq!(most, best, "{patches:?} over {devices}: {found:?}");
+                        // A refusal names the most devices any layout takes.
+                        if let Err(e) = found {
+                            let largest = (1..devices)
+                                .rev()
+                                .find(|g| best_by_enumeration(&work, &footprints, *g).is_some())
+                                .unwrap_or(1);
+                            let e = e.to_string();
+                            assert!(
+                                e.contains(&format!("1 to {largest} for this layout")),
+                                "{patches:?}: {e}"
+                            );
+                        }
                         compared += 1;
                     }
                 }
@@ -490,7 +516,7 @@ mod tests {
         let e = plan(&lattice, 2).unwrap_err().to_string();
         assert!(e.contains("--devices") && e.contains("patch L1.p0"), "{e}");
         let e = plan(&lattice, 0).unwrap_err().to_string();
-        assert!(e.contains("--devices") && e.contains("1 to 10"), "{e}");
+        assert!(e.contains("--devices") && e.contains("1 to 1 for this layout"), "{e}");
         assert!(plan(&lattice, 11).is_err());
     }
 }
