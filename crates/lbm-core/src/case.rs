@@ -704,7 +704,24 @@ impl Case {
         let speed = speeds.iter().map(|s| s.speed).fold(0.0, f64::max);
         // Everything a stepper would refuse is refused here, before a run
         // writes anything.
-        lattice.validate(&tiles)?;
+        let (validated, _) = lattice.validate(&tiles)?;
+        // A tile beyond the level's largest allocation only pads it, and a
+        // huge one would reach the memory check unnamed.
+        for (level, tile) in self.run.tiles.iter().enumerate() {
+            let largest = validated.levels[level].iter().fold([0, 0], |m, p| {
+                [m[0].max(p.active.x1 + p.active.x0), m[1].max(p.active.y1 + p.active.y0)]
+            });
+            if tile[0] > largest[0] || tile[1] > largest[1] {
+                return Err(Error::parameter(
+                    &format!("run.tiles[{level}]"),
+                    format!("{tile:?}"),
+                    &format!(
+                        "tile sides of at most the level's largest allocation, {} x {} cells here",
+                        largest[0], largest[1]
+                    ),
+                ));
+            }
+        }
         let frame = CaseFrame {
             steps: self.run.steps,
             size: self.domain.size,
@@ -1557,6 +1574,19 @@ mod tests {
         let mut broken = cavity.clone();
         broken.fluid.viscosity = -1.0;
         assert_eq!(broken.lattice_velocity_range(), None);
+    }
+
+    #[test]
+    fn a_tile_beyond_its_levels_allocation_is_refused_naming_it() {
+        let tiled = |tiles: &str| CAVITY.replacen("steps = 10", &format!("steps = 10\ntiles = {tiles}"), 1);
+        assert_ne!(tiled("[]"), CAVITY);
+        Case::from_toml(&tiled("[[8, 8], [16, 4]]")).unwrap().resolve().unwrap();
+        refused(
+            &tiled("[[100000, 4]]"),
+            &["`run.tiles[0]`", "at most the level's largest allocation"],
+        );
+        refused(&tiled("[[8, 8], [4, 100000]]"), &["`run.tiles[1]`"]);
+        refused(&tiled("[[0, 8]]"), &["`run.tiles[0]`", "at least 1 cell"]);
     }
 
     #[test]

@@ -220,7 +220,7 @@ impl HierarchySpec {
         }
         if tiles.len() > self.levels.len() + 1 {
             return Err(Error::parameter(
-                "tiles",
+                "run.tiles",
                 tiles.len(),
                 &format!("at most one tile per level ({} levels)", self.levels.len() + 1),
             ));
@@ -230,8 +230,8 @@ impl HierarchySpec {
                 None => Ok(alloc),
                 Some([tx, ty]) if tx >= 1 && ty >= 1 => Ok([tx, ty]),
                 Some([tx, ty]) => Err(Error::parameter(
-                    &format!("tiles[{level}]"),
-                    format!("({tx},{ty})"),
+                    &format!("run.tiles[{level}]"),
+                    format!("[{tx}, {ty}]"),
                     "tile sides must be at least 1 cell",
                 )),
             }
