@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use lbm_core::case::{Case, Resolved};
+use lbm_core::case::{BoundarySpec, Case, Resolved};
 use lbm_core::cpu::host_available_memory;
 use lbm_core::domain::hierarchy::GHOST;
 use lbm_core::lattice::Q;
@@ -554,6 +554,18 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
             "lattice Mach number {:.3} is above 0.1: compressibility errors grow as Mach^2; lower flow.lattice_velocity",
             l.mach
         ));
+    }
+    if let BoundarySpec::Inlet(inlet) = &case.boundaries.x_min
+        && case.boundaries.x_max == BoundarySpec::Outflow
+        && inlet.amplitude.reverses()
+    {
+        out.push(
+            "boundaries.x_min.inlet.amplitude turns negative (a sine's second half-period, a table's negative \
+             rows): the flow then enters through the outflow at x_max, which the pressure outlet does not hold \
+             (such runs can diverge at modest Reynolds numbers, at any resolution); a wall at x_max, or factors \
+             of one sign, keep the flow leaving through it"
+                .into(),
+        );
     }
     if let Ok(hierarchy) = resolved.lattice.hierarchy.validate(&resolved.tiles) {
         for (b, body) in resolved.lattice.bodies.iter().enumerate().filter(|(_, b)| b.level > 0) {

@@ -255,7 +255,9 @@ fn parse_set(arg: &str) -> Result<Sweep, AppError> {
     let mut parsed: Vec<toml::Value> = Vec::with_capacity(values.len());
     for v in &values {
         let value = toml_value(v).map_err(|_| flag(arg, &format!("`{v}` is not a TOML value (quote strings)")))?;
-        // The same value twice would run the same member twice.
+        // The same value twice would run the same member twice; 1 and 1.0
+        // are the same number to the case.
+        let value = as_floats(value);
         if let Some(k) = parsed.iter().position(|p| *p == value) {
             return Err(flag(arg, &format!("each value once (`{v}` repeats `{}`)", values[k])));
         }
@@ -265,6 +267,16 @@ fn parse_set(arg: &str) -> Result<Sweep, AppError> {
         key: key.to_owned(),
         values,
     })
+}
+
+/// `value` with every integer in it as a float: the value a case reads.
+fn as_floats(value: toml::Value) -> toml::Value {
+    match value {
+        toml::Value::Integer(i) => toml::Value::Float(i as f64),
+        toml::Value::Array(items) => toml::Value::Array(items.into_iter().map(as_floats).collect()),
+        toml::Value::Table(table) => toml::Value::Table(table.into_iter().map(|(k, v)| (k, as_floats(v))).collect()),
+        other => other,
+    }
 }
 
 /// Refuses a key swept twice, or inside another swept key (`bodies.0` and
@@ -544,6 +556,18 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .map(|s| parse_set(s))
         .collect::<Result<Vec<_>, _>>()?;
     check_keys_apart(&sweeps)?;
+    if options.steps.is_some()
+        && let Some(swept) = sweeps.iter().find(|s| s.key == "run.steps")
+    {
+        return Err(AppError::Flag {
+            flag: "--steps",
+            value: options.steps.map(|n| n.to_string()).unwrap_or_default(),
+            accepted: format!(
+                "no --steps beside a swept run.steps ({}): each member runs its swept length",
+                swept.values.join(", ")
+            ),
+        });
+    }
     // The case as written first, its errors naming the file and the key.
     let (base, _, _) = crate::check::read_case(&options.case, options.steps)?;
     let all = members(&base, &sweeps, options.steps)?;
@@ -1396,6 +1420,14 @@ mod tests {
             "bodies.10.x=1",
         ]))
         .unwrap();
+        for set in [
+            "bodies.0.rotation=0,0.0",
+            "bodies.0.rotation=1,2,1.0",
+            "bodies.0.center=[1, 2],[1.0, 2]",
+        ] {
+            let e = parse_set(set).unwrap_err().to_string();
+            assert!(e.contains("each value once"), "{set}: {e}");
+        }
         let e = parse_set("fluid.viscosity=1e-3,2e-3,0.001").unwrap_err().to_string();
         assert!(
             e.contains("each value once") && e.contains("`0.001` repeats `1e-3`"),

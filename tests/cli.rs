@@ -440,6 +440,29 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         "{printed}{}",
         stderr(&report)
     );
+    // An inlet that reverses drives flow in through the outflow.
+    let dfg_text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    let sloshing = dir.join("sloshing.toml");
+    let reversed = dfg_text.replace(
+        "amplitude = { ramp = { duration = 1.0 } }",
+        "amplitude = { sine = { period = 2.0 } }",
+    );
+    assert_ne!(reversed, dfg_text);
+    std::fs::write(&sloshing, reversed).unwrap();
+    let report = lbm(&["check", &sloshing.display().to_string()]);
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success() && printed.contains("warning: boundaries.x_min.inlet.amplitude turns negative"),
+        "{printed}{}",
+        stderr(&report)
+    );
+    let closed = dir.join("closed.toml");
+    let walled = std::fs::read_to_string(&sloshing)
+        .unwrap()
+        .replace("x_max = \"outflow\"", "x_max = \"wall\"");
+    std::fs::write(&closed, walled).unwrap();
+    let report = lbm(&["check", &closed.display().to_string()]);
+    assert!(!String::from_utf8_lossy(&report.stdout).contains("turns negative"));
     let thick = dir.join("thick.toml");
     std::fs::write(&thick, text.replace("viscosity = 0.01 ", "viscosity = 0.053 ")).unwrap();
     let refused = lbm(&["check", &thick.display().to_string()]);

@@ -309,6 +309,8 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         ),
         ("fluid.viscosity", "--set"),
         ("fluid.viscosity=abc", "not a TOML value"),
+        // Each member runs its swept length, which --steps would override.
+        ("run.steps=10,20", "no --steps beside a swept run.steps (10, 20)"),
     ] {
         let output = lbm(&[
             "sweep",

@@ -541,15 +541,14 @@ impl Case {
 
     fn resolve_as_given(&self) -> Result<Resolved> {
         // The name titles the pictures and plots and heads the summaries.
-        if self.name.trim().is_empty()
-            || self.name.chars().count() > MAX_CASE_NAME
-            || self.name.chars().any(char::is_control)
-        {
+        let blank = |c: char| c.is_whitespace() || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}');
+        let breaks = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+        if self.name.chars().all(blank) || self.name.chars().count() > MAX_CASE_NAME || self.name.chars().any(breaks) {
             return Err(Error::parameter(
                 "name",
                 format!("{:?}", self.name),
                 &format!(
-                    "1 to {MAX_CASE_NAME} characters, not all spaces, without control characters (line breaks, tabs)"
+                    "1 to {MAX_CASE_NAME} characters, not all spaces, without control characters (line breaks, tabs, line separators)"
                 ),
             ));
         }
@@ -1591,8 +1590,16 @@ mod tests {
 
     #[test]
     fn a_case_name_is_a_title() {
-        for bad in ["", "   ", "two\nlines", "tab\there"] {
-            let text = CAVITY.replacen("name = \"cavity\"", &format!("name = {bad:?}"), 1);
+        // As TOML writes them, escapes and all.
+        for bad in [
+            r#""""#,
+            r#""   ""#,
+            r#""two\nlines""#,
+            r#""tab\there""#,
+            r#""a\u2028b""#,
+            r#""\u200b""#,
+        ] {
+            let text = CAVITY.replacen("name = \"cavity\"", &format!("name = {bad}"), 1);
             assert_ne!(text, CAVITY);
             refused(&text, &["`name`", "control characters"]);
         }

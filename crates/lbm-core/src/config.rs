@@ -140,6 +140,16 @@ impl Amplitude {
         }
     }
 
+    /// Whether the factor turns negative at some time: a sine's second
+    /// half-period, a table's negative rows.
+    pub fn reverses(&self) -> bool {
+        match self {
+            Amplitude::Sine { .. } => true,
+            Amplitude::Table { points } => points.iter().any(|p| p[1] < 0.0),
+            Amplitude::Constant | Amplitude::Ramp { .. } => false,
+        }
+    }
+
     /// The kernel's code for the amplitude's kind.
     pub fn code(&self) -> u32 {
         match self {

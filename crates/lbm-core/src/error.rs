@@ -188,9 +188,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn parameter(key: &str, value: impl std::fmt::Display, accepted: &str) -> Self {
+        let mut value = value.to_string();
+        // An f64 prints every digit of its decimal expansion: 1e300 would be
+        // a 301-digit number.
+        if value.len() > 24
+            && let Ok(number) = value.parse::<f64>()
+        {
+            value = format!("{number:e}");
+        }
         Error::Parameter {
             key: key.to_owned(),
-            value: value.to_string(),
+            value,
             accepted: accepted.to_owned(),
         }
     }
