@@ -97,13 +97,13 @@ impl Watchdog {
                     summary.checkpoint = watch.checkpoint.clone();
                     let last = summary.completed_intervals;
                     let error = format!(
-                        "the run stalled: no interval completed for {:.0} s after interval {last} \
+                        "the run stalled: no interval completed for {} s after interval {last} \
                          (--watchdog-seconds); the device may be hung. The last checkpoint is {}",
                         period.as_secs_f64(),
                         summary
                             .checkpoint
                             .as_deref()
-                            .unwrap_or("none: the run cannot be resumed")
+                            .unwrap_or("none: `lbm resume` runs it again from the start")
                     );
                     summary.error = Some(error.clone());
                     let written = write_json(&out.join("summary.json"), &summary);

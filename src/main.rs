@@ -214,7 +214,8 @@ enum Command {
         /// of the case's (the default; the built-in cases have 2).
         #[arg(long)]
         levels: Option<u32>,
-        /// The inflow peak in lattice units (default: the case file's, 0.05);
+        /// The inflow peak in lattice units (default: the case file's, 0.05
+        /// for dfg-2d1 and 0.03 for dfg-2d2);
         /// halving it halves the Mach number and doubles the steps.
         #[arg(long)]
         lattice_velocity: Option<f64>,

@@ -368,7 +368,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
             if let Some(reason) = crate::check::pilot_required(&case, &resolved, device.backend == "cuda")? {
                 return Err(AppError::PilotRequired {
                     reason,
-                    command: format!("lbm run {}", options.case.display()),
+                    command: given_command(),
                 });
             }
         }
@@ -384,6 +384,25 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     };
     let session = open_session(&input, opened, pilot, &request, started)?;
     session.drive(options.limits, options.quiet)
+}
+
+/// The command line as it was given, `lbm` first, less `--out DIR`: what a
+/// refusal tells to run again with other flags (its `--steps` and the rest
+/// kept, so that the plan stays the same).
+pub(crate) fn given_command() -> String {
+    let mut args = std::env::args().skip(1);
+    let mut kept = vec!["lbm".to_owned()];
+    while let Some(arg) = args.next() {
+        if arg == "--out" {
+            args.next();
+        } else if !arg.starts_with("--out=") {
+            kept.push(match arg.contains(char::is_whitespace) {
+                true => format!("'{arg}'"),
+                false => arg,
+            });
+        }
+    }
+    kept.join(" ")
 }
 
 /// The drivers of a run asked for as `request`, once its split (a patch in

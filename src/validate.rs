@@ -107,6 +107,11 @@ pub struct Quantity {
     pub low: f64,
     pub high: f64,
     pub within: bool,
+    /// [`Quantity::relative_error`], for readers of `report.json`.
+    pub relative_to_reference: f64,
+    /// [`Quantity::outside_by`]; absent within the interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside: Option<String>,
 }
 
 impl Quantity {
@@ -154,14 +159,19 @@ const DIAMETER: f64 = 0.1;
 const CENTER: [f64; 2] = [0.2, 0.2];
 
 fn quantity(name: &'static str, value: f64, reference: f64, low: f64, high: f64) -> Quantity {
-    Quantity {
+    let mut q = Quantity {
         name,
         value,
         reference,
         low,
         high,
         within: (low..=high).contains(&value),
-    }
+        relative_to_reference: 0.0,
+        outside: None,
+    };
+    q.relative_to_reference = q.relative_error();
+    q.outside = q.outside_by();
+    q
 }
 
 /// What `lbm validate` did: measured the benchmark, or ran its pilot.
@@ -212,7 +222,7 @@ pub fn validate(options: &ValidateOptions) -> Result<Validated, AppError> {
             if let Some(reason) = crate::check::pilot_required_for(setup.require_pilot, &levels, max_steps, cuda)? {
                 return Err(AppError::PilotRequired {
                     reason,
-                    command: format!("lbm validate {} [the same flags]", options.benchmark.name()),
+                    command: crate::run::given_command(),
                 });
             }
         }
@@ -668,7 +678,7 @@ fn check_benchmark_case(case: &Case, benchmark: Benchmark) -> Result<(), AppErro
         other => {
             return Err(refuse(
                 "boundaries.x_min",
-                format!("{other:?}"),
+                as_toml(other),
                 format!(
                     "a parabolic inlet of peak velocity {peak} m/s, constant or ramped up (`{{ inlet = {{ \
                      profile = \"parabolic\", velocity = {peak}, amplitude = {{ ramp = {{ duration = 1.0 }} }} }} }}`)"
@@ -686,10 +696,15 @@ fn check_benchmark_case(case: &Case, benchmark: Benchmark) -> Result<(), AppErro
             _ => matches!(side, BoundarySpec::Wall),
         };
         if !expected {
-            return Err(refuse(key, format!("{side:?}"), accepted.into()));
+            return Err(refuse(key, as_toml(side), accepted.into()));
         }
     }
     check_benchmark_geometry(case)
+}
+
+/// A side as the case file writes it.
+fn as_toml(side: &BoundarySpec) -> String {
+    toml::Value::try_from(side).map_or_else(|_| format!("{side:?}"), |v| v.to_string())
 }
 
 /// The probes and reference values assume the benchmark's channel and
@@ -785,14 +800,7 @@ mod tests {
 
     #[test]
     fn a_quantity_outside_its_interval_says_by_how_much() {
-        let q = |value: f64| Quantity {
-            name: "cd",
-            value,
-            reference: 5.58,
-            low: 5.57,
-            high: 5.59,
-            within: (5.57..=5.59).contains(&value),
-        };
+        let q = |value: f64| quantity("cd", value, 5.58, 5.57, 5.59);
         assert_eq!(q(5.58).outside_by(), None);
         assert_eq!(
             q(5.6458).outside_by().unwrap(),
@@ -804,6 +812,12 @@ mod tests {
         );
         assert_eq!(q(f64::NAN).outside_by().unwrap(), "not finite");
         assert!((q(5.6358).relative_error() - 0.01).abs() < 1e-12);
+        // report.json carries both.
+        let json = serde_json::to_value(q(5.6458)).unwrap();
+        let relative = json["relative_to_reference"].as_f64().unwrap();
+        assert!((relative - (5.6458 - 5.58) / 5.58).abs() < 1e-12, "{json}");
+        assert_eq!(json["outside"], "1.000% of the reference above its upper end");
+        assert!(serde_json::to_value(q(5.58)).unwrap().get("outside").is_none());
     }
 
     #[test]

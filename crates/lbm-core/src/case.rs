@@ -327,14 +327,28 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
                 })
                 .sum::<f64>()
                 / 2.0;
-            if points.len() < 3 || area.abs() <= 0.0 {
+            // Crossing edges first where the points span an area: a
+            // symmetric bow tie encloses no net area, and its crossing is
+            // what to fix; points on one line are flat, not crossed.
+            let spread: f64 = (1..points.len().saturating_sub(1))
+                .map(|i| {
+                    let (a, c) = (points[i], points[i + 1]);
+                    ((a[0] - points[0][0]) * (c[1] - points[0][1]) - (c[0] - points[0][0]) * (a[1] - points[0][1]))
+                        .abs()
+                })
+                .sum();
+            let crossing = match points.len() >= 3 && spread > 0.0 {
+                true => crossing_edges(points),
+                false => None,
+            };
+            if crossing.is_none() && (points.len() < 3 || area.abs() <= 0.0) {
                 return Err(Error::parameter(
                     &format!("{key}.points"),
                     format!("{} points, area {area:e} m^2", points.len()),
                     "at least 3 points enclosing an area",
                 ));
             }
-            if let Some((i, j)) = crossing_edges(points) {
+            if let Some((i, j)) = crossing {
                 let n = points.len();
                 return Err(Error::parameter(
                     &format!("{key}.points"),
@@ -1113,6 +1127,14 @@ mod tests {
                 "`bodies[0].points`",
                 "edge from point 0 to 1 meets its edge from point 2 to 3",
                 "does not cross or touch itself",
+            ],
+        );
+        // A symmetric bow tie encloses no net area: its crossing is named.
+        refused(
+            &polygon("[[0.4, 0.4], [0.6, 0.6], [0.6, 0.4], [0.4, 0.6]]"),
+            &[
+                "`bodies[0].points`",
+                "edge from point 0 to 1 meets its edge from point 2 to 3",
             ],
         );
         // Two squares meeting at a corner, and a spike back along an edge.
