@@ -550,8 +550,10 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
     if let Some(l) = levels.first()
         && l.mach > 0.1
     {
+        let (key, remedy) = &resolved.fastest;
         out.push(format!(
-            "lattice Mach number {:.3} is above 0.1: compressibility errors grow as Mach^2; lower flow.lattice_velocity",
+            "lattice Mach number {:.3} is above 0.1: compressibility errors grow as Mach^2; the fastest speed is \
+             {key}'s: {remedy}",
             l.mach
         ));
     }

@@ -417,7 +417,13 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     )
     .unwrap();
     let report = lbm(&["check", &fast.display().to_string()]);
-    assert!(String::from_utf8_lossy(&report.stdout).contains("warning: lattice Mach number 0.208"));
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(printed.contains("warning: lattice Mach number 0.208"), "{printed}");
+    // The warning names the fastest speed and what lowers it.
+    assert!(
+        printed.contains("the fastest speed is boundaries.y_max.moving_wall's: lower flow.lattice_velocity"),
+        "{printed}"
+    );
     // Level 1's tau+ is 1.65 here: in the warning band below the refusal at 2.5.
     let viscous = dir.join("viscous.toml");
     std::fs::write(&viscous, text.replace("viscosity = 0.01 ", "viscosity = 0.03 ")).unwrap();

@@ -492,6 +492,10 @@ pub struct Resolved {
     /// The fastest lattice speed the case prescribes or expects (its
     /// reference velocity), what the Mach number check used.
     pub lattice_speed: f64,
+    /// The key of that speed and what lowers it (not part of the plan: it
+    /// only words the warnings).
+    #[serde(skip)]
+    pub fastest: (String, String),
 }
 
 impl Case {
@@ -714,7 +718,11 @@ impl Case {
         };
         let speeds = self.speeds(&units, &lattice);
         lattice.check_stability(&speeds)?;
-        let speed = speeds.iter().map(|s| s.speed).fold(0.0, f64::max);
+        let fastest = speeds
+            .iter()
+            .max_by(|a, b| a.speed.total_cmp(&b.speed))
+            .expect("the reference velocity is always a speed");
+        let (speed, fastest) = (fastest.speed, (fastest.key.clone(), fastest.remedy.clone()));
         // Everything a stepper would refuse is refused here, before a run
         // writes anything.
         let (validated, _) = lattice.validate(&tiles)?;
@@ -749,6 +757,7 @@ impl Case {
             tiles,
             output,
             lattice_speed: speed,
+            fastest,
         })
     }
 }
