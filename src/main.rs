@@ -415,7 +415,8 @@ fn main() -> ExitCode {
                 Ok(Validated::Report(report)) => {
                     for q in &report.quantities {
                         let mark = q
-                            .outside_by()
+                            .outside
+                            .as_ref()
                             .map_or("within".to_owned(), |by| format!("OUTSIDE, {by}"));
                         say!(
                             "{:>8} {:>12.6}  reference {} ({} - {}) {mark}",

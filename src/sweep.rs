@@ -655,7 +655,7 @@ pub fn resume(
         let member = all
             .get(previous.index)
             .ok_or_else(|| refuse(format!("its sweep.json names member {} of {count}", previous.index)))?;
-        if ["completed", "failed", "diverged"].contains(&previous.ended.as_str()) {
+        if ENDED.contains(&previous.ended.as_str()) {
             kept.push(previous.clone());
             continue;
         }
@@ -729,6 +729,9 @@ pub fn resume(
     Ok(ran.ending)
 }
 
+/// How a member that has ended for good ended: a resume keeps its result.
+const ENDED: [&str; 3] = ["completed", "failed", "diverged"];
+
 /// Whether `dir` holds a sweep that `lbm resume` can continue: a record
 /// with its case text and a member that has not ended.
 pub(crate) fn is_unfinished(dir: &Path) -> bool {
@@ -736,11 +739,7 @@ pub(crate) fn is_unfinished(dir: &Path) -> bool {
         .ok()
         .and_then(|text| serde_json::from_str::<SweepRecord>(&text).ok())
         .is_some_and(|record| {
-            record.case_text.is_some()
-                && record
-                    .results
-                    .iter()
-                    .any(|r| !["completed", "failed", "diverged"].contains(&r.ended.as_str()))
+            record.case_text.is_some() && record.results.iter().any(|r| !ENDED.contains(&r.ended.as_str()))
         })
 }
 
@@ -1305,7 +1304,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
         let path = dir.join("sweep.json");
         let text =
             std::fs::read_to_string(&path).map_err(|e| refuse(format!("cannot read {} ({e})", path.display())))?;
-        let record: SweepRecord = serde_json::from_str(&text)
+        let mut record: SweepRecord = serde_json::from_str(&text)
             .map_err(|e| refuse(format!("{} is not a sweep record ({e})", path.display())))?;
         if let Some(m) = &merged
             && m.sweep_sha256 != record.sweep_sha256
@@ -1328,7 +1327,6 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
                 return Err(refuse(format!("member {} is also in shard {other}", r.index)));
             }
         }
-        let mut record = record;
         for r in &mut record.results {
             r.out = dir.join(&r.out).display().to_string();
         }

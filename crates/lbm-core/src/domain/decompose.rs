@@ -229,17 +229,22 @@ impl Decomposition {
                 false => Err((devices - 1, last, nx)),
             }
         };
-        // The most slabs any layout holds: a layout of G slabs less one cut
-        // is one of G - 1, so those that fit are 1 to some largest G.
-        let (mut fit, mut over) = (1, widest + 1);
-        while over - fit > 1 {
-            let mid = fit + (over - fit) / 2;
-            match rest(mid, 1, 0, total) {
-                Ok(()) => fit = mid,
-                Err(_) => over = mid,
+        // The most slabs any layout holds, for a refusal only: a layout of G
+        // slabs less one cut is one of G - 1, so those that fit are 1 to some
+        // largest G.
+        let most_slabs = || {
+            let (mut fit, mut over) = (1, widest + 1);
+            while over - fit > 1 {
+                let mid = fit + (over - fit) / 2;
+                match rest(mid, 1, 0, total) {
+                    Ok(()) => fit = mid,
+                    Err(_) => over = mid,
+                }
             }
-        }
+            fit
+        };
         if devices == 0 || devices > widest {
+            let fit = most_slabs();
             return Err(Error::parameter(
                 "--devices",
                 devices,
@@ -250,6 +255,7 @@ impl Decomposition {
             ));
         }
         if let Err((k, lo, hi)) = rest(devices, 1, 0, total) {
+            let fit = most_slabs();
             let (_, _, what) = blocked
                 .iter()
                 .find(|(a, b, _)| *a < hi && *b > lo)
