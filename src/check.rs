@@ -11,6 +11,7 @@ use std::path::Path;
 use lbm_core::case::{BoundarySpec, Case, Resolved};
 use lbm_core::cpu::host_available_memory;
 use lbm_core::domain::hierarchy::GHOST;
+use lbm_core::domain::hierarchy::SIDE_NAMES;
 use lbm_core::lattice::Q;
 use lbm_core::ledger::MemoryLedger;
 use lbm_core::output::{FieldName, Format};
@@ -570,6 +571,29 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         );
     }
     if let Ok(hierarchy) = resolved.lattice.hierarchy.validate(&resolved.tiles) {
+        for patch in hierarchy.levels.iter().skip(1).flatten() {
+            for (side, spec) in case.boundaries.sides().into_iter().enumerate() {
+                // A patch that spans a moving wall has no interface there.
+                let across = if side < 2 { [2, 3] } else { [0, 1] };
+                let spans = across.iter().all(|&s| patch.on_boundary[s]);
+                if let BoundarySpec::MovingWall(velocity) = spec
+                    && velocity.iter().any(|v| *v != 0.0)
+                    && patch.on_boundary[side]
+                    && !spans
+                {
+                    out.push(format!(
+                        "refinement[{}].patches[{}] touches the moving wall boundaries.{} without spanning it: where \
+                         its interface meets the wall the coupling's mass correction is large, and it shifts the \
+                         pressure of the coarse cells along the whole interface (about 0.5% of rho U^2 in a Re-100 \
+                         cavity, several times the grid's own error there; velocities are not affected); span the \
+                         wall from side to side, or keep the patch 4 parent cells away from it",
+                        patch.level - 1,
+                        patch.index,
+                        SIDE_NAMES[side]
+                    ));
+                }
+            }
+        }
         for (b, body) in resolved.lattice.bodies.iter().enumerate().filter(|(_, b)| b.level > 0) {
             let scale = 2f64.powi(body.level as i32);
             let [x0, y0, x1, y1] = body.shape.bounds();

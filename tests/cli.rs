@@ -469,6 +469,30 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     std::fs::write(&closed, walled).unwrap();
     let report = lbm(&["check", &closed.display().to_string()]);
     assert!(!String::from_utf8_lossy(&report.stdout).contains("turns negative"));
+    // A patch whose interface meets the lid is warned about; one spanning it,
+    // or the shipped centred one, is not.
+    let lid = "[[refinement]]\npatches = [[0.25, 0.25, 0.75, 0.75]]";
+    assert!(text.contains(lid));
+    for (patch, warned) in [
+        ("[0.0, 0.5, 0.5, 1.0]", true),
+        ("[0.0, 0.5, 1.0, 1.0]", false),
+        ("[0.25, 0.25, 0.75, 0.75]", false),
+    ] {
+        let case = dir.join("lid-patch.toml");
+        std::fs::write(
+            &case,
+            text.replace(lid, &format!("[[refinement]]\npatches = [{patch}]")),
+        )
+        .unwrap();
+        let report = lbm(&["check", &case.display().to_string()]);
+        let printed = String::from_utf8_lossy(&report.stdout);
+        let warning = "warning: refinement[0].patches[0] touches the moving wall boundaries.y_max without spanning it";
+        assert!(
+            report.status.success() && printed.contains(warning) == warned,
+            "{patch}: {printed}{}",
+            stderr(&report)
+        );
+    }
     let thick = dir.join("thick.toml");
     std::fs::write(&thick, text.replace("viscosity = 0.01 ", "viscosity = 0.053 ")).unwrap();
     let refused = lbm(&["check", &thick.display().to_string()]);
