@@ -104,6 +104,15 @@ pub enum AppError {
     #[error("{source}; what was measured until then is in {kept}")]
     Interrupted { source: Box<AppError>, kept: String },
 
+    /// A run that failed after it started, with what failed after it (the
+    /// files the failure left unwritten) and where the rest is.
+    #[error("{source}{after}")]
+    Failed {
+        source: Box<AppError>,
+        /// The later failures and where the run's files are, as a sentence's tail.
+        after: String,
+    },
+
     /// SIGINT or SIGTERM ended a command that has no checkpoint to take.
     #[error("interrupted by a signal (SIGINT or SIGTERM) at simulated time {time} s")]
     Signalled { time: f64 },
@@ -166,6 +175,14 @@ impl AppError {
     /// output directory in use, a configuration out of range, a missing or
     /// foreign pilot, a directory that cannot be resumed), 3 for a run that
     /// failed once it had started.
+    /// The failure itself, without what [`AppError::Failed`] adds to it.
+    pub fn cause(&self) -> &AppError {
+        match self {
+            AppError::Failed { source, .. } => source.cause(),
+            e => e,
+        }
+    }
+
     pub fn exit_code(&self) -> u8 {
         use lbm_core::Error as Core;
         match self {
@@ -181,7 +198,7 @@ impl AppError {
             | AppError::SweepMerge { .. }
             | AppError::Memory { .. } => 2,
             AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
-            AppError::Interrupted { source, .. } => source.exit_code(),
+            AppError::Interrupted { source, .. } | AppError::Failed { source, .. } => source.exit_code(),
             AppError::Signalled { .. } => crate::guard::EXIT_INTERRUPTED,
             _ => crate::guard::EXIT_FAILED,
         }

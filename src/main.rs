@@ -492,9 +492,11 @@ fn report(summary: &Summary) {
     let out = summary.out.display();
     match summary.ended {
         Ending::Completed => {
-            let what = match &summary.pilot {
-                Some(p) => format!("pilot of {} intervals", p.intervals),
-                None => format!("{} steps", summary.steps),
+            let what = match (&summary.pilot, summary.segments) {
+                (Some(p), _) => format!("pilot of {} intervals", p.intervals),
+                (None, 1) => format!("{} steps", summary.steps),
+                // A resumed run's time and speed are its segments' together.
+                (None, n) => format!("{} steps over {n} segments (resumed)", summary.steps),
             };
             say!(
                 "{what} in {:.2} s on {} ({:.1} MLUPS); wrote {out}",

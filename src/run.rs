@@ -292,6 +292,29 @@ struct Checkpointed {
     writer: WriterState,
 }
 
+/// How far a blow-up has spread in the fields saved of it: the cell the
+/// device names is the first in storage order, which by then need not be
+/// where it began.
+fn spread(patches: &[fields::PatchFields]) -> String {
+    let (mut bad, mut fluid) = (0usize, 0usize);
+    for p in patches {
+        for ((solid, ux), pressure) in p.solid.iter().zip(&p.ux).zip(&p.pressure) {
+            if !solid {
+                fluid += 1;
+                bad += usize::from(!(ux.is_finite() && pressure.is_finite()));
+            }
+        }
+    }
+    match bad {
+        0 => String::new(),
+        _ => format!(
+            " (by then {bad} of the {fluid} fluid cells of all levels are not finite; the device names the first \
+             cell it finds in storage order, which need not be where the blow-up began; the saved fields show the \
+             rest)"
+        ),
+    }
+}
+
 fn diverged(step: u64, time: f64, what: String, out: &Path) -> AppError {
     AppError::Diverged {
         step,
@@ -531,6 +554,7 @@ pub(crate) fn open_session<'a>(
         started,
         last_checkpoint: None,
         checkpoint_seconds: None,
+        diverging: None,
     })
 }
 
@@ -745,6 +769,7 @@ pub(crate) fn open_resumed<'a>(
         started,
         last_checkpoint: Some(relative(dir, &found.path)),
         checkpoint_seconds: None,
+        diverging: None,
     })
 }
 
@@ -800,12 +825,32 @@ pub(crate) fn exec(resolved: &Resolved) -> ExecConfig {
     }
 }
 
-/// Creates the output directory, refusing one that already holds files.
+/// The most bytes a path may have on Linux (`PATH_MAX`, its NUL included).
+const PATH_MAX: usize = 4096;
+
+/// Bytes every file a run (or a sweep's member) writes may add to its
+/// output directory's path: `members/NNN/`, then the longest of
+/// `fields/tNNNNNNNNN/L{l}_p{i}_{field}.{ext}`, a probe's or line's file
+/// (a name of up to [`lbm_core::output::MAX_NAME`]) and the checkpoints, each
+/// with the suffix of its temporary file; with room to spare.
+const LONGEST_RELATIVE_PATH: usize = 128 + lbm_core::output::MAX_NAME;
+
+/// Creates the output directory, refusing one that already holds files or
+/// whose files' paths would be too long.
 pub fn prepare_output(out: &Path) -> Result<(), AppError> {
     let refuse = |reason: String| AppError::OutputDir {
         path: out.display().to_string(),
         reason,
     };
+    let absolute = std::path::absolute(out).map_err(|e| refuse(format!("it cannot be resolved ({e})")))?;
+    let bytes = absolute.as_os_str().len();
+    if bytes + 1 + LONGEST_RELATIVE_PATH >= PATH_MAX {
+        return Err(refuse(format!(
+            "its absolute path is {bytes} bytes, and the files written in it would reach the system's limit of \
+             {PATH_MAX} bytes a path; choose one of at most {} bytes",
+            PATH_MAX - 2 - LONGEST_RELATIVE_PATH
+        )));
+    }
     if out.exists() {
         if !out.is_dir() {
             return Err(refuse("it is a file, not a directory".into()));
@@ -903,6 +948,15 @@ pub(crate) struct Session<'a, D: Driver> {
     last_checkpoint: Option<String>,
     /// How long the last checkpoint took to write.
     checkpoint_seconds: Option<f64>,
+    /// A force sample that was not finite, while the run steps on to
+    /// [`Session::divergence_stop`] to save its fields there.
+    diverging: Option<Diverging>,
+}
+
+/// A divergence a force sample showed, before its fields are saved.
+struct Diverging {
+    step: u64,
+    what: String,
 }
 
 impl<D: Driver> Session<'_, D> {
@@ -962,33 +1016,60 @@ impl<D: Driver> Session<'_, D> {
         progress.finish();
         let ended = advanced.and_then(|ending| self.end_cleanly(ending));
         drop(watchdog);
-        ended.map_err(|e| self.fail(e))
+        ended.map_err(|e| self.fail(e).0)
     }
 
     /// Ends a session that failed with `e`: what was handed to the writer
     /// (the fields of a divergence among it) is on disk, and the summary says
-    /// how it ended, before the error is returned.
-    pub(crate) fn fail(&mut self, e: AppError) -> AppError {
+    /// how it ended, before the error (with what failed after it and where
+    /// the files are) and that summary are returned.
+    pub(crate) fn fail(&mut self, e: AppError) -> (AppError, Summary) {
         let ending = match e {
             AppError::Diverged { .. } => Ending::Diverged,
             _ => Ending::Failed,
         };
+        // What fails after the error (a full disk fails every later write)
+        // follows it in the one message, so the cause reads first.
+        let mut later = Vec::new();
         if self.writer.is_running() {
             match self.writer.finish() {
                 Ok(written) => self.written = written,
-                Err(second) => tell!("error: {second}"),
+                Err(second) => later.push(second.to_string()),
             }
         }
         let summary = self.summary(ending, Some(e.to_string()), None);
         if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
-            tell!("error: {second}");
+            later.push(second.to_string());
         }
-        e
+        let mut after = String::new();
+        if !later.is_empty() {
+            after += &format!("; after it: {}", later.join("; "));
+        }
+        // A divergence says where its files are.
+        if !(later.is_empty() && matches!(e, AppError::Diverged { .. })) {
+            after += &format!(
+                "; the run stopped after interval {} of {}, and what it had written is in {}",
+                self.state.done,
+                self.resolved.steps,
+                self.out.display()
+            );
+        }
+        (
+            AppError::Failed {
+                source: Box::new(e),
+                after,
+            },
+            summary,
+        )
     }
 
     /// The pilot's last fields, the checkpoint and the summary of a run that
     /// ended as asked or was interrupted.
     pub(crate) fn end_cleanly(&mut self, ending: Ending) -> Result<Summary, AppError> {
+        // A limit or a signal that came while a divergence was under way.
+        if let Some(diverging) = &self.diverging {
+            return Err(self.diverged_at(diverging.step));
+        }
         let done = self.state.done;
         if self.pilot.is_some() {
             // A pilot vouches for finite fields at its end, saved or not.
@@ -998,7 +1079,7 @@ impl<D: Driver> Session<'_, D> {
                 self.writer.save(done, patches.clone())?;
             }
             self.check_finite(&patches)?;
-            self.check_health(true)?;
+            self.check_health(Some(&patches))?;
         } else {
             self.checkpoint()?;
         }
@@ -1021,15 +1102,21 @@ impl<D: Driver> Session<'_, D> {
     /// The device's divergence check: a non-finite population or a cell
     /// faster than [`lbm_core::DIVERGED_MACH`] stops the run, after the
     /// fields of this interval are written (unless `saved` already).
-    fn check_health(&mut self, saved: bool) -> Result<(), AppError> {
+    fn check_health(&mut self, saved: Option<&[fields::PatchFields]>) -> Result<(), AppError> {
         let Some(cell) = self.unhealthy_cell()? else {
             return Ok(());
         };
-        if !saved {
-            self.save_divergence()?;
-        }
+        let spread = match saved {
+            Some(patches) => spread(patches),
+            None => self.save_divergence()?,
+        };
         let done = self.state.done;
-        Err(diverged(done, done as f64 * self.resolved.units.dt, cell, self.out))
+        Err(diverged(
+            done,
+            done as f64 * self.resolved.units.dt,
+            cell + &spread,
+            self.out,
+        ))
     }
 
     /// Where the device finds a population that is not finite or a cell
@@ -1056,9 +1143,12 @@ impl<D: Driver> Session<'_, D> {
 
     /// Writes the fields of the interval the device is at, so that a
     /// divergence can be looked at.
-    fn save_divergence(&mut self) -> Result<(), AppError> {
+    /// Returns [`spread`]'s account of the fields.
+    fn save_divergence(&mut self) -> Result<String, AppError> {
         let (patches, ..) = self.observe(Some(CoveredCells::Settled), false)?;
-        self.writer.save(self.state.done, patches)
+        let spread = spread(&patches);
+        self.writer.save(self.state.done, patches)?;
+        Ok(spread)
     }
 
     /// This interval's fields in physical units (when `fields`), each
@@ -1113,8 +1203,9 @@ impl<D: Driver> Session<'_, D> {
             .map(|(_, c)| c)
             .collect();
         let bodies = self.resolved.lattice.bodies.len();
+        // A run that ended before its last tenth has no mean there (null).
         let coefficients_last_tenth = (0..bodies)
-            .map(|b| [0, 1].map(|k| tail.iter().map(|c| c[b][k]).sum::<f64>() / tail.len().max(1) as f64))
+            .map(|b| [0, 1].map(|k| tail.iter().map(|c| c[b][k]).sum::<f64>() / tail.len() as f64))
             .collect();
         let resumable = self.pilot.is_none() && self.last_checkpoint.is_some() && ended != Ending::Completed;
         Summary {
@@ -1251,6 +1342,27 @@ impl<D: Driver> Session<'_, D> {
             .filter(|_| self.pilot.is_none())
     }
 
+    /// Where a run whose force sample after interval `step` was not finite
+    /// saves its fields and stops: the first divergence check, save point,
+    /// checkpoint interval or end at or after it. No chunk crosses one of
+    /// these, so every run of the case gets there, whatever its chunks
+    /// were (a sample taken inside a chunk is older than the device's
+    /// state), and saves the same fields.
+    fn divergence_stop(&self, step: u64) -> u64 {
+        let at_or_after = |k: u64| step.div_ceil(k) * k;
+        let save = self.resolved.output.save_points.iter().copied().find(|s| *s >= step);
+        [
+            Some(at_or_after(HEALTH_EVERY_INTERVALS)),
+            save,
+            self.checkpoint_every_intervals().map(at_or_after),
+            Some(self.end()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("the end is one")
+    }
+
     /// The intervals of the next chunk: up to the next event (a sample, a
     /// save point, a checkpoint, a divergence check, `stop`), about
     /// `CHUNK_SECONDS` long, within the wall limit; `None` when the wall limit
@@ -1355,6 +1467,14 @@ impl<D: Driver> Session<'_, D> {
             self.write_sample(s.step, s.records, s.probes.unwrap_or_default())?;
         }
         let done = self.state.done;
+        if let Some(diverging) = &self.diverging {
+            let step = diverging.step;
+            if done >= self.divergence_stop(step) {
+                return Err(self.diverged_at(step));
+            }
+            progress.update(done, &self.state.coefficients);
+            return Ok(signals.raised().then_some(Ending::Interrupted));
+        }
         let sampling = self
             .sampling()
             .is_some_and(|sample| done % sample == 0 || done == resolved.steps);
@@ -1380,6 +1500,15 @@ impl<D: Driver> Session<'_, D> {
                 plan.probes.iter().map(|p| at(p.point)).collect()
             });
             self.write_sample(done, records, probes)?;
+            if let Some(diverging) = &self.diverging {
+                let step = diverging.step;
+                if done >= self.divergence_stop(step) {
+                    return Err(self.diverged_at(step));
+                }
+                // No save, check or checkpoint of a flow that is not finite.
+                progress.update(done, &self.state.coefficients);
+                return Ok(signals.raised().then_some(Ending::Interrupted));
+            }
             if !bodies.is_empty() {
                 self.engine.start_exchange_window()?;
             }
@@ -1394,7 +1523,7 @@ impl<D: Driver> Session<'_, D> {
         if saving || done == self.end() || done % HEALTH_EVERY_INTERVALS == 0 {
             // The device check names the cell; the fields' own check
             // below is what remains if a moment alone went wrong.
-            self.check_health(saving)?;
+            self.check_health(saving.then_some(&patches[..]))?;
         }
         if saving {
             self.check_finite(&patches)?;
@@ -1429,33 +1558,14 @@ impl<D: Driver> Session<'_, D> {
         records: Vec<ExchangeRecord>,
         probes: Vec<Option<[f64; 3]>>,
     ) -> Result<(), AppError> {
-        let time = step as f64 * self.resolved.units.dt;
-        if !self.resolved.lattice.bodies.is_empty() {
-            let coefficients = self.force_scale.coefficients(&records);
-            self.writer.forces(time, records)?;
-            self.state.history.push((step, coefficients.clone()));
-            self.state.coefficients = coefficients;
-            if let Some(b) = self
-                .state
-                .coefficients
-                .iter()
-                .position(|c| !c.iter().all(|v| v.is_finite()))
-            {
-                // A sample taken inside a chunk is older than the device's
-                // state, which the cell and the fields are of: the run
-                // diverged at the sample, whatever the chunks were.
-                let done = self.state.done;
-                let mut what = format!("the force on body {b} is not finite");
-                if done != step {
-                    what += &format!(" (the fields saved are those of interval {done}, where the run stopped)");
-                }
-                if let Some(cell) = self.unhealthy_cell()? {
-                    what += &format!("; {cell}");
-                }
-                self.save_divergence()?;
-                return Err(diverged(step, time, what, self.out));
-            }
+        // After a divergence the samples are not written: the files end at
+        // the sample that showed it.
+        if self.diverging.is_some() {
+            return Ok(());
         }
+        let time = step as f64 * self.resolved.units.dt;
+        // The probes first: a divergence the forces show still leaves the
+        // sample's row in every file.
         if !self.resolved.output.probes.is_empty() {
             self.writer.probes(time, probes.clone())?;
             // JSON, which checkpoints hold the history in, has no NaN: a
@@ -1467,7 +1577,47 @@ impl<D: Driver> Session<'_, D> {
                 .collect();
             self.state.probe_history.push((step, finite));
         }
+        if !self.resolved.lattice.bodies.is_empty() {
+            let coefficients = self.force_scale.coefficients(&records);
+            self.writer.forces(time, records)?;
+            self.state.history.push((step, coefficients.clone()));
+            self.state.coefficients = coefficients;
+            if let Some(b) = self
+                .state
+                .coefficients
+                .iter()
+                .position(|c| !c.iter().all(|v| v.is_finite()))
+            {
+                self.diverging = Some(Diverging {
+                    step,
+                    what: format!("the force on body {b} is not finite"),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// The error of the divergence a force sample after interval `step`
+    /// showed, once the run has reached [`Session::divergence_stop`]; its
+    /// fields are saved first.
+    fn diverged_at(&mut self, step: u64) -> AppError {
+        let Diverging { what, .. } = self.diverging.take().expect("a divergence is under way");
+        let done = self.state.done;
+        let mut what = what;
+        if done != step {
+            what += &format!(" (the fields saved are those of interval {done}, where the run stopped)");
+        }
+        let mut tell = || -> Result<(), AppError> {
+            if let Some(cell) = self.unhealthy_cell()? {
+                what += &format!("; {cell}");
+            }
+            what += &self.save_divergence()?;
+            Ok(())
+        };
+        match tell() {
+            Ok(()) => diverged(step, step as f64 * self.resolved.units.dt, what, self.out),
+            Err(e) => e,
+        }
     }
 }
 

@@ -62,8 +62,8 @@ use crate::output::write_atomic;
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::run::{
-    Chunk, Ending, Limits, Pace, Request, ResumePoint, Session, SessionInput, empty_directory, exec, open_resumed,
-    open_session, prepare_output, resume_point, write_json,
+    Chunk, Ending, Limits, Pace, Request, ResumePoint, Session, SessionInput, Summary, empty_directory, exec,
+    open_resumed, open_session, prepare_output, resume_point, write_json,
 };
 
 /// How the members advance.
@@ -883,12 +883,14 @@ fn run_members(
         device_list: None,
     };
     let mut results: Vec<Option<MemberResult>> = vec![None; chosen.len()];
-    let failed_result = |m: &Member, e: &AppError| MemberResult {
-        ended: match e {
+    // A member that failed before it stepped has no summary.
+    let failed_result = |m: &Member, e: &AppError, summary: Option<&Summary>| MemberResult {
+        ended: match e.cause() {
             AppError::Diverged { .. } => "diverged".into(),
             _ => "failed".into(),
         },
         error: Some(e.to_string()),
+        mlups: summary.map_or(0.0, |s| s.mlups),
         ..MemberResult::running(m, count)
     };
     let mut sessions = Vec::with_capacity(chosen.len());
@@ -900,7 +902,7 @@ fn run_members(
         match session {
             Ok(s) => sessions.push(Some(s)),
             Err(e) => {
-                results[k] = Some(failed_result(chosen[k], &e));
+                results[k] = Some(failed_result(chosen[k], &e, None));
                 sessions.push(None);
             }
         }
@@ -970,8 +972,8 @@ fn run_members(
                             break 'run;
                         }
                         Err(e) => {
-                            let e = session.fail(e);
-                            results[k] = Some(failed_result(chosen[k], &e));
+                            let (e, summary) = session.fail(e);
+                            results[k] = Some(failed_result(chosen[k], &e, Some(&summary)));
                             *slot = None;
                         }
                     }
@@ -990,8 +992,8 @@ fn run_members(
             }
             let mut failed = |k: usize, slot: &mut Option<Session<'_, Box<dyn lbm_core::Driver>>>, e: AppError| {
                 let session = slot.as_mut().expect("a member with a chunk is open");
-                let e = session.fail(e);
-                results[k] = Some(failed_result(chosen[k], &e));
+                let (e, summary) = session.fail(e);
+                results[k] = Some(failed_result(chosen[k], &e, Some(&summary)));
                 *slot = None;
             };
             let start = Instant::now();
@@ -1054,8 +1056,8 @@ fn run_members(
                 &probe_history,
             ),
             Err(e) => {
-                let e = session.fail(e);
-                failed_result(member, &e)
+                let (e, summary) = session.fail(e);
+                failed_result(member, &e, Some(&summary))
             }
         });
     }

@@ -79,7 +79,12 @@ fn bad_input_is_named_before_any_work() {
         (
             "one-sided-periodic",
             text.replace("x_max = \"wall\"", "x_max = \"periodic\""),
-            "periodic sides come in pairs",
+            "`boundaries.x_min` = wall: periodic, as its opposite side is",
+        ),
+        (
+            "unknown-body-key",
+            format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.5]\nradius = 0.1\ncolour = 1\n"),
+            "unknown field `colour`, expected `center` or `radius`, or `rotation` or `pivot`",
         ),
         (
             "nan-viscosity",
@@ -192,6 +197,27 @@ fn bad_input_is_named_before_any_work() {
             "{name}: refused input must not create the output directory"
         );
     }
+    // An output directory whose files' paths would pass the system's limit
+    // of 4096 bytes is refused before it is made, though its own path fits.
+    let mut deep = dir.clone();
+    while deep.as_os_str().len() < 4000 {
+        deep.push("d".repeat(200));
+    }
+    let output = lbm(&[
+        "run",
+        &case_path(),
+        "--backend",
+        "cpu",
+        "--out",
+        &deep.display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("the system's limit of 4096 bytes a path"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!dir.join("d".repeat(200)).exists());
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -227,6 +227,13 @@ fn probes_and_lines_are_written_every_sample_and_save_point() {
     // small record per sample, and the patches' fields once, at the end.
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    // Velocity's range is each component's: the lid's cavity turns both.
+    let ranges = &summary["written"]["field_ranges"];
+    for key in ["velocity_x [m/s]", "velocity_y [m/s]"] {
+        let [low, high] = [0, 1].map(|k| ranges[key][k].as_f64().unwrap());
+        assert!(low < 0.0 && high > 0.0, "{key}: {ranges}");
+        assert_eq!(summary["written"]["field_non_finite"][key], 0);
+    }
     let ring = &summary["ring"];
     let (records, bytes, whole) = (
         ring["records"].as_u64(),
@@ -455,6 +462,7 @@ fn a_diverging_run_fails_and_keeps_what_it_wrote() {
         steps = 1000
         [output]
         every_intervals = 500
+        probes = [{ name = "wake", point = [0.5, 0.15] }]
     "#;
     for (name, case, steps, force_first) in [
         ("diverging", unstable.as_str(), "1500", false),
@@ -499,6 +507,27 @@ fn a_diverging_run_fails_and_keeps_what_it_wrote() {
         );
         assert!(step >= named);
         assert!(out.join(format!("fields/t{step:09}")).is_dir(), "{summary}");
+        if force_first {
+            // The run steps on from the bad sample to the next divergence
+            // check (every 64 intervals), save point or end, whatever its
+            // chunks, and saves there; the samples end at the bad one, the
+            // probe's row included.
+            let stop = [named.div_ceil(64) * 64, 500, 1000]
+                .into_iter()
+                .filter(|s| *s >= named)
+                .min();
+            assert_eq!(Some(step), stop, "{message}");
+            let probes = std::fs::read_to_string(out.join("probes/wake.csv")).unwrap();
+            assert_eq!(probes.lines().count(), forces.lines().count(), "{probes}");
+            // It never reached its last tenth: no mean there.
+            assert_eq!(summary["coefficients_last_tenth"], serde_json::json!([[null, null]]));
+        }
+        if message.contains("a population is not finite") {
+            assert!(
+                message.contains("fluid cells of all levels are not finite"),
+                "{message}"
+            );
+        }
         std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
     }
 }

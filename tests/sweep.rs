@@ -654,9 +654,19 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
         std::fs::read(plain.join("probes/centre.csv")).unwrap(),
         std::fs::read(out.join("members/001/probes/centre.csv")).unwrap()
     );
-    // The fields at the divergence are of the interval the run stopped at.
+    // The fields at the divergence are of the interval the run stopped at,
+    // the same in both, and sweep.csv's speed is the member's own.
     let step = summary["completed_intervals"].as_u64().unwrap();
     assert!(out.join(format!("members/001/fields/t{step:09}.vthb")).exists());
+    assert_eq!(
+        std::fs::read(plain.join("fields/index.json")).unwrap(),
+        std::fs::read(out.join("members/001/fields/index.json")).unwrap()
+    );
+    let mlups = rows[0].iter().position(|h| h == "mlups").unwrap();
+    assert_eq!(
+        rows[2][mlups].parse::<f64>().unwrap(),
+        summary["mlups"].as_f64().unwrap()
+    );
     std::fs::remove_dir_all(out).unwrap();
     std::fs::remove_dir_all(plain).unwrap();
     std::fs::remove_file(case).unwrap();

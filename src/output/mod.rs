@@ -145,9 +145,14 @@ struct IndexEntry {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Written {
     pub save_points: usize,
-    /// Each saved field's smallest and largest value over the fluid cells
-    /// no finer patch covers, over every save point (velocity: its magnitude).
+    /// Each saved field's smallest and largest finite value over the fluid
+    /// cells no finer patch covers, over every save point (velocity: each
+    /// component, `velocity_x` and `velocity_y`).
     pub field_ranges: std::collections::BTreeMap<String, [f64; 2]>,
+    /// The values of the same cells that were not finite, per key of
+    /// `field_ranges` (a diverged run's last fields).
+    #[serde(default)]
+    pub field_non_finite: std::collections::BTreeMap<String, u64>,
     /// Relative to the output directory.
     pub files: Vec<PathBuf>,
 }
@@ -476,23 +481,38 @@ impl Writer {
             self.state.last_profiles.push(profile);
         }
         for &field in &self.plan.fields {
-            let shown = if field == FieldName::Velocity {
-                FieldName::Speed
-            } else {
-                field
+            let unit = field.unit();
+            // Velocity by component (x, y); every other field whole.
+            let parts: Vec<(String, Option<bool>)> = match field {
+                FieldName::Velocity => vec![
+                    (format!("velocity_x [{unit}]"), Some(false)),
+                    (format!("velocity_y [{unit}]"), Some(true)),
+                ],
+                _ => vec![(format!("{} [{unit}]", field.name()), None)],
             };
-            let range = self
-                .state
-                .written
-                .field_ranges
-                .entry(format!("{} [{}]", field.name(), field.unit()))
-                .or_insert([f64::INFINITY, f64::NEG_INFINITY]);
-            for p in patches {
-                for (i, v) in p.values(shown).iter().enumerate() {
-                    let at = (i / p.size[0], i % p.size[0]);
-                    if !p.solid[at] && !p.covered[at] {
-                        range[0] = range[0].min(*v as f64);
-                        range[1] = range[1].max(*v as f64);
+            for (key, component) in parts {
+                let written = &mut self.state.written;
+                let range = written
+                    .field_ranges
+                    .entry(key.clone())
+                    .or_insert([f64::INFINITY, f64::NEG_INFINITY]);
+                let non_finite = written.field_non_finite.entry(key).or_insert(0);
+                for p in patches {
+                    let values: Vec<f32> = match component {
+                        Some(false) => p.ux.iter().copied().collect(),
+                        Some(true) => p.uy.iter().copied().collect(),
+                        None => p.values(field),
+                    };
+                    for (i, v) in values.iter().enumerate() {
+                        let at = (i / p.size[0], i % p.size[0]);
+                        if !p.solid[at] && !p.covered[at] {
+                            if v.is_finite() {
+                                range[0] = range[0].min(*v as f64);
+                                range[1] = range[1].max(*v as f64);
+                            } else {
+                                *non_finite += 1;
+                            }
+                        }
                     }
                 }
             }

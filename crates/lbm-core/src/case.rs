@@ -445,11 +445,17 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
             .iter()
             .find_map(|(k, v)| key_at(k, v, String::new(), span.start))
     });
+    let mut message = e.message().to_owned();
+    // A body's shape table lists its own keys; the keys every shape takes
+    // sit beside it (`BodyTable`).
+    if key.as_deref().is_some_and(|k| k.starts_with("bodies[")) && message.starts_with("unknown field") {
+        message += ", or `rotation` or `pivot`, which every shape takes";
+    }
     Error::CaseSyntax {
         line,
         column,
         key,
-        message: e.message().to_owned(),
+        message,
     }
 }
 

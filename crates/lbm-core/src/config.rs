@@ -660,10 +660,15 @@ impl LatticeConfig {
                 ));
             }
             if (a == Boundary::Periodic) != (b == Boundary::Periodic) {
+                // Named as the side that is not periodic.
+                let other = if a == Boundary::Periodic { pair[1] } else { pair[0] };
                 return Err(Error::parameter(
-                    "boundaries",
-                    format!("{axis}: {} and {}", a.name(), b.name()),
-                    "periodic sides come in pairs: both sides of an axis periodic or neither",
+                    &format!("boundaries.{}", SIDE_NAMES[other]),
+                    boundaries[other].name(),
+                    &format!(
+                        "periodic, as its opposite side is: periodic sides come in pairs, both sides of the {axis} \
+                         axis periodic or neither"
+                    ),
                 ));
             }
         }
