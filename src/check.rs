@@ -132,6 +132,26 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         estimate_seconds(&levels, resolved.steps, false),
         estimate_seconds(&levels, resolved.steps, true)
     );
+    if let BoundarySpec::Inlet(_) = &case.boundaries.x_min {
+        // The channel between the inlet and the far side is a resonator
+        // for the method's sound: open (a quarter wave) at an outflow,
+        // closed (a half wave) otherwise.
+        let sound = resolved.units.dx / resolved.units.dt / 3f64.sqrt();
+        let waves = if case.boundaries.x_max == BoundarySpec::Outflow {
+            4.0
+        } else {
+            2.0
+        };
+        let period = waves * case.domain.size[0] / sound;
+        let _ = writeln!(
+            out,
+            "acoustic period: {period:.4} s ({waves} L / c_s with c_s = {sound:.4} m/s, the lattice's sound), and the \
+             run spans {:.1} of them: the inlet's start rings between the channel's ends until a ramp of several \
+             periods or a run of many lets it die out; summary.json's last-tenth range of cd and cl shows whether \
+             it has",
+            resolved.steps as f64 * resolved.units.dt / period
+        );
+    }
     if let Some(split) = &split {
         let dx = resolved.units.dx;
         let _ = writeln!(
@@ -508,6 +528,9 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// Level 0's τ⁺ above which `lbm check` warns about the outflow's error.
+const OUTFLOW_TAU: f64 = 0.7;
+
 /// τ⁺ above which `lbm check` warns: a band below the refusal at
 /// [`lbm_core::config::MAX_TAU`].
 const HIGH_TAU: f64 = 1.5;
@@ -547,6 +570,30 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
                 lbm_core::config::MAX_TAU
             ));
         }
+    }
+    if case.boundaries.x_max == BoundarySpec::Outflow
+        && let Some(l) = levels.first()
+        && l.tau_plus > OUTFLOW_TAU
+    {
+        out.push(format!(
+            "level 0 tau+ = {:.4} at the outflow: the pressure outlet bends a sheared flow in its last columns the \
+             more, the larger tau+ (in a channel, a transverse velocity of 8% of the peak at tau+ 0.74, reaching \
+             about two thirds of the channel's height upstream at tau+ near 1); measure upstream of that, or lower \
+             tau+ (a coarser domain.resolution or a smaller flow.lattice_velocity)",
+            l.tau_plus
+        ));
+    }
+    let tau_minus = levels.iter().map(|l| l.tau_minus).fold(0.0, f64::max);
+    if levels.len() > 1
+        && matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Trt { .. })
+        && tau_minus > crate::run::REFINED_TRT_TAU_MINUS
+    {
+        out.push(format!(
+            "tau- reaches {tau_minus:.2} with refinement and TRT: the coupling rebuilds the odd non-equilibrium in \
+             proportion to tau-, and a wake that crosses a patch edge can grow unstable (a cylinder at Re 100 with \
+             tau- 7.8 diverged where BGK held): collision = {{ model = \"bgk\" }} holds there, and a finer \
+             domain.resolution or a larger flow.lattice_velocity raises tau+ and lowers tau-"
+        ));
     }
     if let Some(l) = levels.first()
         && l.mach > 0.1

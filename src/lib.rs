@@ -76,14 +76,15 @@ pub enum AppError {
     /// The flow blew up: a force or a field turned non-finite, or a cell
     /// faster than the lattice speed of sound.
     #[error(
-        "the run diverged at interval {step} (t = {time:.4} s): {what}; \
-         lower flow.lattice_velocity or raise domain.resolution (lbm check shows tau and Mach); \
+        "the run diverged at interval {step} (t = {time:.4} s): {what}; {advice}; \
          what was written until then, the fields at the divergence included, is in {out}"
     )]
     Diverged {
         step: u64,
         time: f64,
         what: String,
+        /// What to change in the case ([`crate::run::divergence_advice`]).
+        advice: String,
         out: String,
     },
 

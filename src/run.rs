@@ -211,6 +211,9 @@ pub struct Summary {
     pub coefficients: Vec<[f64; 2]>,
     /// Each body's (cd, cl) averaged over the samples of the last 10% of the run.
     pub coefficients_last_tenth: Vec<[f64; 2]>,
+    /// Each body's smallest and largest cd, then cl, over the same samples:
+    /// how far from steady the run ended.
+    pub coefficients_last_tenth_range: Vec<[[f64; 2]; 2]>,
     /// The newest checkpoint, relative to the output directory.
     pub checkpoint: Option<String>,
     /// The command that continues the run, when it can be continued.
@@ -315,13 +318,39 @@ fn spread(patches: &[fields::PatchFields]) -> String {
     }
 }
 
-fn diverged(step: u64, time: f64, what: String, out: &Path) -> AppError {
+fn diverged(resolved: &Resolved, step: u64, what: String, out: &Path) -> AppError {
     AppError::Diverged {
         step,
-        time,
+        time: step as f64 * resolved.units.dt,
         what,
+        advice: divergence_advice(resolved),
         out: out.display().to_string(),
     }
+}
+
+/// τ⁻ above which a refined case's TRT is named as a cause of divergence:
+/// the coupling rebuilds the odd non-equilibrium in proportion to τ⁻, and a
+/// cylinder's wake crossing a patch edge at Re 100 grew unstable at 7.8
+/// (level 0 τ⁺ 0.524) and 10.9 (magic 1/4) where BGK held; the shipped
+/// tandem cylinders and square obstacle run to their ends at 6.36.
+pub const REFINED_TRT_TAU_MINUS: f64 = 6.5;
+
+/// What to change in a case that diverged.
+pub fn divergence_advice(resolved: &Resolved) -> String {
+    let mut advice = "lower flow.lattice_velocity or raise domain.resolution (lbm check shows tau and Mach)".to_owned();
+    let levels = resolved.levels().unwrap_or_default();
+    let tau_minus = levels.iter().map(|l| l.tau_minus).fold(0.0, f64::max);
+    if levels.len() > 1
+        && matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Trt { .. })
+        && tau_minus > REFINED_TRT_TAU_MINUS
+    {
+        advice += &format!(
+            "; with refinement, TRT's tau- ({tau_minus:.2} here) makes a wake that crosses a patch edge prone to \
+             grow unstable, and a lower flow.lattice_velocity raises it: collision = {{ model = \"bgk\" }} holds \
+             there"
+        );
+    }
+    advice
 }
 
 /// Now as `YYYY-MM-DDThh:mm:ssZ`.
@@ -1111,12 +1140,7 @@ impl<D: Driver> Session<'_, D> {
             None => self.save_divergence()?,
         };
         let done = self.state.done;
-        Err(diverged(
-            done,
-            done as f64 * self.resolved.units.dt,
-            cell + &spread,
-            self.out,
-        ))
+        Err(diverged(self.resolved, done, cell + &spread, self.out))
     }
 
     /// Where the device finds a population that is not finite or a cell
@@ -1176,8 +1200,8 @@ impl<D: Driver> Session<'_, D> {
             .find(|p| !(p.ux.iter().chain(&p.uy).chain(&p.pressure)).all(|v| v.is_finite()))
         {
             Some(p) => Err(diverged(
+                self.resolved,
                 done,
-                done as f64 * self.resolved.units.dt,
                 format!("the flow on level {} patch {} is not finite", p.level, p.patch),
                 self.out,
             )),
@@ -1207,6 +1231,21 @@ impl<D: Driver> Session<'_, D> {
         let coefficients_last_tenth = (0..bodies)
             .map(|b| [0, 1].map(|k| tail.iter().map(|c| c[b][k]).sum::<f64>() / tail.len() as f64))
             .collect();
+        // NaN (null) before the last tenth, or where a sample was not finite.
+        let coefficients_last_tenth_range = (0..bodies)
+            .map(|b| {
+                [0, 1].map(|k| {
+                    let values = || tail.iter().map(|c| c[b][k]);
+                    match tail.is_empty() || values().any(|v| !v.is_finite()) {
+                        true => [f64::NAN; 2],
+                        false => [
+                            values().fold(f64::INFINITY, f64::min),
+                            values().fold(f64::NEG_INFINITY, f64::max),
+                        ],
+                    }
+                })
+            })
+            .collect();
         let resumable = self.pilot.is_none() && self.last_checkpoint.is_some() && ended != Ending::Completed;
         Summary {
             case: self.case.name.clone(),
@@ -1229,6 +1268,7 @@ impl<D: Driver> Session<'_, D> {
             stepping_mlups: cell_updates as f64 / self.state.stepping_seconds.max(1e-9) / 1e6,
             coefficients: self.state.coefficients.clone(),
             coefficients_last_tenth,
+            coefficients_last_tenth_range,
             checkpoint: self.last_checkpoint.clone(),
             resume: resumable.then(|| format!("lbm resume {}", self.out.display())),
             ring: self.rings.stats(),
@@ -1615,7 +1655,7 @@ impl<D: Driver> Session<'_, D> {
             Ok(())
         };
         match tell() {
-            Ok(()) => diverged(step, step as f64 * self.resolved.units.dt, what, self.out),
+            Ok(()) => diverged(self.resolved, step, what, self.out),
             Err(e) => e,
         }
     }

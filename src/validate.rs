@@ -239,6 +239,7 @@ fn pilot_run<D: Driver>(
             step: intervals,
             time: intervals as f64 * setup.resolved.units.dt,
             what: found.to_string(),
+            advice: crate::run::divergence_advice(&setup.resolved),
             out: options.out.display().to_string(),
         });
     }

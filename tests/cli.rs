@@ -495,6 +495,46 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     std::fs::write(&closed, walled).unwrap();
     let report = lbm(&["check", &closed.display().to_string()]);
     assert!(!String::from_utf8_lossy(&report.stdout).contains("turns negative"));
+    // A channel with an inlet shows its acoustic period; at a large tau+ the
+    // outflow's error is warned about.
+    let report = lbm(&["check", &sloshing.display().to_string()]);
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        printed.contains("acoustic period: ") && printed.contains("(4 L / c_s with c_s = "),
+        "{printed}"
+    );
+    assert!(!printed.contains("at the outflow"), "{printed}");
+    let viscous_channel = dir.join("viscous-channel.toml");
+    std::fs::write(
+        &viscous_channel,
+        dfg_text.replace("viscosity = 1e-3 ", "viscosity = 5e-3 "),
+    )
+    .unwrap();
+    let report = lbm(&["check", &viscous_channel.display().to_string()]);
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        printed.contains("warning: level 0 tau+ = 0.7500 at the outflow"),
+        "{printed}"
+    );
+    // TRT's large tau- beside refinement is warned about; BGK is not.
+    let tandem = std::fs::read_to_string(workspace().join("cases/tandem-cylinders.toml")).unwrap();
+    for (collision, warned) in [("", true), ("\ncollision = { model = \"bgk\" }", false)] {
+        let slow = dir.join("slow-tandem.toml");
+        let text = tandem.replace(
+            "lattice_velocity = 0.1 ",
+            &format!("lattice_velocity = 0.08{collision} "),
+        );
+        assert_ne!(text, tandem);
+        std::fs::write(&slow, text).unwrap();
+        let report = lbm(&["check", &slow.display().to_string()]);
+        let printed = String::from_utf8_lossy(&report.stdout);
+        assert_eq!(
+            printed.contains("with refinement and TRT"),
+            warned,
+            "{printed}{}",
+            stderr(&report)
+        );
+    }
     // A patch whose interface meets the lid is warned about; one spanning it,
     // or the shipped centred one, is not.
     let lid = "[[refinement]]\npatches = [[0.25, 0.25, 0.75, 0.75]]";

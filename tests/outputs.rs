@@ -302,6 +302,25 @@ fn forces_csv_has_coefficients_per_body() {
         // cd = Fx / (½ ρ U² D) with the case's mean inflow U = 0.2 m/s, D = 0.1 m, ρ = 1.
         assert!((r[4] - r[1] / (0.5 * 0.2 * 0.2 * 0.1)).abs() < 1e-9 * r[4].abs().max(1.0));
     }
+    // The last tenth's mean and range are of its samples: intervals 36 to 40.
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    for (k, column) in [(0, 4), (1, 5)] {
+        let tail: Vec<f64> = rows[35..].iter().map(|r| r[column]).collect();
+        let range = &summary["coefficients_last_tenth_range"][0][k];
+        let (low, high) = (range[0].as_f64().unwrap(), range[1].as_f64().unwrap());
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-12);
+        assert!(
+            close(low, tail.iter().copied().fold(f64::INFINITY, f64::min)),
+            "{range} {tail:?}"
+        );
+        assert!(
+            close(high, tail.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+            "{range} {tail:?}"
+        );
+        let mean = summary["coefficients_last_tenth"][0][k].as_f64().unwrap();
+        assert!(close(mean, tail.iter().sum::<f64>() / 5.0), "{mean} {tail:?}");
+    }
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }
 
@@ -521,6 +540,10 @@ fn a_diverging_run_fails_and_keeps_what_it_wrote() {
             assert_eq!(probes.lines().count(), forces.lines().count(), "{probes}");
             // It never reached its last tenth: no mean there.
             assert_eq!(summary["coefficients_last_tenth"], serde_json::json!([[null, null]]));
+            assert_eq!(
+                summary["coefficients_last_tenth_range"],
+                serde_json::json!([[[null, null], [null, null]]])
+            );
         }
         if message.contains("a population is not finite") {
             assert!(
