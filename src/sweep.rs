@@ -507,6 +507,7 @@ fn member_dir(index: usize, members: usize) -> String {
 /// pressure waves of an impulsive start ringing in the domain, and a drag
 /// still settling, move the drag more); and the last quarter's swing at
 /// least half the third quarter's (a ringing that decays is no shedding).
+/// The frequency is that of the last two periods.
 fn strouhal(series: &[(f64, f64, f64)], length: f64, velocity: f64) -> Option<f64> {
     let half = &series[series.len() / 2..];
     if half.len() < 8 {
@@ -540,7 +541,10 @@ fn strouhal(series: &[(f64, f64, f64)], length: f64, velocity: f64) -> Option<f6
     if crossings.len() < 3 {
         return None;
     }
-    let period = (crossings[crossings.len() - 1] - crossings[0]) / (crossings.len() - 1) as f64;
+    // The last two periods: while the shedding grows its period shortens,
+    // and the settled one is the newest.
+    let n = crossings.len();
+    let period = (crossings[n - 1] - crossings[n - 3]) / 2.0;
     Some(length / (period * velocity))
 }
 
@@ -1466,6 +1470,22 @@ mod tests {
         };
         let st = strouhal(&series(0.0, 3.0, 0.05), 0.1, 0.2).unwrap();
         assert!((st - f * 0.1 / 0.2).abs() < 1e-3, "{st}");
+        // A shedding that settles from a longer period gives the settled one.
+        let settling: Vec<(f64, f64, f64)> = (0..400)
+            .map(|i| {
+                let t = i as f64 * 0.01;
+                // Phase of a frequency rising from 0.8 f to f by t = 3, then
+                // f: the second half (t from 2) starts slower.
+                let phase = if t < 3.0 {
+                    f * (0.8 * t + t * t / 30.0)
+                } else {
+                    f * (t - 0.3)
+                };
+                (t, 3.0, 0.3 * (tau * phase).sin())
+            })
+            .collect();
+        let st = strouhal(&settling, 0.1, 0.2).unwrap();
+        assert!((st - f * 0.1 / 0.2).abs() < 2e-3, "{st}");
         assert_eq!(
             strouhal(&series(3.0, 3.0, 0.05), 0.1, 0.2),
             None,
