@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::output::thread::{WRITING, WRITTEN};
 use crate::run::{Ending, Summary, write_json};
 
 /// The exit code of an interrupted run, as shells report a SIGINT.
@@ -80,25 +81,37 @@ impl Watchdog {
         let shared = watch.clone();
         let poll = (period / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         std::thread::spawn(move || {
+            let mut written = WRITTEN.load(Ordering::Acquire);
             loop {
                 std::thread::sleep(poll);
                 let mut watch = shared.lock().unwrap_or_else(|p| p.into_inner());
                 if watch.done {
                     return;
                 }
-                if crate::output::thread::WRITING.load(Ordering::Acquire) > 0 {
+                // The writer finishing files is progress too: the run may
+                // be waiting for it.
+                let now_written = WRITTEN.load(Ordering::Acquire);
+                if now_written != written {
+                    written = now_written;
                     watch.last_progress = Instant::now();
                     continue;
                 }
                 if watch.last_progress.elapsed() >= period {
+                    let cause = match WRITING.load(Ordering::Acquire) {
+                        0 => "no interval completed",
+                        _ => {
+                            "the thread writing the run's files finished nothing (a file system that does not \
+                              answer?), and no interval completed"
+                        }
+                    };
                     let mut summary = watch.summary.clone();
                     summary.ended = Ending::Stalled;
                     summary.completed_intervals = watch.completed_intervals;
                     summary.checkpoint = watch.checkpoint.clone();
                     let last = summary.completed_intervals;
                     let error = format!(
-                        "the run stalled: no interval completed for {} s after interval {last} \
-                         (--watchdog-seconds); the device may be hung. The last checkpoint is {}",
+                        "the run stalled: {cause} for {} s after interval {last} (--watchdog-seconds); the \
+                         device or the file system may be hung. The last checkpoint is {}",
                         period.as_secs_f64(),
                         summary
                             .checkpoint

@@ -249,6 +249,72 @@ fn a_stalled_device_ends_the_run_as_stalled() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// A file system that stops answering (here a named pipe where a save
+/// point's file goes: opening it blocks until a reader comes, which none
+/// does) stalls the writer; the watchdog ends the run as stalled, naming the
+/// writer, rather than waiting for it forever.
+#[test]
+fn a_hung_writer_ends_the_run_as_stalled() {
+    let root = scratch("hung-writer");
+    let text = std::fs::read_to_string(common::workspace().join("cases/cavity-re100.toml")).unwrap();
+    let base = &text[..text.find("[output]").unwrap()];
+    let case = write_case(
+        &root,
+        &format!("{base}[output]\nevery_intervals = 2000\nfields = [\"pressure\"]\nformats = [\"npy\"]\n"),
+    );
+    let out = root.join("out");
+    let mut child = Command::new(common::runs::binary())
+        .args([
+            "run",
+            &case,
+            "--steps",
+            "2000",
+            "--backend",
+            "cpu",
+            "--quiet",
+            "--watchdog-seconds",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !out.join("manifest.json").exists() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let save = out.join("fields/t000002000");
+    std::fs::create_dir_all(&save).unwrap();
+    for level in 0..2 {
+        let made = Command::new("mkfifo")
+            .arg(save.join(format!("L{level}_p0_pressure.npy.tmp")))
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    // A writer that stays hung must not hang the test.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run waited for its hung writer for a minute");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("the thread writing the run's files finished nothing"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(summary(&out)["ended"], "stalled");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 #[test]
 fn a_damaged_checkpoint_falls_back_to_the_one_before() {
     let (root, case, out) = setup("damaged");

@@ -36,6 +36,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AppError> {
         path.extension().and_then(|e| e.to_str()).unwrap_or_default()
     ));
     let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    thread::WRITTEN.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     written.map_err(|source| {
         // The partial file helps nobody and may hold the space that ran out.
         let _ = std::fs::remove_file(&tmp);

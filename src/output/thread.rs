@@ -23,9 +23,14 @@ use super::fields::PatchFields;
 use super::{Writer, WriterState, Written};
 use crate::AppError;
 
-/// Writer threads in the middle of a job now: the watchdog takes their
-/// writing (a large picture can take minutes) for progress, not a hang.
+/// Writer threads in the middle of a job now.
 pub static WRITING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Jobs and files the writer threads have finished: the watchdog takes a
+/// change for progress (a save point's many files, a large picture, while
+/// the run waits for them), and a job in flight that finishes nothing for
+/// its period for a writer hung in the file system.
+pub static WRITTEN: AtomicU64 = AtomicU64::new(0);
 
 /// Jobs the run may queue ahead of the thread.
 const QUEUE: usize = 4;
@@ -226,6 +231,7 @@ fn work(
             }
         };
         WRITING.fetch_sub(1, Ordering::AcqRel);
+        WRITTEN.fetch_add(1, Ordering::AcqRel);
         if save {
             saves_done.fetch_add(1, Ordering::Release);
         }
