@@ -47,6 +47,7 @@ impl Signals {
 }
 
 struct Watch {
+    out: PathBuf,
     last_progress: Instant,
     /// The summary a stall writes, as of `summary_at`; its interval count
     /// and checkpoint are brought up to date from the beats.
@@ -61,7 +62,13 @@ struct Watch {
 /// walks the run's force history, too much for every chunk of a small case.
 const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 
-/// The watchdog thread of one run; see the module documentation.
+/// What a stall of a group of runs does once each one's summary is written
+/// (given them by position in the group, those that had not ended): the
+/// group's own records, and the message to print.
+pub type OnStall = Box<dyn FnOnce(&[(usize, Summary)]) -> String + Send>;
+
+/// The watchdog of one run among those a thread watches; see the module
+/// documentation.
 pub struct Watchdog {
     watch: Arc<Mutex<Watch>>,
 }
@@ -70,65 +77,79 @@ impl Watchdog {
     /// Starts watching: `summary` is what is written if the run stalls
     /// before the first [`Watchdog::beat`].
     pub fn start(out: PathBuf, period: Duration, summary: Summary) -> Watchdog {
-        let watch = Arc::new(Mutex::new(Watch {
-            last_progress: Instant::now(),
-            completed_intervals: summary.completed_intervals,
-            checkpoint: summary.checkpoint.clone(),
-            summary,
-            summary_at: Instant::now(),
-            done: false,
-        }));
-        let shared = watch.clone();
+        let mut one = Watchdog::group(vec![(out, summary)], period, None);
+        one.pop().expect("one run, one watchdog")
+    }
+
+    /// Watches runs advanced together (a sweep's members), one thread for
+    /// all: when one that has not ended stalls, the loop that advances
+    /// them all has, and every one that has not ended is written as
+    /// stalled; `on_stall` then writes the group's records and says what to
+    /// print (a lone run prints its own error), and the process exits 3.
+    pub fn group(runs: Vec<(PathBuf, Summary)>, period: Duration, on_stall: Option<OnStall>) -> Vec<Watchdog> {
+        let watches: Vec<Arc<Mutex<Watch>>> = runs
+            .into_iter()
+            .map(|(out, summary)| {
+                Arc::new(Mutex::new(Watch {
+                    out,
+                    last_progress: Instant::now(),
+                    completed_intervals: summary.completed_intervals,
+                    checkpoint: summary.checkpoint.clone(),
+                    summary,
+                    summary_at: Instant::now(),
+                    done: false,
+                }))
+            })
+            .collect();
+        let shared = watches.clone();
         let poll = (period / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         std::thread::spawn(move || {
             let mut written = WRITTEN.load(Ordering::Acquire);
+            let mut on_stall = on_stall;
             loop {
                 std::thread::sleep(poll);
-                let mut watch = shared.lock().unwrap_or_else(|p| p.into_inner());
-                if watch.done {
+                let mut locked: Vec<_> = shared
+                    .iter()
+                    .map(|w| w.lock().unwrap_or_else(|p| p.into_inner()))
+                    .collect();
+                if locked.iter().all(|w| w.done) {
                     return;
                 }
-                // The writer finishing files is progress too: the run may
+                // The writer finishing files is progress too: the runs may
                 // be waiting for it.
                 let now_written = WRITTEN.load(Ordering::Acquire);
                 if now_written != written {
                     written = now_written;
-                    watch.last_progress = Instant::now();
+                    locked.iter_mut().for_each(|w| w.last_progress = Instant::now());
                     continue;
                 }
-                if watch.last_progress.elapsed() >= period {
-                    let cause = match WRITING.load(Ordering::Acquire) {
-                        0 => "no interval completed",
-                        _ => {
-                            "the thread writing the run's files finished nothing (a file system that does not \
-                              answer?), and no interval completed"
-                        }
-                    };
-                    let mut summary = watch.summary.clone();
-                    summary.ended = Ending::Stalled;
-                    summary.completed_intervals = watch.completed_intervals;
-                    summary.checkpoint = watch.checkpoint.clone();
-                    let last = summary.completed_intervals;
-                    let error = format!(
-                        "the run stalled: {cause} for {} s after interval {last} (--watchdog-seconds); the \
-                         device or the file system may be hung. The last checkpoint is {}",
-                        period.as_secs_f64(),
-                        summary
-                            .checkpoint
-                            .as_deref()
-                            .unwrap_or("none: `lbm resume` runs it again from the start")
-                    );
-                    summary.error = Some(error.clone());
-                    let written = write_json(&out.join("summary.json"), &summary);
-                    tell!("error: {error}");
-                    if let Err(e) = written {
+                if !locked.iter().any(|w| !w.done && w.last_progress.elapsed() >= period) {
+                    continue;
+                }
+                let cause = match WRITING.load(Ordering::Acquire) {
+                    0 => "no interval completed",
+                    _ => {
+                        "the thread writing the run's files finished nothing (a file system that does not \
+                         answer?), and no interval completed"
+                    }
+                };
+                let mut stalled = Vec::new();
+                for (k, watch) in locked.iter().enumerate().filter(|(_, w)| !w.done) {
+                    let (summary, error) = stalled_summary(watch, cause, period);
+                    if let Err(e) = write_json(&watch.out.join("summary.json"), &summary) {
                         tell!("error: {e}");
                     }
-                    std::process::exit(EXIT_FAILED as i32);
+                    stalled.push((k, summary, error));
                 }
+                let message = match on_stall.take() {
+                    Some(f) => f(&stalled.iter().map(|(k, s, _)| (*k, s.clone())).collect::<Vec<_>>()),
+                    None => stalled.first().map(|(_, _, e)| e.clone()).unwrap_or_default(),
+                };
+                tell!("error: {message}");
+                std::process::exit(EXIT_FAILED as i32);
             }
         });
-        Watchdog { watch }
+        watches.into_iter().map(|watch| Watchdog { watch }).collect()
     }
 
     /// `completed_intervals` are done and the newest checkpoint is
@@ -143,6 +164,36 @@ impl Watchdog {
             watch.summary = summary();
             watch.summary_at = Instant::now();
         }
+    }
+}
+
+/// The summary a stalled run writes, and its error.
+fn stalled_summary(watch: &Watch, cause: &str, period: Duration) -> (Summary, String) {
+    let mut summary = watch.summary.clone();
+    summary.ended = Ending::Stalled;
+    summary.completed_intervals = watch.completed_intervals;
+    summary.checkpoint = watch.checkpoint.clone();
+    // From its checkpoint, or from the start without one.
+    summary.resume = Some(format!("lbm resume {}", watch.out.display()));
+    let last = summary.completed_intervals;
+    let error = format!(
+        "the run stalled: {cause} for {} s after interval {last} (--watchdog-seconds); the device or the file \
+         system may be hung. The last checkpoint is {}",
+        period.as_secs_f64(),
+        summary
+            .checkpoint
+            .as_deref()
+            .unwrap_or("none: `lbm resume` runs it again from the start")
+    );
+    summary.error = Some(error.clone());
+    (summary, error)
+}
+
+impl Watchdog {
+    /// The run ended (a sweep's member that failed while the others go
+    /// on): it is watched no longer.
+    pub fn end(&self) {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner()).done = true;
     }
 }
 

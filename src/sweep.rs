@@ -47,6 +47,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lbm_core::case::{Case, Resolved};
@@ -56,7 +57,7 @@ use sha2::{Digest, Sha256};
 
 use crate::AppError;
 use crate::backend::BackendChoice;
-use crate::guard::{Signals, Watchdog};
+use crate::guard::{OnStall, Signals, Watchdog};
 use crate::output::plot::{Series, render};
 use crate::output::write_atomic;
 use crate::plan::Plan;
@@ -210,6 +211,12 @@ struct SweepRecord {
     /// `[K, N]` of the shard this directory ran; absent for a whole sweep or
     /// a merge.
     shard: Option<[usize; 2]>,
+    /// The case's bodies and point probes, which give sweep.csv its columns
+    /// however the members ended (absent from records written before them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bodies: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    probes: Option<Vec<String>>,
     results: Vec<MemberResult>,
 }
 
@@ -247,6 +254,22 @@ fn parse_set(arg: &str) -> Result<Sweep, AppError> {
     let key = key.trim();
     if key.is_empty() || key.split('.').any(str::is_empty) {
         return Err(flag(arg, accepted));
+    }
+    // An array index in one spelling, so that two spellings of one key
+    // (`bodies.0` and `bodies.00`) cannot be swept as two keys.
+    for segment in key.split('.') {
+        let numeric = segment.trim_start_matches(['+', '-']);
+        if !numeric.is_empty() && numeric.bytes().all(|b| b.is_ascii_digit()) {
+            let canonical = segment.parse::<usize>().ok().map(|n| n.to_string());
+            if canonical.as_deref() != Some(segment) {
+                return Err(flag(
+                    arg,
+                    &format!(
+                        "an array index written as a whole number from 0 without sign or leading zeros (`{segment}`)"
+                    ),
+                ));
+            }
+        }
     }
     let values = split_values(values);
     if values.iter().any(String::is_empty) {
@@ -592,6 +615,8 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         steps: options.steps,
         members: count,
         shard,
+        bodies: Some(all[0].resolved.lattice.bodies.len()),
+        probes: Some(all[0].resolved.output.probes.iter().map(|p| p.name.clone()).collect()),
         results: chosen.iter().map(|m| MemberResult::running(m, count)).collect(),
     };
     // Written before any member runs: a sweep that is killed can be resumed.
@@ -604,7 +629,7 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         limits: options.limits,
         quiet: options.quiet,
     };
-    let results = run_members(&options.out, runs, drivers, &settings)?;
+    let results = run_members(&options.out, &record, runs, drivers, &settings)?;
     record.results = results.results;
     finish(&options.out, &record)?;
     Ok(results.ending)
@@ -664,6 +689,18 @@ pub fn resume(
             continue;
         }
         let out = dir.join(member_dir(member.index, count));
+        // The member goes on as the sweep made it; a case.toml edited since
+        // would no longer say what it ran.
+        if let Ok(text) = std::fs::read_to_string(out.join("case.toml"))
+            && text != member.text
+        {
+            return Err(refuse(format!(
+                "{}/case.toml is not the case the sweep wrote for member {} (edited since?): restore it, or \
+                 run the edited case on its own",
+                member_dir(member.index, count),
+                member.index
+            )));
+        }
         match ended_on_disk(member, &out, count) {
             Some(result) => kept.push(result),
             None => {
@@ -691,7 +728,7 @@ pub fn resume(
         }
     }
     if runs.is_empty() {
-        if kept == record.results && dir.join("sweep.csv").exists() {
+        if kept == record.results && outputs_written(dir, &record) {
             return Err(refuse("every member has ended; there is nothing to resume".into()));
         }
         record.results = kept;
@@ -725,7 +762,11 @@ pub fn resume(
         limits,
         quiet,
     };
-    let ran = run_members(dir, runs, drivers, &settings)?;
+    let template = SweepRecord {
+        results: kept.clone(),
+        ..record.clone()
+    };
+    let ran = run_members(dir, &template, runs, drivers, &settings)?;
     kept.extend(ran.results);
     kept.sort_by_key(|r| r.index);
     record.results = kept;
@@ -759,6 +800,7 @@ fn ended_on_disk(member: &Member, out: &Path, count: usize) -> Option<MemberResu
         "failed" | "diverged" => Some(MemberResult {
             ended,
             error,
+            mlups: summary["mlups"].as_f64().unwrap_or(0.0),
             ..MemberResult::running(member, count)
         }),
         "completed" => {
@@ -848,6 +890,7 @@ struct Ran {
 /// `drivers` to the end together; see the module documentation.
 fn run_members(
     out: &Path,
+    template: &SweepRecord,
     runs: Vec<(&Member, Option<ResumePoint>)>,
     drivers: Vec<crate::backend::Opened>,
     settings: &Settings,
@@ -913,19 +956,80 @@ fn run_members(
     }
     let stop = chosen[0].resolved.steps;
     let signals = Signals::install();
-    let watchdogs: Vec<Option<Watchdog>> = sessions
-        .iter()
-        .zip(&dirs)
-        .map(|(s, dir)| {
-            s.as_ref().map(|s| {
-                Watchdog::start(
-                    dir.clone(),
-                    Duration::from_secs_f64(limits.watchdog_seconds),
-                    s.stalled_summary(),
+    // One watchdog thread for the members: a stall is the loop's, and it
+    // writes every member that has not ended as stalled, then the sweep's
+    // record with them, so that `lbm resume` continues them.
+    let period = Duration::from_secs_f64(limits.watchdog_seconds);
+    let watched: Vec<usize> = (0..sessions.len()).filter(|&k| sessions[k].is_some()).collect();
+    let book = Arc::new(Mutex::new(results.clone()));
+    let on_stall: OnStall = {
+        let book = book.clone();
+        let out = out.to_owned();
+        let watched = watched.clone();
+        let running: Vec<MemberResult> = chosen.iter().map(|m| MemberResult::running(m, count)).collect();
+        let mut record = template.clone();
+        Box::new(move |stalled: &[(usize, Summary)]| {
+            let book = book.lock().unwrap_or_else(|p| p.into_inner());
+            let mut names = Vec::new();
+            for (k, running) in running.iter().enumerate() {
+                let position = watched.iter().position(|&w| w == k);
+                let stall = position.and_then(|p| stalled.iter().find(|(j, _)| *j == p));
+                let result = match (&book[k], stall) {
+                    (Some(ended), _) => ended.clone(),
+                    (None, Some((_, summary))) => {
+                        names.push(running.index.to_string());
+                        MemberResult {
+                            ended: "stalled".into(),
+                            error: summary.error.clone(),
+                            mlups: summary.mlups,
+                            ..running.clone()
+                        }
+                    }
+                    (None, None) => running.clone(),
+                };
+                match record.results.iter_mut().find(|r| r.index == result.index) {
+                    Some(slot) => *slot = result,
+                    None => record.results.push(result),
+                }
+            }
+            record.results.sort_by_key(|r| r.index);
+            let written = match write_results(&out, &record) {
+                Ok(()) => format!("sweep.csv in {} says so", out.display()),
+                Err(e) => format!("the sweep's record could not be written ({e})"),
+            };
+            format!(
+                "the sweep stalled: member(s) {} made no progress for {} s (--watchdog-seconds); the device or the \
+                 file system may be hung; {written}; continue with: lbm resume {}",
+                names.join(", "),
+                period.as_secs_f64(),
+                out.display()
+            )
+        })
+    };
+    let group = Watchdog::group(
+        watched
+            .iter()
+            .map(|&k| {
+                (
+                    dirs[k].clone(),
+                    sessions[k].as_ref().expect("watched").stalled_summary(),
                 )
             })
-        })
-        .collect();
+            .collect(),
+        period,
+        Some(on_stall),
+    );
+    let mut watchdogs: Vec<Option<Watchdog>> = (0..sessions.len()).map(|_| None).collect();
+    for (k, watchdog) in watched.iter().zip(group) {
+        watchdogs[*k] = Some(watchdog);
+    }
+    // A member that fails is watched no longer, and the stall's record has it.
+    let note_failure = |k: usize, result: &MemberResult| {
+        if let Some(w) = &watchdogs[k] {
+            w.end();
+        }
+        book.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(result.clone());
+    };
     let updates = sessions
         .iter()
         .flatten()
@@ -977,7 +1081,9 @@ fn run_members(
                         }
                         Err(e) => {
                             let (e, summary) = session.fail(e);
-                            results[k] = Some(failed_result(chosen[k], &e, Some(&summary)));
+                            let result = failed_result(chosen[k], &e, Some(&summary));
+                            note_failure(k, &result);
+                            results[k] = Some(result);
                             *slot = None;
                         }
                     }
@@ -997,7 +1103,9 @@ fn run_members(
             let mut failed = |k: usize, slot: &mut Option<Session<'_, Box<dyn lbm_core::Driver>>>, e: AppError| {
                 let session = slot.as_mut().expect("a member with a chunk is open");
                 let (e, summary) = session.fail(e);
-                results[k] = Some(failed_result(chosen[k], &e, Some(&summary)));
+                let result = failed_result(chosen[k], &e, Some(&summary));
+                note_failure(k, &result);
+                results[k] = Some(result);
                 *slot = None;
             };
             let start = Instant::now();
@@ -1156,8 +1264,10 @@ fn finish(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
 }
 
 /// `sweep.json`, `sweep.csv` and the plots of `record` in `out`.
+/// The record last: a sweep stopped while it writes the rest still reads
+/// as unfinished, or `lbm resume` finds what is missing
+/// ([`outputs_written`]).
 fn write_results(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
-    write_json(&out.join("sweep.json"), record)?;
     write_atomic(&out.join("sweep.csv"), csv(record).as_bytes())?;
     let plots = out.join("plots");
     for (name, image) in plots_of(record) {
@@ -1167,7 +1277,15 @@ fn write_results(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
         })?;
         write_atomic(&plots.join(format!("{name}.png")), &image.png())?;
     }
-    Ok(())
+    write_json(&out.join("sweep.json"), record)
+}
+
+/// Whether `sweep.csv` and every plot of `record` are in `dir`.
+fn outputs_written(dir: &Path, record: &SweepRecord) -> bool {
+    dir.join("sweep.csv").exists()
+        && plots_of(record)
+            .iter()
+            .all(|(name, _)| dir.join("plots").join(format!("{name}.png")).exists())
 }
 
 /// How a quantity is read from a member's results.
@@ -1185,7 +1303,9 @@ fn quantities(record: &SweepRecord) -> Vec<(String, Read)> {
         ("cl_mean", |b| Some(b.cl_mean)),
         ("strouhal", |b| b.strouhal),
     ];
-    let bodies = record.results.iter().map(|r| r.bodies.len()).max().unwrap_or(0);
+    let bodies = record
+        .bodies
+        .unwrap_or_else(|| record.results.iter().map(|r| r.bodies.len()).max().unwrap_or(0));
     let mut out: Vec<(String, Read)> = Vec::new();
     for b in 0..bodies {
         for (name, get) in body_columns {
@@ -1195,12 +1315,14 @@ fn quantities(record: &SweepRecord) -> Vec<(String, Read)> {
             ));
         }
     }
-    let probes: Vec<String> = record
-        .results
-        .iter()
-        .find(|r| !r.probes.is_empty())
-        .map(|r| r.probes.iter().map(|p| p.name.clone()).collect())
-        .unwrap_or_default();
+    let probes: Vec<String> = record.probes.clone().unwrap_or_else(|| {
+        record
+            .results
+            .iter()
+            .find(|r| !r.probes.is_empty())
+            .map(|r| r.probes.iter().map(|p| p.name.clone()).collect())
+            .unwrap_or_default()
+    });
     for (k, name) in probes.into_iter().enumerate() {
         for (c, column) in PROBE_COLUMNS.iter().enumerate() {
             for mean in [false, true] {
@@ -1282,6 +1404,7 @@ fn plots_of(record: &SweepRecord) -> Vec<(String, crate::output::picture::Image)
                         false => format!("{name} ({rest})"),
                     },
                     points,
+                    markers: true,
                 }
             })
             .collect();
@@ -1350,21 +1473,40 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
     }
     let mut merged = merged.expect("at least one shard");
     merged.results.sort_by_key(|r| r.index);
+    // A job-array task that never ran, or a member's directory gone, is
+    // refused: a merge with exit 0 is the whole sweep.
+    let missing: Vec<String> = (0..merged.members)
+        .filter(|k| !seen.contains_key(k))
+        .map(|k| k.to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(AppError::SweepMerge {
+            shard: shards
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            reason: format!(
+                "member(s) {} of the sweep's {} are in none of these shards: merge every shard (--shard K/N for \
+                 each K), or run the missing ones",
+                missing.join(", "),
+                merged.members
+            ),
+        });
+    }
+    if let Some(r) = merged.results.iter().find(|r| !Path::new(&r.out).is_dir()) {
+        return Err(AppError::SweepMerge {
+            shard: r.out.clone(),
+            reason: format!("member {}'s directory is missing", r.index),
+        });
+    }
     prepare_output(out)?;
     // Each member's directory stays in its shard: named from the merge's
     // directory, so that the tree moves whole.
     for r in &mut merged.results {
         r.out = relative_path(out, Path::new(&r.out));
     }
-    write_results(out, &merged)?;
-    let missing = merged.members - merged.results.len();
-    if missing > 0 {
-        tell!(
-            "warning: {missing} of {} members are in none of the shards; sweep.csv has the others",
-            merged.members
-        );
-    }
-    Ok(())
+    write_results(out, &merged)
 }
 
 /// `target` as seen from the directory `from` (both existing): through

@@ -516,6 +516,38 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         printed.contains("warning: level 0 tau+ = 0.7500 at the outflow"),
         "{printed}"
     );
+    // An inlet into a closed channel, and a sine near the channel's
+    // acoustic period, are warned about.
+    let closed_inlet = dir.join("closed-inlet.toml");
+    std::fs::write(
+        &closed_inlet,
+        dfg_text.replace("x_max = \"outflow\"", "x_max = \"wall\""),
+    )
+    .unwrap();
+    let printed = String::from_utf8_lossy(&lbm(&["check", &closed_inlet.display().to_string()]).stdout).to_string();
+    assert!(
+        printed.contains("warning: boundaries.x_min is an inlet but boundaries.x_max is wall"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("(2 L / c_s"),
+        "a closed channel rings as a half wave: {printed}"
+    );
+    let resonant = dir.join("resonant.toml");
+    std::fs::write(
+        &resonant,
+        dfg_text.replace(
+            "amplitude = { ramp = { duration = 1.0 } }",
+            "amplitude = { sine = { period = 3.0 } }",
+        ),
+    )
+    .unwrap();
+    let printed = String::from_utf8_lossy(&lbm(&["check", &resonant.display().to_string()]).stdout).to_string();
+    assert!(
+        printed.contains("sine period, 3 s, is near the channel's acoustic period"),
+        "{printed}"
+    );
+    assert!(!printed.contains("is an inlet but"), "{printed}");
     // TRT's large tau- beside refinement is warned about; BGK is not.
     let tandem = std::fs::read_to_string(workspace().join("cases/tandem-cylinders.toml")).unwrap();
     for (collision, warned) in [("", true), ("\ncollision = { model = \"bgk\" }", false)] {
@@ -535,12 +567,15 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
             stderr(&report)
         );
     }
-    // A patch whose interface meets the lid is warned about; one spanning it,
-    // or the shipped centred one, is not.
+    // A patch whose interface meets the lid once is warned about; one
+    // spanning it, one meeting it twice (the junctions' errors cancel), or
+    // the shipped centred one, is not.
     let lid = "[[refinement]]\npatches = [[0.25, 0.25, 0.75, 0.75]]";
     assert!(text.contains(lid));
     for (patch, warned) in [
         ("[0.0, 0.5, 0.5, 1.0]", true),
+        ("[0.5, 0.5, 1.0, 1.0]", true),
+        ("[0.25, 0.5, 0.75, 1.0]", false),
         ("[0.0, 0.5, 1.0, 1.0]", false),
         ("[0.25, 0.25, 0.75, 0.75]", false),
     ] {
@@ -552,7 +587,7 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         .unwrap();
         let report = lbm(&["check", &case.display().to_string()]);
         let printed = String::from_utf8_lossy(&report.stdout);
-        let warning = "warning: refinement[0].patches[0] touches the moving wall boundaries.y_max without spanning it";
+        let warning = "warning: refinement[0].patches[0] touches the moving wall boundaries.y_max and one of its ends";
         assert!(
             report.status.success() && printed.contains(warning) == warned,
             "{patch}: {printed}{}",

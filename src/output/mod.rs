@@ -541,6 +541,7 @@ impl Writer {
                                 .iter()
                                 .map(|(t, c)| [*t, c[b][k]])
                                 .collect(),
+                            markers: false,
                         });
                     }
                 }
@@ -551,10 +552,12 @@ impl Writer {
                     plot::Series {
                         title: format!("{} u_x [m/s]", line.name),
                         points: profile.iter().map(|[s, _, ux]| [*s, *ux]).collect(),
+                        markers: false,
                     },
                     plot::Series {
                         title: format!("{} p [Pa]", line.name),
                         points: profile.iter().map(|[s, p, _]| [*s, *p]).collect(),
+                        markers: false,
                     },
                 ];
                 plots.push((line.name.clone(), plot::render(&series, "distance along the line [m]")));

@@ -1,7 +1,8 @@
 //! PNG line plots: one panel per series, stacked, each with its axis box,
 //! its name and unit, the x and y ranges at the ends, and the curve drawn as
-//! connected segments. What `lbm run` plots: cd and cl over time, and each
-//! line probe's last profile.
+//! connected segments (and each point as a square where asked). What `lbm
+//! run` plots: cd and cl over time, and each line probe's last profile;
+//! `lbm sweep` each quantity against the first swept key.
 //!
 //! It draws; the data and file names are the caller's.
 
@@ -19,7 +20,13 @@ const AXIS: [u8; 3] = [0, 0, 0];
 pub struct Series {
     pub title: String,
     pub points: Vec<[f64; 2]>,
+    /// Each point drawn as a square too: where each is a run of its own (a
+    /// sweep's member), and one alone still shows.
+    pub markers: bool,
 }
+
+/// Half the side of a marker, pixels.
+const MARKER: i64 = 3;
 
 fn range(values: impl Iterator<Item = f64>) -> [f64; 2] {
     let (lo, hi) = values
@@ -59,6 +66,19 @@ pub fn render(series: &[Series], x_title: &str) -> Image {
                 (top + PANEL_HEIGHT) as f64 - fy * PANEL_HEIGHT as f64,
             )
         };
+        if s.markers {
+            for p in s.points.iter().filter(|p| p[1].is_finite()) {
+                let (cx, cy) = to_px(*p);
+                for dy in -MARKER..=MARKER {
+                    for dx in -MARKER..=MARKER {
+                        let (x, y) = (cx as i64 + dx, cy as i64 + dy);
+                        if x >= 0 && y >= 0 {
+                            image.set(x as usize, y as usize, CURVE);
+                        }
+                    }
+                }
+            }
+        }
         for pair in s.points.windows(2) {
             if !(pair[0][1].is_finite() && pair[1][1].is_finite()) {
                 continue;

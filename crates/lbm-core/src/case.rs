@@ -272,7 +272,7 @@ fn rectangle_error(b: usize, min: &[f64; 2], max: &[f64; 2]) -> Error {
 }
 
 /// What a side of the domain is, in the words of the case file.
-fn side_kind(spec: &BoundarySpec) -> &'static str {
+pub fn side_kind(spec: &BoundarySpec) -> &'static str {
     match spec {
         BoundarySpec::Periodic => "periodic",
         BoundarySpec::Wall => "wall",
@@ -965,7 +965,12 @@ fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, bo
             let gap = |side: usize| if patch.on_boundary[side] { 0.0 } else { margin };
             let inside =
                 lo[0] >= ax0 + gap(0) && lo[1] >= ay0 + gap(2) && hi[0] <= ax1 - gap(1) && hi[1] <= ay1 - gap(3);
-            let apart = hi[0] <= ax0 || hi[1] <= ay0 || lo[0] >= ax1 || lo[1] >= ay1;
+            // Outside, as far from the patch: the patch's ghost band and
+            // its fill's stencil would reach the body, which the patch does
+            // not see (a body touching a patch from outside drew the fine
+            // level's flow through it: cd 4.7 for 2.6).
+            let apart =
+                hi[0] <= ax0 - gap(0) || hi[1] <= ay0 - gap(2) || lo[0] >= ax1 + gap(1) || lo[1] >= ay1 + gap(3);
             if inside {
                 chosen = level;
             } else if !apart {
@@ -975,13 +980,14 @@ fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, bo
                     &format!("bodies[{body}]"),
                     format!(
                         "a body across the edge of refinement[{}].patches[{}] or within {PARENT_MARGIN} of its \
-                         level-{level} cells of that edge",
+                         level-{level} cells of that edge, inside or outside it",
                         level - 1,
                         patch.index
                     ),
                     &format!(
-                        "a body wholly inside a patch ({PARENT_MARGIN} of its cells clear of each edge that is not \
-                         a side of the domain) or wholly outside it: move the body, or enlarge or move the patch"
+                        "a body wholly inside a patch or wholly outside it, {PARENT_MARGIN} of the patch's cells \
+                         clear of each edge that is not a side of the domain: move the body, or enlarge or move \
+                         the patch"
                     ),
                 ));
             }
@@ -1454,15 +1460,16 @@ mod tests {
     #[test]
     fn bodies_keep_clear_of_the_sides_and_of_each_other() {
         let circle = |x: f64, y: f64, r: f64| format!("shape = \"circle\"\ncenter = [{x}, {y}]\nradius = {r}");
-        // 4 base cells from y_min are accepted, 2 refused.
+        // 4 base cells from y_min are accepted, 2 refused (4 of the
+        // patch's cells below the centre patch).
         assert!(
-            Case::from_toml(&cavity_with(&[&circle(0.2, 0.1875, 0.0625)]))
+            Case::from_toml(&cavity_with(&[&circle(0.2, 0.15625, 0.03125)]))
                 .unwrap()
                 .resolve()
                 .is_ok()
         );
         refused(
-            &cavity_with(&[&circle(0.2, 0.125, 0.0625)]),
+            &cavity_with(&[&circle(0.2, 0.09375, 0.03125)]),
             &[
                 "`bodies[0]` = 2.00 cells of level 0 from the y_min side (wall)",
                 "at least 4 cells",
@@ -1476,13 +1483,25 @@ mod tests {
                 "wholly inside the domain",
             ],
         );
+        // Outside a patch, a body keeps 4 of the patch's cells clear of it
+        // too: the patch does not see it, and its ghost band would reach it.
+        refused(
+            &cavity_with(&[&circle(0.21875, 0.5, 0.03125)]),
+            &["`bodies[0]`", "refinement[0].patches[0]", "inside or outside it"],
+        );
+        assert!(
+            Case::from_toml(&cavity_with(&[&circle(0.15625, 0.5, 0.03125)]))
+                .unwrap()
+                .resolve()
+                .is_ok()
+        );
         // A body filling the channel leaves no fluid between it and the walls.
         refused(
             &cavity_with(&["shape = \"rectangle\"\nmin = [0.15, 0.0]\nmax = [0.2, 1.0]"]),
             &["through the y_min side (wall)"],
         );
         refused(
-            &cavity_with(&["shape = \"rectangle\"\nmin = [0.15, 0.05]\nmax = [0.2, 0.95]"]),
+            &cavity_with(&["shape = \"rectangle\"\nmin = [0.15, 0.05]\nmax = [0.18, 0.95]"]),
             &["`bodies[0]` = 1.60 cells of level 0 from the y_min side"],
         );
         // A periodic side is no way through either: the rasteriser does not wrap.
