@@ -1558,6 +1558,15 @@ mod tests {
         assert!(e.contains("`bodies.0.radius` lies within `bodies.0`"), "{e}");
         let e = refused(&["bodies.0={ radius = 0.1 }", "bodies.0.radius=0.05"]);
         assert!(e.contains("`bodies.0.radius` lies within `bodies.0`"), "{e}");
+        // An array index has one spelling, so two spellings of one key
+        // cannot pass as two keys.
+        for set in ["bodies.00.radius=0.1", "bodies.+0.radius=0.1", "bodies.-1.radius=0.1"] {
+            let e = parse_set(set).unwrap_err().to_string();
+            assert!(
+                e.contains("an array index written as a whole number from 0"),
+                "{set}: {e}"
+            );
+        }
         // A shared prefix of characters is not a shared table.
         check_keys_apart(&sweeps(&[
             "fluid.visc=1",

@@ -101,8 +101,15 @@ fn a_one_member_sweep_is_a_plain_run_of_its_case() {
             assert!((swept - run).abs() <= 1e-8 * scale, "{name}: {swept} against {run}");
         }
     }
-    let png = std::fs::read(sweep.join("plots/probe_wake_ux_m_s_mean.png")).unwrap();
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // One member is one point: drawn as a marker (7 x 7 pixels of the
+    // curve's colour), which a line alone would not show.
+    let path = sweep.join("plots/probe_wake_ux_m_s_mean.png");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
+    reader.next_frame(&mut rgb).unwrap();
+    let curve = rgb.chunks(3).filter(|p| *p == [31, 119, 180]).count();
+    assert!(curve >= 49, "{curve} pixels of the curve's colour");
     for dir in [sweep, plain] {
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -702,4 +709,162 @@ fn a_batch_larger_than_the_memory_is_refused_before_any_work() {
     );
     assert!(!out.exists(), "refused before the output directory is made");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The refined cavity of `cases/` at 32 base cells, `steps` long.
+fn small_cavity(name: &str, steps: u32) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(workspace().join("cases/cavity-re100.toml"))
+        .unwrap()
+        .replace("resolution = 64 ", "resolution = 32 ")
+        .replace("steps = 8000 ", &format!("steps = {steps} "));
+    let case = scratch(&format!("{name}.toml"));
+    std::fs::write(&case, text).unwrap();
+    case
+}
+
+/// A stall ends the sweep with every member that had not ended written as
+/// stalled, in its summary, sweep.json and sweep.csv, and `lbm resume`
+/// finishes it; a member that fails early is watched no longer, so it does
+/// not stall a sweep whose other members go on past the watchdog's period.
+#[test]
+fn a_stalled_sweep_is_recorded_and_a_failed_member_is_not_a_stall() {
+    let case = small_cavity("sweep-stall-case", 200);
+    let out = scratch("sweep-stall");
+    let output = lbm(&[
+        "sweep",
+        &case.display().to_string(),
+        "--set",
+        "fluid.viscosity=0.01,0.02",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--watchdog-seconds",
+        "0.001",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("the sweep stalled: member(s) 0, 1"),
+        "{}",
+        stderr(&output)
+    );
+    let record = json_of(&out.join("sweep.json"));
+    for (k, result) in record["results"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(result["ended"], "stalled", "{record}");
+        assert_eq!(
+            json_of(&out.join(format!("members/{k:03}/summary.json")))["ended"],
+            "stalled"
+        );
+    }
+    let rows = csv_rows(&out.join("sweep.csv"));
+    let ended = rows[0].iter().position(|h| h == "ended").unwrap();
+    assert_eq!(
+        (rows[1][ended].as_str(), rows[2][ended].as_str()),
+        ("stalled", "stalled")
+    );
+    let resumed = lbm(&["resume", &out.display().to_string(), "--backend", "cpu", "--quiet"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    // Member 1 diverges at interval 320 (the lid at Mach 0.29 over a
+    // twentieth of the viscosity); member 0 steps on to 4000, for longer
+    // than the watchdog's second.
+    let out2 = scratch("sweep-stall-failed");
+    let long = small_cavity("sweep-stall-long", 4000);
+    let output = lbm(&[
+        "sweep",
+        &long.display().to_string(),
+        "--set",
+        "fluid.viscosity=0.01,5e-4",
+        "--set",
+        "flow.lattice_velocity=0.17",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--watchdog-seconds",
+        "1",
+        "--out",
+        &out2.display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("stalled"), "{}", stderr(&output));
+    let rows = csv_rows(&out2.join("sweep.csv"));
+    let ended = rows[0].iter().position(|h| h == "ended").unwrap();
+    assert_eq!(
+        (rows[1][ended].as_str(), rows[2][ended].as_str()),
+        ("completed", "diverged")
+    );
+    // Every column of the case stays, whatever the members' endings.
+    assert!(rows[0].iter().any(|h| h == "probe_centre_p_pa"), "{:?}", rows[0]);
+    std::fs::remove_dir_all(out).unwrap();
+    std::fs::remove_dir_all(out2).unwrap();
+    std::fs::remove_file(case).unwrap();
+    std::fs::remove_file(long).unwrap();
+}
+
+/// A member's case.toml edited after the sweep stopped is refused by the
+/// sweep's resume; `--merge` refuses a set of shards that misses a member.
+#[test]
+fn resume_refuses_an_edited_member_and_merge_a_missing_one() {
+    let case = small_cavity("sweep-edit-case", 3000);
+    let out = scratch("sweep-edit");
+    let output = lbm(&[
+        "sweep",
+        &case.display().to_string(),
+        "--set",
+        "fluid.viscosity=0.01,0.02",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--max-wall-seconds",
+        "1",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let member = out.join("members/000/case.toml");
+    let text = std::fs::read_to_string(&member).unwrap();
+    std::fs::write(&member, text.replace("viscosity = 0.01", "viscosity = 0.03")).unwrap();
+    let refused = lbm(&["resume", &out.display().to_string(), "--backend", "cpu", "--quiet"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("members/000/case.toml is not the case the sweep wrote"),
+        "{}",
+        stderr(&refused)
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+    // Shard 0 of 2 alone is not the sweep.
+    let shard = scratch("sweep-edit-shard");
+    let short = small_cavity("sweep-edit-short", 20);
+    let output = lbm(&[
+        "sweep",
+        &short.display().to_string(),
+        "--set",
+        "fluid.viscosity=0.01,0.02",
+        "--shard",
+        "0/2",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        &shard.display().to_string(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let merged = scratch("sweep-edit-merged");
+    let refused = lbm(&[
+        "sweep",
+        "--merge",
+        &merged.display().to_string(),
+        &shard.display().to_string(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("member(s) 1 of the sweep's 2 are in none of these shards"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!merged.exists());
+    std::fs::remove_dir_all(shard).unwrap();
+    for f in [case, short] {
+        std::fs::remove_file(f).unwrap();
+    }
 }
