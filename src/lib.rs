@@ -91,7 +91,8 @@ pub enum AppError {
     /// A run whose memory estimate exceeds what is free, found before any work.
     #[error(
         "the run needs about {} of {what} memory ({parts}), but {} is available; lower domain.resolution, \
-         shrink or drop [[refinement]] patches, or save less (output.fields, output.formats, --picture-width)",
+         shrink or drop [[refinement]] patches, or save less (output.fields, output.formats, --picture-width); \
+         a sweep also fits with fewer members, or spread over jobs with --shard K/N",
         crate::check::human_bytes(*needed),
         crate::check::human_bytes(*available)
     )]
@@ -162,12 +163,15 @@ pub enum AppError {
     SweepMerge { shard: String, reason: String },
 
     /// Some members of a sweep failed; the others' results are written.
-    #[error("{failed} of {members} sweep members failed ({list}); sweep.csv in {out} has the others and says which")]
+    #[error("{failed} of {members} sweep members failed ({list}); sweep.csv in {out} says which{rest}")]
     SweepFailed {
         failed: usize,
         members: usize,
         list: String,
         out: String,
+        /// What became of the others: where their results are, and the
+        /// command that continues those that stopped early.
+        rest: String,
     },
 }
 

@@ -1249,6 +1249,15 @@ fn finish(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
         .filter(|r| r.error.is_some() && r.ended != "interrupted" && r.ended != "wall limit")
         .collect();
     if !failed.is_empty() {
+        let stopped = record.results.iter().any(|r| !ENDED.contains(&r.ended.as_str()));
+        let rest = match (failed.len() == record.results.len(), stopped) {
+            (true, _) => String::new(),
+            (false, false) => ", with the others' results".into(),
+            (false, true) => format!(
+                ", with the others' results; those that stopped early go on with: lbm resume {}",
+                out.display()
+            ),
+        };
         return Err(AppError::SweepFailed {
             failed: failed.len(),
             members: record.results.len(),
@@ -1258,6 +1267,7 @@ fn finish(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
                 .collect::<Vec<_>>()
                 .join(", "),
             out: out.display().to_string(),
+            rest,
         });
     }
     Ok(())

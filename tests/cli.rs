@@ -82,6 +82,11 @@ fn bad_input_is_named_before_any_work() {
             "`boundaries.x_min` = wall: periodic, as its opposite side is",
         ),
         (
+            "string-viscosity",
+            text.replace("viscosity = 0.01", "viscosity = \"thin\""),
+            "`fluid.viscosity`: invalid type: string \"thin\", expected a number",
+        ),
+        (
             "unknown-body-key",
             format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.5]\nradius = 0.1\ncolour = 1\n"),
             "unknown field `colour`, expected `center` or `radius`, or `rotation` or `pivot`",

@@ -445,7 +445,18 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
             .iter()
             .find_map(|(k, v)| key_at(k, v, String::new(), span.start))
     });
-    let mut message = e.message().to_owned();
+    // The reader's words for types are Rust's; a case file's are TOML's.
+    let mut message = [
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected u32", "expected a whole number from 0"),
+        ("expected u64", "expected a whole number from 0"),
+        ("expected usize", "expected a whole number from 0"),
+        ("expected i64", "expected a whole number"),
+        ("expected a sequence", "expected an array"),
+    ]
+    .iter()
+    .fold(e.message().to_owned(), |m, (rust, toml)| m.replace(rust, toml));
     // A body's shape table lists its own keys; the keys every shape takes
     // sit beside it (`BodyTable`).
     if key.as_deref().is_some_and(|k| k.starts_with("bodies[")) && message.starts_with("unknown field") {
