@@ -58,7 +58,7 @@ use sha2::{Digest, Sha256};
 use crate::AppError;
 use crate::backend::BackendChoice;
 use crate::guard::{OnStall, Signals, Watchdog};
-use crate::output::plot::{Series, render};
+use crate::output::plot::{Series, render_with};
 use crate::output::write_atomic;
 use crate::plan::Plan;
 use crate::progress::Progress;
@@ -1386,12 +1386,17 @@ fn plots_of(record: &SweepRecord) -> Vec<(String, crate::output::picture::Image)
     let Some(first) = record.sweeps.first() else {
         return Vec::new();
     };
+    // Values that are not all numbers are categories: placed in their
+    // order and named under the axis.
+    let numeric = first.values.iter().all(|v| v.parse::<f64>().is_ok());
     let x_of = |r: &MemberResult| {
         let v = &r.parameters[0].1;
-        v.parse::<f64>()
-            .ok()
-            .unwrap_or_else(|| first.values.iter().position(|x| x == v).unwrap_or(0) as f64)
+        match numeric {
+            true => v.parse::<f64>().unwrap_or(f64::NAN),
+            false => first.values.iter().position(|x| x == v).unwrap_or(0) as f64,
+        }
     };
+    let categories = (!numeric).then_some(&first.values[..]);
     let mut out = Vec::new();
     for (name, get) in quantities(record) {
         let mut panels: BTreeMap<String, Vec<[f64; 2]>> = BTreeMap::new();
@@ -1418,7 +1423,7 @@ fn plots_of(record: &SweepRecord) -> Vec<(String, crate::output::picture::Image)
                 }
             })
             .collect();
-        out.push((name.clone(), render(&series, &first.key)));
+        out.push((name.clone(), render_with(&series, &first.key, categories)));
     }
     out
 }
