@@ -1515,7 +1515,15 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
             reason: format!("member {}'s directory is missing", r.index),
         });
     }
-    prepare_output(out)?;
+    // The merge's OUT is no --out.
+    prepare_output(out).map_err(|e| match e {
+        AppError::OutputNotEmpty { path, .. } => AppError::Flag {
+            flag: "--merge",
+            value: path,
+            accepted: "an OUT directory that is new or empty, for the merged sweep.csv, sweep.json and plots".into(),
+        },
+        e => e,
+    })?;
     // Each member's directory stays in its shard: named from the merge's
     // directory, so that the tree moves whole.
     for r in &mut merged.results {
