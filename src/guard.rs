@@ -174,7 +174,8 @@ fn stalled_summary(watch: &Watch, cause: &str, period: Duration) -> (Summary, St
     summary.completed_intervals = watch.completed_intervals;
     summary.checkpoint = watch.checkpoint.clone();
     // From its checkpoint, or from the start without one.
-    summary.resume = Some(format!("lbm resume {}", watch.out.display()));
+    let out = std::path::absolute(&watch.out).unwrap_or_else(|_| watch.out.clone());
+    summary.resume = Some(format!("lbm resume {}", out.display()));
     let last = summary.completed_intervals;
     let error = format!(
         "the run stalled: {cause} for {} s after interval {last} (--watchdog-seconds); the device or the file \

@@ -1266,11 +1266,19 @@ impl<D: Driver> Session<'_, D> {
             mlups_finest_equivalent: finest_equivalent as f64 / wall_seconds.max(1e-9) / 1e6,
             stepping_seconds: self.state.stepping_seconds,
             stepping_mlups: cell_updates as f64 / self.state.stepping_seconds.max(1e-9) / 1e6,
-            coefficients: self.state.coefficients.clone(),
+            // Before the first sample, one unknown (null) pair per body.
+            coefficients: match self.state.coefficients.is_empty() {
+                true => vec![[f64::NAN; 2]; bodies],
+                false => self.state.coefficients.clone(),
+            },
             coefficients_last_tenth,
             coefficients_last_tenth_range,
             checkpoint: self.last_checkpoint.clone(),
-            resume: resumable.then(|| format!("lbm resume {}", self.out.display())),
+            // Absolute, so that it runs from any directory.
+            resume: resumable.then(|| {
+                let out = std::path::absolute(self.out).unwrap_or_else(|_| self.out.to_owned());
+                format!("lbm resume {}", out.display())
+            }),
             ring: self.rings.stats(),
             writer_waits: self.writer.waits(),
             written: self.written.clone(),

@@ -147,22 +147,32 @@ fn corners(origin: [f64; 2], spacing: f64, size: [usize; 2], point: [f64; 2]) ->
 }
 
 /// The weighted sum of (p, u_x, u_y) over `corners` (weight, solid,
-/// values), corners of weight zero left out; `None` where a solid corner
-/// takes part.
+/// values), corners of weight zero left out; beside a body, over the fluid
+/// corners with their weights scaled to sum to one (a point in the fluid
+/// half a cell from a body reads the flow, not NaN); `None` where every
+/// corner that takes part is solid.
 fn bilinear(corners: [(f64, bool, [f32; 3]); 4]) -> Option<[f64; 3]> {
     let mut out = [0.0; 3];
+    let (mut fluid, mut solid_weight) = (0.0, 0.0);
     for (w, solid, values) in corners {
         if w == 0.0 {
             continue;
         }
         if solid {
-            return None;
+            solid_weight += w;
+            continue;
         }
+        fluid += w;
         for (o, v) in out.iter_mut().zip(values) {
             *o += w * v as f64;
         }
     }
-    Some(out)
+    match (fluid > 0.0, solid_weight > 0.0) {
+        (false, _) => None,
+        (true, false) => Some(out),
+        // Beside a body: the fluid cells' values, their weights made whole.
+        (true, true) => Some(out.map(|v| v / fluid)),
+    }
 }
 
 /// The fields of every patch, coarsest level first.
@@ -334,6 +344,36 @@ pub fn finest_at(patches: &[PatchFields], point: [f64; 2]) -> Option<&PatchField
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Beside a body the fluid corners' values are averaged with their
+    /// weights made whole; with no solid corner the sum is as before; with
+    /// every weighted corner solid there is none.
+    #[test]
+    fn a_sample_beside_a_body_reads_its_fluid_corners() {
+        let v = |k: f32| [k, 10.0 * k, 100.0 * k];
+        let fluid = [
+            (0.25, false, v(1.0)),
+            (0.25, false, v(2.0)),
+            (0.25, false, v(3.0)),
+            (0.25, false, v(4.0)),
+        ];
+        assert_eq!(bilinear(fluid), Some([2.5, 25.0, 250.0]));
+        let beside = [
+            (0.5, true, v(9.0)),
+            (0.1, false, v(1.0)),
+            (0.3, false, v(2.0)),
+            (0.1, true, v(9.0)),
+        ];
+        let [p, ..] = bilinear(beside).unwrap();
+        assert!((p - (0.1 + 0.6) / 0.4).abs() < 1e-12, "{p}");
+        let inside = [
+            (0.6, true, v(9.0)),
+            (0.4, true, v(9.0)),
+            (0.0, false, v(1.0)),
+            (0.0, false, v(2.0)),
+        ];
+        assert_eq!(bilinear(inside), None);
+    }
 
     /// A patch of `size` cells of `spacing` at `origin` whose pressure and
     /// velocity are `linear` at each cell centre.
