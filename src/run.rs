@@ -1514,15 +1514,10 @@ impl<D: Driver> Session<'_, D> {
         for s in chunk.sampled {
             self.write_sample(s.step, s.records, s.probes.unwrap_or_default())?;
         }
-        let done = self.state.done;
-        if let Some(diverging) = &self.diverging {
-            let step = diverging.step;
-            if done >= self.divergence_stop(step) {
-                return Err(self.diverged_at(step));
-            }
-            progress.update(done, &self.state.coefficients);
-            return Ok(signals.raised().then_some(Ending::Interrupted));
+        if let Some(end) = self.while_diverging(progress, signals) {
+            return end;
         }
+        let done = self.state.done;
         let sampling = self
             .sampling()
             .is_some_and(|sample| done % sample == 0 || done == resolved.steps);
@@ -1548,14 +1543,8 @@ impl<D: Driver> Session<'_, D> {
                 plan.probes.iter().map(|p| at(p.point)).collect()
             });
             self.write_sample(done, records, probes)?;
-            if let Some(diverging) = &self.diverging {
-                let step = diverging.step;
-                if done >= self.divergence_stop(step) {
-                    return Err(self.diverged_at(step));
-                }
-                // No save, check or checkpoint of a flow that is not finite.
-                progress.update(done, &self.state.coefficients);
-                return Ok(signals.raised().then_some(Ending::Interrupted));
+            if let Some(end) = self.while_diverging(progress, signals) {
+                return end;
             }
             if !bodies.is_empty() {
                 self.engine.start_exchange_window()?;
@@ -1643,6 +1632,23 @@ impl<D: Driver> Session<'_, D> {
             }
         }
         Ok(())
+    }
+
+    /// While a divergence is under way: its error once the run reaches
+    /// [`Session::divergence_stop`], else the chunk's end with no save,
+    /// check or checkpoint of a flow that is not finite; `None` without one.
+    fn while_diverging(
+        &mut self,
+        progress: &mut Progress,
+        signals: &Signals,
+    ) -> Option<Result<Option<Ending>, AppError>> {
+        let step = self.diverging.as_ref()?.step;
+        let done = self.state.done;
+        if done >= self.divergence_stop(step) {
+            return Some(Err(self.diverged_at(step)));
+        }
+        progress.update(done, &self.state.coefficients);
+        Some(Ok(signals.raised().then_some(Ending::Interrupted)))
     }
 
     /// The error of the divergence a force sample after interval `step`

@@ -711,6 +711,15 @@ fn a_batch_larger_than_the_memory_is_refused_before_any_work() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// `lbm sweep CASE ARGS... --backend cpu --quiet --out OUT`.
+fn sweep_on_cpu(case: &std::path::Path, args: &[&str], out: &std::path::Path) -> std::process::Output {
+    let (case, out) = (case.display().to_string(), out.display().to_string());
+    let mut all = vec!["sweep", case.as_str()];
+    all.extend_from_slice(args);
+    all.extend(["--backend", "cpu", "--quiet", "--out", out.as_str()]);
+    lbm(&all)
+}
+
 /// The refined cavity of `cases/` at 32 base cells, `steps` long.
 fn small_cavity(name: &str, steps: u32) -> std::path::PathBuf {
     let text = std::fs::read_to_string(workspace().join("cases/cavity-re100.toml"))
@@ -730,19 +739,11 @@ fn small_cavity(name: &str, steps: u32) -> std::path::PathBuf {
 fn a_stalled_sweep_is_recorded_and_a_failed_member_is_not_a_stall() {
     let case = small_cavity("sweep-stall-case", 200);
     let out = scratch("sweep-stall");
-    let output = lbm(&[
-        "sweep",
-        &case.display().to_string(),
-        "--set",
-        "fluid.viscosity=0.01,0.02",
-        "--backend",
-        "cpu",
-        "--quiet",
-        "--watchdog-seconds",
-        "0.001",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let output = sweep_on_cpu(
+        &case,
+        &["--set", "fluid.viscosity=0.01,0.02", "--watchdog-seconds", "0.001"],
+        &out,
+    );
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("the sweep stalled: member(s) 0, 1"),
@@ -770,21 +771,18 @@ fn a_stalled_sweep_is_recorded_and_a_failed_member_is_not_a_stall() {
     // than the watchdog's second.
     let out2 = scratch("sweep-stall-failed");
     let long = small_cavity("sweep-stall-long", 4000);
-    let output = lbm(&[
-        "sweep",
-        &long.display().to_string(),
-        "--set",
-        "fluid.viscosity=0.01,5e-4",
-        "--set",
-        "flow.lattice_velocity=0.17",
-        "--backend",
-        "cpu",
-        "--quiet",
-        "--watchdog-seconds",
-        "1",
-        "--out",
-        &out2.display().to_string(),
-    ]);
+    let output = sweep_on_cpu(
+        &long,
+        &[
+            "--set",
+            "fluid.viscosity=0.01,5e-4",
+            "--set",
+            "flow.lattice_velocity=0.17",
+            "--watchdog-seconds",
+            "1",
+        ],
+        &out2,
+    );
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert!(!stderr(&output).contains("stalled"), "{}", stderr(&output));
     let rows = csv_rows(&out2.join("sweep.csv"));
@@ -807,19 +805,11 @@ fn a_stalled_sweep_is_recorded_and_a_failed_member_is_not_a_stall() {
 fn resume_refuses_an_edited_member_and_merge_a_missing_one() {
     let case = small_cavity("sweep-edit-case", 3000);
     let out = scratch("sweep-edit");
-    let output = lbm(&[
-        "sweep",
-        &case.display().to_string(),
-        "--set",
-        "fluid.viscosity=0.01,0.02",
-        "--backend",
-        "cpu",
-        "--quiet",
-        "--max-wall-seconds",
-        "1",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let output = sweep_on_cpu(
+        &case,
+        &["--set", "fluid.viscosity=0.01,0.02", "--max-wall-seconds", "1"],
+        &out,
+    );
     assert!(output.status.success(), "{}", stderr(&output));
     let member = out.join("members/000/case.toml");
     let text = std::fs::read_to_string(&member).unwrap();
@@ -835,19 +825,11 @@ fn resume_refuses_an_edited_member_and_merge_a_missing_one() {
     // Shard 0 of 2 alone is not the sweep.
     let shard = scratch("sweep-edit-shard");
     let short = small_cavity("sweep-edit-short", 20);
-    let output = lbm(&[
-        "sweep",
-        &short.display().to_string(),
-        "--set",
-        "fluid.viscosity=0.01,0.02",
-        "--shard",
-        "0/2",
-        "--backend",
-        "cpu",
-        "--quiet",
-        "--out",
-        &shard.display().to_string(),
-    ]);
+    let output = sweep_on_cpu(
+        &short,
+        &["--set", "fluid.viscosity=0.01,0.02", "--shard", "0/2"],
+        &shard,
+    );
     assert!(output.status.success(), "{}", stderr(&output));
     let merged = scratch("sweep-edit-merged");
     let refused = lbm(&[
