@@ -398,7 +398,11 @@ impl Writer {
     /// Saves the fields at `step`: NPY and VTK as the plan asks, the line
     /// probes' profiles, and the index and time series rewritten whole.
     pub fn save(&mut self, step: u64, patches: &[PatchFields]) -> Result<(), AppError> {
-        let time = step as f64 * self.units.dt;
+        // The CSVs' ten significant digits, so that a save point's time
+        // matches their rows' (7.5, not 7.500000000000001).
+        let time: f64 = format!("{:.9e}", step as f64 * self.units.dt)
+            .parse()
+            .expect("a formatted number parses");
         let stamp = format!("t{step:09}");
         let dir = self.out.join("fields").join(&stamp);
         create_dir(&dir)?;
