@@ -132,8 +132,9 @@ impl BackendChoice {
             },
             (Some(g), None, None) => match self.is_cuda() {
                 true => {
+                    // With no device at all, opening the first says why.
                     let names = lbm_cuda::device_names();
-                    if g > names.len() {
+                    if g > names.len() && !names.is_empty() {
                         return Err(flag(
                             "--devices",
                             g.to_string(),

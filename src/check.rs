@@ -152,8 +152,8 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         let dx = resolved.units.dx;
         let _ = writeln!(
             out,
-            "split over {} devices: slabs along x, cuts {} base cells clear of patches and bodies",
-            split.slabs.len(),
+            "split over {}: slabs along x, cuts {} base cells clear of patches and bodies",
+            plural(split.slabs.len(), "device"),
             lbm_core::domain::decompose::CUT_CLEARANCE
         );
         let total: u64 = split.slabs.iter().map(|s| s.cell_updates).sum();
@@ -682,6 +682,14 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         }
     }
     out
+}
+
+/// `n` and `word`, with an s for any count but one.
+pub fn plural(n: usize, word: &str) -> String {
+    match n {
+        1 => format!("1 {word}"),
+        _ => format!("{n} {word}s"),
+    }
 }
 
 /// The acoustic period of a channel with an inlet, s: the channel between

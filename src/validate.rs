@@ -130,6 +130,16 @@ pub struct Report {
     pub backend: String,
     /// Whether the stopping criterion was met before the time limit.
     pub converged: bool,
+    /// What makes a variant differ from the built-in benchmark: the case
+    /// file given with `--case` (none for the built-in one), the plan's
+    /// sha256 (the resolved case, the code), the inflow peak in lattice
+    /// units, the collision model.
+    pub case_file: Option<String>,
+    pub plan_sha256: String,
+    pub lattice_velocity: f64,
+    pub collision: lbm_core::lattice::Collision,
+    /// The `lbm` that measured it.
+    pub version: &'static str,
 }
 
 const DIAMETER: f64 = 0.1;
@@ -267,6 +277,7 @@ fn exec() -> ExecConfig {
 /// The case as the options make it, before any work.
 struct Setup {
     resolved: Resolved,
+    lattice_velocity: f64,
     resolution: u32,
     levels: u32,
     /// The case's `run.require_pilot`.
@@ -288,10 +299,13 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
             check_benchmark_case(&case, options.benchmark)?;
             case
         }
-        None => Case::from_toml(match options.benchmark {
-            Benchmark::Dfg2d1 => include_str!("../cases/dfg-2d1.toml"),
-            Benchmark::Dfg2d2 => include_str!("../cases/dfg-2d2.toml"),
-        })?,
+        None => {
+            let text = match options.benchmark {
+                Benchmark::Dfg2d1 => include_str!("../cases/dfg-2d1.toml"),
+                Benchmark::Dfg2d2 => include_str!("../cases/dfg-2d2.toml"),
+            };
+            Case::from_toml(text)?
+        }
     };
     let available = case.refinement.len() as u32;
     let levels = options.levels.unwrap_or(available);
@@ -321,6 +335,7 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
             Ok(resolved) => {
                 return Ok(Setup {
                     resolved,
+                    lattice_velocity: case.flow.lattice_velocity,
                     resolution,
                     levels,
                     require_pilot: case.run.require_pilot,
@@ -385,7 +400,8 @@ fn resolution_error(case: &Case, resolution: u32, levels: u32, refused: Option<l
         flag: "--resolution",
         value: resolution.to_string(),
         accepted: format!(
-            "a multiple of {step} cells per diameter on the finest level with {levels} refinement levels{within}{}",
+            "a multiple of {step} cells per diameter on the finest level with {}{within}{}",
+            crate::check::plural(levels as usize, "refinement level"),
             cause(&refused)
         ),
     }
@@ -492,6 +508,11 @@ fn measure<D: Driver>(driver: D, options: &ValidateOptions, setup: &Setup) -> Re
         wall_seconds: start.elapsed().as_secs_f64(),
         backend,
         converged: measured.converged,
+        case_file: options.case.as_ref().map(|p| p.display().to_string()),
+        plan_sha256: Plan::of(options.benchmark.name(), &setup.resolved)?.sha256,
+        lattice_velocity: setup.lattice_velocity,
+        collision: setup.resolved.lattice.collision,
+        version: env!("CARGO_PKG_VERSION"),
     };
     stepper.close()?;
     write_report(&options.out, &report)?;
@@ -558,10 +579,12 @@ fn periodic<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Mea
     let time_limit = 30.0;
     // About a hundred samples per shedding period (Strouhal 0.3 at U = 1 m/s).
     let chunk = ((DIAMETER / (0.3 * probe.u_mean) / 100.0) / units.dt).round().max(1.0) as u64;
-    // The start-up in chunks, so that progress shows through it.
+    // The start-up in the sampling's chunks, so that progress shows
+    // through it and a signal is seen within one (a hundred of them took
+    // half a minute on two cores).
     let mut left = (startup / units.dt).round() as u64;
     while left > 0 {
-        let n = left.min(100 * chunk);
+        let n = left.min(chunk);
         probe.stepper.step(n)?;
         probe.report(None)?;
         left -= n;
@@ -743,7 +766,7 @@ fn write_series(out: &Path, series: &[Sample]) -> Result<(), AppError> {
 fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
     write_json(&out.join("report.json"), report)?;
     let mut md = format!(
-        "# {} at {} cells per diameter ({} refinement levels)\n\n{} base intervals, {:.1} s on {}, {}.\n\n\
+        "# {} at {} cells per diameter ({})\n\n{} base intervals, {:.1} s on {}, {}.\n\n{}\n\n\
          | quantity | value | reference | relative to the reference | interval | within |\n\
          | --- | --- | --- | --- | --- | --- |\n",
         match report.case {
@@ -751,7 +774,7 @@ fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
             Benchmark::Dfg2d2 => "DFG 2D-2",
         },
         report.resolution,
-        report.levels,
+        crate::check::plural(report.levels as usize, "refinement level"),
         report.steps,
         report.wall_seconds,
         report.backend,
@@ -759,7 +782,18 @@ fn write_report(out: &Path, report: &Report) -> Result<(), AppError> {
             "criterion met"
         } else {
             "stopped at the time limit before the criterion was met"
-        }
+        },
+        format_args!(
+            "Case: {}; lattice velocity {}; collision {}; plan {}; lbm {}.",
+            report.case_file.as_deref().unwrap_or("the built-in one"),
+            report.lattice_velocity,
+            match report.collision {
+                lbm_core::lattice::Collision::Bgk {} => "BGK".to_owned(),
+                lbm_core::lattice::Collision::Trt { magic } => format!("TRT (magic {magic})"),
+            },
+            report.plan_sha256,
+            report.version
+        )
     );
     for q in &report.quantities {
         md += &format!(

@@ -40,6 +40,13 @@ fn validate_dfg_2d1_at_40_cells_per_diameter_is_close_to_the_benchmark() {
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["case"], "dfg-2d1");
     assert_eq!(report["converged"], true);
+    // What the run was: the built-in case, its lattice velocity and
+    // collision, the plan's hash and the version.
+    assert!(report["case_file"].is_null(), "{report}");
+    assert_eq!(report["lattice_velocity"], 0.05);
+    assert_eq!(report["collision"]["model"], "trt", "{report}");
+    assert_eq!(report["plan_sha256"].as_str().map(str::len), Some(64), "{report}");
+    assert_eq!(report["version"], env!("CARGO_PKG_VERSION"));
     for q in report["quantities"].as_array().unwrap() {
         let (name, value, reference) = (
             &q["name"],
