@@ -505,7 +505,10 @@ fn report(summary: &Summary) {
                 summary.mlups,
             );
             if summary.pilot.is_some() {
-                say!("the full run may follow it: lbm run CASE --after-pilot {out} --out DIR");
+                say!(
+                    "the full run may follow it: {}",
+                    lbm::run::after_pilot_command(&summary.out)
+                );
             }
         }
         ending => {

@@ -457,6 +457,25 @@ pub(crate) fn given_command() -> String {
     kept.join(" ")
 }
 
+/// The command that runs the full run after the pilot in `out`: this one,
+/// its flags kept, its pilot flags and output directory replaced.
+pub fn after_pilot_command(out: &Path) -> String {
+    let given = given_command();
+    let mut words = given.split(' ');
+    let mut kept = Vec::new();
+    while let Some(word) = words.next() {
+        match word {
+            "--pilot" => {}
+            "--pilot-intervals" => {
+                words.next();
+            }
+            w if w.starts_with("--pilot-intervals=") => {}
+            w => kept.push(w),
+        }
+    }
+    format!("{} --after-pilot {} --out DIR", kept.join(" "), out.display())
+}
+
 /// The drivers of a run asked for as `request`, once its split (a patch in
 /// the way, too many devices) is refused or planned before any device
 /// opens, and its memory admitted on every device they open.

@@ -465,6 +465,15 @@ fn a_full_run_follows_only_a_completed_pilot_of_its_own_plan() {
     assert!(last.is_dir(), "the pilot saves its last fields");
     assert!(!pilot.join("checkpoints").exists());
     let pilot_dir = pilot.display().to_string();
+    // It names the full run's command: this one, its pilot flag and output
+    // replaced.
+    let said = String::from_utf8_lossy(&output.stdout);
+    let next = format!("--after-pilot {pilot_dir} --out DIR");
+    assert!(
+        said.contains(&format!("the full run may follow it: lbm run {case} ")) && said.contains(&next),
+        "{said}"
+    );
+    assert!(!said.contains(" --pilot "), "{said}");
 
     // Another plan: a key changed.
     let other = write_case(
