@@ -405,11 +405,7 @@ fn main() -> ExitCode {
                         pilot.backend,
                         out.display()
                     );
-                    say!(
-                        "the validation may follow it: lbm validate {} --after-pilot {} (same flags)",
-                        pilot.case.name(),
-                        out.display()
-                    );
+                    say!("the validation may follow it: {}", lbm::run::after_pilot_command(&out));
                     ExitCode::SUCCESS
                 }
                 Ok(Validated::Report(report)) => {
