@@ -132,13 +132,7 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         estimate_seconds(&levels, resolved.steps, false),
         estimate_seconds(&levels, resolved.steps, true)
     );
-    if let Some(period) = acoustic_period(&case, &resolved) {
-        let sound = resolved.units.dx / resolved.units.dt / 3f64.sqrt();
-        let waves = if case.boundaries.x_max == BoundarySpec::Outflow {
-            4.0
-        } else {
-            2.0
-        };
+    if let Some(Acoustic { period, waves, sound }) = acoustic(&case, &resolved) {
         let _ = writeln!(
             out,
             "acoustic period: {period:.4} s ({waves} L / c_s with c_s = {sound:.4} m/s, the lattice's sound), and the \
@@ -579,11 +573,7 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
             l.tau_plus
         ));
     }
-    let tau_minus = levels.iter().map(|l| l.tau_minus).fold(0.0, f64::max);
-    if levels.len() > 1
-        && matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Trt { .. })
-        && tau_minus > crate::run::REFINED_TRT_TAU_MINUS
-    {
+    if let Some(tau_minus) = crate::run::refined_trt_tau_minus(resolved, levels) {
         out.push(format!(
             "tau- reaches {tau_minus:.2} with refinement and TRT: the coupling rebuilds the odd non-equilibrium in \
              proportion to tau-, and a wake that crosses a patch edge can grow unstable (a cylinder at Re 100 with \
@@ -601,28 +591,26 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
             l.mach
         ));
     }
-    if let BoundarySpec::Inlet(inlet) = &case.boundaries.x_min
-        && case.boundaries.x_max == BoundarySpec::Outflow
-        && inlet.amplitude.reverses()
-    {
-        out.push(
-            "boundaries.x_min.inlet.amplitude turns negative (a sine's second half-period, a table's negative \
-             rows): the flow then enters through the outflow at x_max, which the pressure outlet does not hold \
-             (such runs can diverge at modest Reynolds numbers, at any resolution); a wall at x_max, or factors \
-             of one sign, keep the flow leaving through it"
-                .into(),
-        );
-    }
     if let BoundarySpec::Inlet(inlet) = &case.boundaries.x_min {
-        if case.boundaries.x_max != BoundarySpec::Outflow && !inlet.amplitude.reverses() {
+        let outflow = case.boundaries.x_max == BoundarySpec::Outflow;
+        if outflow && inlet.amplitude.reverses() {
+            out.push(
+                "boundaries.x_min.inlet.amplitude turns negative (a sine's second half-period, a table's negative \
+                 rows): the flow then enters through the outflow at x_max, which the pressure outlet does not hold \
+                 (such runs can diverge at modest Reynolds numbers, at any resolution); a wall at x_max, or factors \
+                 of one sign, keep the flow leaving through it"
+                    .into(),
+            );
+        }
+        if !outflow && !inlet.amplitude.reverses() {
             out.push(format!(
                 "boundaries.x_min is an inlet but boundaries.x_max is {}: the fluid the inlet brings has nowhere to \
                  go, so the density and pressure rise as long as it runs; make x_max an outflow",
                 lbm_core::case::side_kind(&case.boundaries.x_max)
             ));
         }
-        if let (lbm_core::config::Amplitude::Sine { period }, Some(acoustic)) =
-            (&inlet.amplitude, acoustic_period(case, resolved))
+        if let (lbm_core::config::Amplitude::Sine { period }, Some(Acoustic { period: acoustic, .. })) =
+            (&inlet.amplitude, acoustic(case, resolved))
             && (0.5..2.0).contains(&(period / acoustic))
         {
             out.push(format!(
@@ -692,10 +680,19 @@ pub fn plural(n: usize, word: &str) -> String {
     }
 }
 
-/// The acoustic period of a channel with an inlet, s: the channel between
-/// the inlet and the far side is a resonator for the method's sound, open
-/// (a quarter wave) at an outflow, closed (a half wave) otherwise.
-fn acoustic_period(case: &Case, resolved: &Resolved) -> Option<f64> {
+/// The channel between an inlet and the far side, a resonator for the
+/// method's sound: open (a quarter wave) at an outflow, closed (a half
+/// wave) otherwise.
+struct Acoustic {
+    /// s.
+    period: f64,
+    /// Channel lengths a period: 4 or 2.
+    waves: f64,
+    /// The lattice's speed of sound, m/s.
+    sound: f64,
+}
+
+fn acoustic(case: &Case, resolved: &Resolved) -> Option<Acoustic> {
     let BoundarySpec::Inlet(_) = &case.boundaries.x_min else {
         return None;
     };
@@ -705,7 +702,11 @@ fn acoustic_period(case: &Case, resolved: &Resolved) -> Option<f64> {
     } else {
         2.0
     };
-    Some(waves * case.domain.size[0] / sound)
+    Some(Acoustic {
+        period: waves * case.domain.size[0] / sound,
+        waves,
+        sound,
+    })
 }
 
 /// The report of `lbm info`.

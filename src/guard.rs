@@ -47,6 +47,8 @@ impl Signals {
 }
 
 struct Watch {
+    /// What a stall reports it by ([`Watchdog::group`]).
+    key: usize,
     out: PathBuf,
     last_progress: Instant,
     /// The summary a stall writes, as of `summary_at`; its interval count
@@ -63,8 +65,8 @@ struct Watch {
 const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 
 /// What a stall of a group of runs does once each one's summary is written
-/// (given them by position in the group, those that had not ended): the
-/// group's own records, and the message to print.
+/// (given those that had not ended, by the keys the group was started
+/// with): the group's own records, and the message to print.
 pub type OnStall = Box<dyn FnOnce(&[(usize, Summary)]) -> String + Send>;
 
 /// The watchdog of one run among those a thread watches; see the module
@@ -77,7 +79,7 @@ impl Watchdog {
     /// Starts watching: `summary` is what is written if the run stalls
     /// before the first [`Watchdog::beat`].
     pub fn start(out: PathBuf, period: Duration, summary: Summary) -> Watchdog {
-        let mut one = Watchdog::group(vec![(out, summary)], period, None);
+        let mut one = Watchdog::group(vec![(0, out, summary)], period, None);
         one.pop().expect("one run, one watchdog")
     }
 
@@ -86,11 +88,13 @@ impl Watchdog {
     /// them all has, and every one that has not ended is written as
     /// stalled; `on_stall` then writes the group's records and says what to
     /// print (a lone run prints its own error), and the process exits 3.
-    pub fn group(runs: Vec<(PathBuf, Summary)>, period: Duration, on_stall: Option<OnStall>) -> Vec<Watchdog> {
+    /// Each run comes with a key its stall is reported by.
+    pub fn group(runs: Vec<(usize, PathBuf, Summary)>, period: Duration, on_stall: Option<OnStall>) -> Vec<Watchdog> {
         let watches: Vec<Arc<Mutex<Watch>>> = runs
             .into_iter()
-            .map(|(out, summary)| {
+            .map(|(key, out, summary)| {
                 Arc::new(Mutex::new(Watch {
+                    key,
                     out,
                     last_progress: Instant::now(),
                     completed_intervals: summary.completed_intervals,
@@ -134,12 +138,12 @@ impl Watchdog {
                     }
                 };
                 let mut stalled = Vec::new();
-                for (k, watch) in locked.iter().enumerate().filter(|(_, w)| !w.done) {
+                for watch in locked.iter().filter(|w| !w.done) {
                     let (summary, error) = stalled_summary(watch, cause, period);
                     if let Err(e) = write_json(&watch.out.join("summary.json"), &summary) {
                         tell!("error: {e}");
                     }
-                    stalled.push((k, summary, error));
+                    stalled.push((watch.key, summary, error));
                 }
                 let message = match on_stall.take() {
                     Some(f) => f(&stalled.iter().map(|(k, s, _)| (*k, s.clone())).collect::<Vec<_>>()),

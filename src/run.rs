@@ -335,14 +335,18 @@ fn diverged(resolved: &Resolved, step: u64, what: String, out: &Path) -> AppErro
 /// tandem cylinders and square obstacle run to their ends at 6.36.
 pub const REFINED_TRT_TAU_MINUS: f64 = 6.5;
 
+/// The largest τ⁻ of a refined TRT case when it is above
+/// [`REFINED_TRT_TAU_MINUS`], given its `levels`.
+pub fn refined_trt_tau_minus(resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> Option<f64> {
+    let tau_minus = levels.iter().map(|l| l.tau_minus).fold(0.0, f64::max);
+    let trt = matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Trt { .. });
+    (levels.len() > 1 && trt && tau_minus > REFINED_TRT_TAU_MINUS).then_some(tau_minus)
+}
+
 /// What to change in a case that diverged.
 pub fn divergence_advice(resolved: &Resolved) -> String {
     let levels = resolved.levels().unwrap_or_default();
-    let tau_minus = levels.iter().map(|l| l.tau_minus).fold(0.0, f64::max);
-    if levels.len() > 1
-        && matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Trt { .. })
-        && tau_minus > REFINED_TRT_TAU_MINUS
-    {
+    if let Some(tau_minus) = refined_trt_tau_minus(resolved, &levels) {
         // Here a lower lattice velocity makes it worse: it raises tau-.
         return format!(
             "with refinement, TRT's tau- ({tau_minus:.2} here) makes a wake that crosses a patch edge prone to \
@@ -442,38 +446,33 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
 /// refusal tells to run again with other flags (its `--steps` and the rest
 /// kept, so that the plan stays the same).
 pub(crate) fn given_command() -> String {
+    given_words(&[], &["--out"]).join(" ")
+}
+
+/// The command that runs the full run after the pilot in `out`: this one,
+/// its flags kept, its pilot flags and output directory replaced.
+pub fn after_pilot_command(out: &Path) -> String {
+    let kept = given_words(&["--pilot"], &["--out", "--pilot-intervals"]).join(" ");
+    format!("{kept} --after-pilot {} --out DIR", out.display())
+}
+
+/// The command line's words, `lbm` first, less the flags `alone` and the
+/// flags `valued` with their values (`--flag V` or `--flag=V`); a word with
+/// white space quoted.
+fn given_words(alone: &[&str], valued: &[&str]) -> Vec<String> {
     let mut args = std::env::args().skip(1);
     let mut kept = vec!["lbm".to_owned()];
     while let Some(arg) = args.next() {
-        if arg == "--out" {
+        if valued.contains(&arg.as_str()) {
             args.next();
-        } else if !arg.starts_with("--out=") {
+        } else if !alone.contains(&arg.as_str()) && !valued.iter().any(|flag| arg.starts_with(&format!("{flag}="))) {
             kept.push(match arg.contains(char::is_whitespace) {
                 true => format!("'{arg}'"),
                 false => arg,
             });
         }
     }
-    kept.join(" ")
-}
-
-/// The command that runs the full run after the pilot in `out`: this one,
-/// its flags kept, its pilot flags and output directory replaced.
-pub fn after_pilot_command(out: &Path) -> String {
-    let given = given_command();
-    let mut words = given.split(' ');
-    let mut kept = Vec::new();
-    while let Some(word) = words.next() {
-        match word {
-            "--pilot" => {}
-            "--pilot-intervals" => {
-                words.next();
-            }
-            w if w.starts_with("--pilot-intervals=") => {}
-            w => kept.push(w),
-        }
-    }
-    format!("{} --after-pilot {} --out DIR", kept.join(" "), out.display())
+    kept
 }
 
 /// The drivers of a run asked for as `request`, once its split (a patch in
@@ -1115,8 +1114,8 @@ impl<D: Driver> Session<'_, D> {
     /// ended as asked or was interrupted.
     pub(crate) fn end_cleanly(&mut self, ending: Ending) -> Result<Summary, AppError> {
         // A limit or a signal that came while a divergence was under way.
-        if let Some(diverging) = &self.diverging {
-            return Err(self.diverged_at(diverging.step));
+        if self.diverging.is_some() {
+            return Err(self.diverged_at());
         }
         let done = self.state.done;
         if self.pilot.is_some() {
@@ -1149,7 +1148,7 @@ impl<D: Driver> Session<'_, D> {
 
     /// The device's divergence check: a non-finite population or a cell
     /// faster than [`lbm_core::DIVERGED_MACH`] stops the run, after the
-    /// fields of this interval are written (unless `saved` already).
+    /// fields of this interval are written (unless `saved` holds them).
     fn check_health(&mut self, saved: Option<&[fields::PatchFields]>) -> Result<(), AppError> {
         let Some(cell) = self.unhealthy_cell()? else {
             return Ok(());
@@ -1185,8 +1184,7 @@ impl<D: Driver> Session<'_, D> {
     }
 
     /// Writes the fields of the interval the device is at, so that a
-    /// divergence can be looked at.
-    /// Returns [`spread`]'s account of the fields.
+    /// divergence can be looked at, and returns [`spread`]'s account of them.
     fn save_divergence(&mut self) -> Result<String, AppError> {
         let (patches, ..) = self.observe(Some(CoveredCells::Settled), false)?;
         let spread = spread(&patches);
@@ -1533,7 +1531,7 @@ impl<D: Driver> Session<'_, D> {
         for s in chunk.sampled {
             self.write_sample(s.step, s.records, s.probes.unwrap_or_default())?;
         }
-        if let Some(end) = self.while_diverging(progress, signals) {
+        if let Some(end) = self.while_diverging(progress, signals, watchdog) {
             return end;
         }
         let done = self.state.done;
@@ -1562,7 +1560,7 @@ impl<D: Driver> Session<'_, D> {
                 plan.probes.iter().map(|p| at(p.point)).collect()
             });
             self.write_sample(done, records, probes)?;
-            if let Some(end) = self.while_diverging(progress, signals) {
+            if let Some(end) = self.while_diverging(progress, signals, watchdog) {
                 return end;
             }
             if !bodies.is_empty() {
@@ -1660,23 +1658,25 @@ impl<D: Driver> Session<'_, D> {
         &mut self,
         progress: &mut Progress,
         signals: &Signals,
+        watchdog: &Watchdog,
     ) -> Option<Result<Option<Ending>, AppError>> {
         let step = self.diverging.as_ref()?.step;
         let done = self.state.done;
         if done >= self.divergence_stop(step) {
-            return Some(Err(self.diverged_at(step)));
+            return Some(Err(self.diverged_at()));
         }
         progress.update(done, &self.state.coefficients);
+        watchdog.beat(done, self.last_checkpoint.as_ref(), || {
+            self.summary(Ending::Stalled, None, None)
+        });
         Some(Ok(signals.raised().then_some(Ending::Interrupted)))
     }
 
-    /// The error of the divergence a force sample after interval `step`
-    /// showed, once the run has reached [`Session::divergence_stop`]; its
-    /// fields are saved first.
-    fn diverged_at(&mut self, step: u64) -> AppError {
-        let Diverging { what, .. } = self.diverging.take().expect("a divergence is under way");
+    /// The error of the divergence under way, once the run has reached
+    /// [`Session::divergence_stop`]; its fields are saved first.
+    fn diverged_at(&mut self) -> AppError {
+        let Diverging { step, mut what } = self.diverging.take().expect("a divergence is under way");
         let done = self.state.done;
-        let mut what = what;
         if done != step {
             what += &format!(" (the fields saved are those of interval {done}, where the run stopped)");
         }

@@ -965,15 +965,13 @@ fn run_members(
     let on_stall: OnStall = {
         let book = book.clone();
         let out = out.to_owned();
-        let watched = watched.clone();
         let running: Vec<MemberResult> = chosen.iter().map(|m| MemberResult::running(m, count)).collect();
         let mut record = template.clone();
         Box::new(move |stalled: &[(usize, Summary)]| {
             let book = book.lock().unwrap_or_else(|p| p.into_inner());
             let mut names = Vec::new();
             for (k, running) in running.iter().enumerate() {
-                let position = watched.iter().position(|&w| w == k);
-                let stall = position.and_then(|p| stalled.iter().find(|(j, _)| *j == p));
+                let stall = stalled.iter().find(|(j, _)| *j == k);
                 let result = match (&book[k], stall) {
                     (Some(ended), _) => ended.clone(),
                     (None, Some((_, summary))) => {
@@ -1011,6 +1009,7 @@ fn run_members(
             .iter()
             .map(|&k| {
                 (
+                    k,
                     dirs[k].clone(),
                     sessions[k].as_ref().expect("watched").stalled_summary(),
                 )
@@ -1293,9 +1292,17 @@ fn write_results(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
 /// Whether `sweep.csv` and every plot of `record` are in `dir`.
 fn outputs_written(dir: &Path, record: &SweepRecord) -> bool {
     dir.join("sweep.csv").exists()
-        && plots_of(record)
+        && plotted(record)
             .iter()
             .all(|(name, _)| dir.join("plots").join(format!("{name}.png")).exists())
+}
+
+/// The quantities that get a plot: those some member has a value of.
+fn plotted(record: &SweepRecord) -> Vec<(String, Read)> {
+    quantities(record)
+        .into_iter()
+        .filter(|(_, get)| record.results.iter().any(|r| get(r).is_some()))
+        .collect()
 }
 
 /// How a quantity is read from a member's results.
@@ -1398,16 +1405,13 @@ fn plots_of(record: &SweepRecord) -> Vec<(String, crate::output::picture::Image)
     };
     let categories = (!numeric).then_some(&first.values[..]);
     let mut out = Vec::new();
-    for (name, get) in quantities(record) {
+    for (name, get) in plotted(record) {
         let mut panels: BTreeMap<String, Vec<[f64; 2]>> = BTreeMap::new();
         for r in &record.results {
             let rest = describe(&r.parameters[1..].to_vec());
             if let Some(y) = get(r) {
                 panels.entry(rest).or_default().push([x_of(r), y]);
             }
-        }
-        if panels.values().all(|p| p.is_empty()) {
-            continue;
         }
         let series: Vec<Series> = panels
             .into_iter()

@@ -487,11 +487,12 @@ impl Writer {
         }
         for &field in &self.plan.fields {
             let unit = field.unit();
-            // Velocity by component (x, y); every other field whole.
-            let parts: Vec<(String, Option<bool>)> = match field {
+            // Velocity by component; every other field whole.
+            type Component = fn(&PatchFields) -> &ndarray::Array2<f32>;
+            let parts: Vec<(String, Option<Component>)> = match field {
                 FieldName::Velocity => vec![
-                    (format!("velocity_x [{unit}]"), Some(false)),
-                    (format!("velocity_y [{unit}]"), Some(true)),
+                    (format!("velocity_x [{unit}]"), Some(|p| &p.ux)),
+                    (format!("velocity_y [{unit}]"), Some(|p| &p.uy)),
                 ],
                 _ => vec![(format!("{} [{unit}]", field.name()), None)],
             };
@@ -504,8 +505,7 @@ impl Writer {
                 let non_finite = written.field_non_finite.entry(key).or_insert(0);
                 for p in patches {
                     let values: Vec<f32> = match component {
-                        Some(false) => p.ux.iter().copied().collect(),
-                        Some(true) => p.uy.iter().copied().collect(),
+                        Some(array) => array(p).iter().copied().collect(),
                         None => p.values(field),
                     };
                     for (i, v) in values.iter().enumerate() {
