@@ -455,81 +455,65 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         printed.contains("the fastest speed is boundaries.y_max.moving_wall's: lower flow.lattice_velocity"),
         "{printed}"
     );
+    // `lbm check` of `text` written as `name`, which it accepts: what it prints.
+    let checked = |name: &str, text: String| -> String {
+        let case = dir.join(name);
+        std::fs::write(&case, text).unwrap();
+        let report = lbm(&["check", &case.display().to_string()]);
+        assert!(report.status.success(), "{name}: {}", stderr(&report));
+        String::from_utf8_lossy(&report.stdout).into_owned()
+    };
     // Level 1's tau+ is 1.65 here: in the warning band below the refusal at 2.5.
-    let viscous = dir.join("viscous.toml");
-    std::fs::write(&viscous, text.replace("viscosity = 0.01 ", "viscosity = 0.03 ")).unwrap();
-    let report = lbm(&["check", &viscous.display().to_string()]);
-    let printed = String::from_utf8_lossy(&report.stdout);
+    let printed = checked("viscous.toml", text.replace("viscosity = 0.01 ", "viscosity = 0.03 "));
     assert!(
-        report.status.success() && printed.contains("warning: level 1 tau+ = 1.6520 is above 1.5"),
-        "{printed}{}",
-        stderr(&report)
+        printed.contains("warning: level 1 tau+ = 1.6520 is above 1.5"),
+        "{printed}"
     );
     // A size that is not whole base cells is rounded: check says so, and by how much.
-    let rounded = dir.join("rounded.toml");
-    std::fs::write(&rounded, text.replace("resolution = 64 ", "resolution = 64.5 ")).unwrap();
-    let report = lbm(&["check", &rounded.display().to_string()]);
-    let printed = String::from_utf8_lossy(&report.stdout);
+    let printed = checked("rounded.toml", text.replace("resolution = 64 ", "resolution = 64.5 "));
     assert!(
-        report.status.success()
-            && printed.contains("warning: domain.size along x, 1 m, is 64.5000 base cells")
+        printed.contains("warning: domain.size along x, 1 m, is 64.5000 base cells")
             && printed.contains("the grid has 65 cells, 1.007752 m"),
-        "{printed}{}",
-        stderr(&report)
+        "{printed}"
     );
     // An inlet that reverses drives flow in through the outflow.
     let dfg_text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
-    let sloshing = dir.join("sloshing.toml");
     let reversed = dfg_text.replace(
         "amplitude = { ramp = { duration = 1.0 } }",
         "amplitude = { sine = { period = 2.0 } }",
     );
     assert_ne!(reversed, dfg_text);
-    std::fs::write(&sloshing, reversed).unwrap();
-    let report = lbm(&["check", &sloshing.display().to_string()]);
-    let printed = String::from_utf8_lossy(&report.stdout);
+    let printed = checked("sloshing.toml", reversed.clone());
     assert!(
-        report.status.success() && printed.contains("warning: boundaries.x_min.inlet.amplitude turns negative"),
-        "{printed}{}",
-        stderr(&report)
+        printed.contains("warning: boundaries.x_min.inlet.amplitude turns negative"),
+        "{printed}"
     );
-    let closed = dir.join("closed.toml");
-    let walled = std::fs::read_to_string(&sloshing)
-        .unwrap()
-        .replace("x_max = \"outflow\"", "x_max = \"wall\"");
-    std::fs::write(&closed, walled).unwrap();
-    let report = lbm(&["check", &closed.display().to_string()]);
-    assert!(!String::from_utf8_lossy(&report.stdout).contains("turns negative"));
-    // A channel with an inlet shows its acoustic period; at a large tau+ the
-    // outflow's error is warned about.
-    let report = lbm(&["check", &sloshing.display().to_string()]);
-    let printed = String::from_utf8_lossy(&report.stdout);
+    // A channel with an inlet shows its acoustic period.
     assert!(
         printed.contains("acoustic period: ") && printed.contains("(4 L / c_s with c_s = "),
         "{printed}"
     );
     assert!(!printed.contains("at the outflow"), "{printed}");
-    let viscous_channel = dir.join("viscous-channel.toml");
-    std::fs::write(
-        &viscous_channel,
+    let printed = checked(
+        "closed.toml",
+        reversed.replace("x_max = \"outflow\"", "x_max = \"wall\""),
+    );
+    assert!(!printed.contains("turns negative"), "{printed}");
+    // At a large tau+ the outflow's error is warned about.
+    let printed = checked(
+        "viscous-channel.toml",
         dfg_text.replace("viscosity = 1e-3 ", "viscosity = 5e-3 "),
-    )
-    .unwrap();
-    let report = lbm(&["check", &viscous_channel.display().to_string()]);
-    let printed = String::from_utf8_lossy(&report.stdout);
+    );
     assert!(
         printed.contains("warning: level 0 tau+ = 0.7500 at the outflow"),
         "{printed}"
     );
     // An inlet into a closed channel, and a sine near the channel's
     // acoustic period, are warned about.
-    let closed_inlet = dir.join("closed-inlet.toml");
-    std::fs::write(
-        &closed_inlet,
+    let printed = checked(
+        "closed-inlet.toml",
         dfg_text.replace("x_max = \"outflow\"", "x_max = \"wall\""),
-    )
-    .unwrap();
-    let printed = String::from_utf8_lossy(&lbm(&["check", &closed_inlet.display().to_string()]).stdout).to_string();
+    );
     assert!(
         printed.contains("warning: boundaries.x_min is an inlet but boundaries.x_max is wall"),
         "{printed}"
@@ -538,16 +522,13 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         printed.contains("(2 L / c_s"),
         "a closed channel rings as a half wave: {printed}"
     );
-    let resonant = dir.join("resonant.toml");
-    std::fs::write(
-        &resonant,
+    let printed = checked(
+        "resonant.toml",
         dfg_text.replace(
             "amplitude = { ramp = { duration = 1.0 } }",
             "amplitude = { sine = { period = 3.0 } }",
         ),
-    )
-    .unwrap();
-    let printed = String::from_utf8_lossy(&lbm(&["check", &resonant.display().to_string()]).stdout).to_string();
+    );
     assert!(
         printed.contains("sine period, 3 s, is near the channel's acoustic period"),
         "{printed}"
@@ -556,21 +537,13 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     // TRT's large tau- beside refinement is warned about; BGK is not.
     let tandem = std::fs::read_to_string(workspace().join("cases/tandem-cylinders.toml")).unwrap();
     for (collision, warned) in [("", true), ("\ncollision = { model = \"bgk\" }", false)] {
-        let slow = dir.join("slow-tandem.toml");
         let text = tandem.replace(
             "lattice_velocity = 0.1 ",
             &format!("lattice_velocity = 0.08{collision} "),
         );
         assert_ne!(text, tandem);
-        std::fs::write(&slow, text).unwrap();
-        let report = lbm(&["check", &slow.display().to_string()]);
-        let printed = String::from_utf8_lossy(&report.stdout);
-        assert_eq!(
-            printed.contains("with refinement and TRT"),
-            warned,
-            "{printed}{}",
-            stderr(&report)
-        );
+        let printed = checked("slow-tandem.toml", text);
+        assert_eq!(printed.contains("with refinement and TRT"), warned, "{printed}");
     }
     // A patch whose interface meets the lid once is warned about; one
     // spanning it, one meeting it twice (the junctions' errors cancel), or
@@ -584,20 +557,12 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         ("[0.0, 0.5, 1.0, 1.0]", false),
         ("[0.25, 0.25, 0.75, 0.75]", false),
     ] {
-        let case = dir.join("lid-patch.toml");
-        std::fs::write(
-            &case,
+        let printed = checked(
+            "lid-patch.toml",
             text.replace(lid, &format!("[[refinement]]\npatches = [{patch}]")),
-        )
-        .unwrap();
-        let report = lbm(&["check", &case.display().to_string()]);
-        let printed = String::from_utf8_lossy(&report.stdout);
-        let warning = "warning: refinement[0].patches[0] touches the moving wall boundaries.y_max and one of its ends";
-        assert!(
-            report.status.success() && printed.contains(warning) == warned,
-            "{patch}: {printed}{}",
-            stderr(&report)
         );
+        let warning = "warning: refinement[0].patches[0] touches the moving wall boundaries.y_max and one of its ends";
+        assert_eq!(printed.contains(warning), warned, "{patch}: {printed}");
     }
     let thick = dir.join("thick.toml");
     std::fs::write(&thick, text.replace("viscosity = 0.01 ", "viscosity = 0.053 ")).unwrap();
