@@ -767,10 +767,11 @@ fn a_stalled_sweep_is_recorded_and_a_failed_member_is_not_a_stall() {
     let resumed = lbm(&["resume", &out.display().to_string(), "--backend", "cpu", "--quiet"]);
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     // Member 1 diverges at interval 320 (the lid at Mach 0.29 over a
-    // twentieth of the viscosity); member 0 steps on to 4000, for longer
-    // than the watchdog's second.
+    // twentieth of the viscosity); member 0 steps on to 12000, for several
+    // times the watchdog's 3 s (about 7 s on two idle cores), which leaves
+    // a loaded machine's member 0 room between its beats.
     let out2 = scratch("sweep-stall-failed");
-    let long = small_cavity("sweep-stall-long", 4000);
+    let long = small_cavity("sweep-stall-long", 12000);
     let output = sweep_on_cpu(
         &long,
         &[
@@ -779,7 +780,7 @@ fn a_stalled_sweep_is_recorded_and_a_failed_member_is_not_a_stall() {
             "--set",
             "flow.lattice_velocity=0.17",
             "--watchdog-seconds",
-            "1",
+            "3",
         ],
         &out2,
     );
