@@ -20,7 +20,8 @@
 // profile's sample for the row and direction, domain::order::inlet_sample, times the
 // amplitude factor in `boundary_state`, the momentum term at rest density), wall (bounce-back with the wall's velocity,
 // across two walls the sum of both), outflow (anti-bounce-back at rest density
-// with the velocity extrapolated from the cell and its upstream neighbour),
+// with the velocity extrapolated from the cell and its upstream neighbour,
+// plus the leaving population's viscous part from the velocity gradient),
 // free slip (the
 // population mirrored in the wall, from the same row or column), then the
 // periodic wrap within the active region or the ghost band's value. A population
@@ -124,25 +125,81 @@ __device__ __forceinline__ float neighbour_or_wall(const float* __restrict__ src
                : src[(size_t)direction * plane + source];
 }
 
-// The boundary velocity of cpu::anti_bounce_back for the cell (x, y): its
-// velocity (the force taken back out of the post-collision momentum),
-// extrapolated half a cell from the upstream neighbour (x - 1, y) when that lies
-// in the active region.
-__device__ __forceinline__ void outflow_velocity(const float* __restrict__ src, Layout layout, size_t plane,
-                                                 size_t index, unsigned int x, unsigned int y, unsigned int x0,
-                                                 float force_x, float force_y, float* ux, float* uy) {
+// What cpu::anti_bounce_back needs of an outflow cell: the boundary velocity (the cell's velocity, the force taken back out
+// of the post-collision momentum, extrapolated half a cell from the upstream
+// neighbour (x - 1, y) when that lies in the active region), and the
+// non-equilibrium correction's velocity gradient (cpu::outflow_gradient:
+// backward along x, central along y where both rows are fluid, else
+// one-sided, else zero; `gxy` = d ux/dy + d uy/dx) and factor
+// -(2/omega+ - 1) * 3.
+struct Outflow {
+    float ux, uy, gxx, gyy, gxy, scale;
+};
+
+// The velocity of the fluid cell `index` after the last collision into
+// `u`; false for a solid one.
+__device__ __forceinline__ bool fluid_velocity(const float* __restrict__ src, const unsigned char* __restrict__ flags,
+                                               size_t plane, size_t index, float force_x, float force_y,
+                                               float u[2]) {
+    if (flags[index] != LBM_FLAG_FLUID) {
+        return false;
+    }
+    float cell[LBM_Q];
+    read_cell(src, plane, index, cell);
+    const Moments m = moments(cell, -force_x, -force_y);
+    u[0] = m.ux;
+    u[1] = m.uy;
+    return true;
+}
+
+__device__ __forceinline__ Outflow outflow_state(const float* __restrict__ src,
+                                                 const unsigned char* __restrict__ flags, Layout layout,
+                                                 size_t plane, size_t index, unsigned int x, unsigned int y,
+                                                 unsigned int x0, unsigned int y0, unsigned int y1, float force_x,
+                                                 float force_y, float omega_plus) {
+    Outflow out;
     float cell[LBM_Q];
     read_cell(src, plane, index, cell);
     const Moments here = moments(cell, -force_x, -force_y);
     if (x > x0) {
         read_cell(src, plane, cell_index(layout, x - 1, y), cell);
         const Moments upstream = moments(cell, -force_x, -force_y);
-        *ux = 1.5f * here.ux - 0.5f * upstream.ux;
-        *uy = 1.5f * here.uy - 0.5f * upstream.uy;
+        out.ux = 1.5f * here.ux - 0.5f * upstream.ux;
+        out.uy = 1.5f * here.uy - 0.5f * upstream.uy;
     } else {
-        *ux = here.ux;
-        *uy = here.uy;
+        out.ux = here.ux;
+        out.uy = here.uy;
     }
+    float upstream[2];
+    float below[2];
+    float above[2];
+    const bool has_upstream =
+        x > x0 && fluid_velocity(src, flags, plane, cell_index(layout, x - 1, y), force_x, force_y, upstream);
+    const bool has_below =
+        y > y0 && fluid_velocity(src, flags, plane, cell_index(layout, x, y - 1), force_x, force_y, below);
+    const bool has_above =
+        y + 1 < y1 && fluid_velocity(src, flags, plane, cell_index(layout, x, y + 1), force_x, force_y, above);
+    float dx[2] = {0.0f, 0.0f};
+    float dy[2] = {0.0f, 0.0f};
+    if (has_upstream) {
+        dx[0] = here.ux - upstream[0];
+        dx[1] = here.uy - upstream[1];
+    }
+    if (has_below && has_above) {
+        dy[0] = 0.5f * (above[0] - below[0]);
+        dy[1] = 0.5f * (above[1] - below[1]);
+    } else if (has_above) {
+        dy[0] = above[0] - here.ux;
+        dy[1] = above[1] - here.uy;
+    } else if (has_below) {
+        dy[0] = here.ux - below[0];
+        dy[1] = here.uy - below[1];
+    }
+    out.gxx = dx[0];
+    out.gyy = dy[1];
+    out.gxy = dx[1] + dy[0];
+    out.scale = -(2.0f / omega_plus - 1.0f) * 3.0f;
+    return out;
 }
 
 // The value of side `side` (0 x_min, 1 x_max, 2 y_min, 3 y_max) among four,
@@ -153,16 +210,14 @@ __device__ __forceinline__ float side_value(int side, float x_min, float x_max, 
 
 // The population arriving at (x, y) along `i` by the general rules
 // (cpu::pull): the side rule of the first side its source lies beyond, else
-// the neighbour or the body's return. `outflow_ux`, `outflow_uy` matter only
-// next to an outflow side.
+// the neighbour or the body's return.
 __device__ __forceinline__ float pull_general(
     const float* __restrict__ src, const unsigned char* __restrict__ flags, WallTable* walls, Layout layout,
     const float* __restrict__ inlet_profile, const float* __restrict__ boundary_state, unsigned int x,
     unsigned int y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
     unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
     float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
-    float wall_y_max_ux, float wall_y_max_uy, float outflow_ux, float outflow_uy, int i, size_t index,
-    size_t plane) {
+    float wall_y_max_ux, float wall_y_max_uy, const Outflow& outflow, int i, size_t index, size_t plane) {
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     // cpu::pull, in signed arithmetic because a source may lie before x0 or y0.
@@ -204,11 +259,15 @@ __device__ __forceinline__ float pull_general(
         return leaving + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
     }
 
-    // Outflow: anti-bounce-back at rest density.
+    // Outflow: anti-bounce-back at rest density, with the viscous correction.
     if (kind_x == LBM_BOUNDARY_OUTFLOW || kind_y == LBM_BOUNDARY_OUTFLOW) {
-        const float cu = cx * outflow_ux + cy * outflow_uy;
+        const float strain =
+            (cx * cx - 1.0f / 3.0f) * outflow.gxx + (cy * cy - 1.0f / 3.0f) * outflow.gyy + cx * cy * outflow.gxy;
+        const float correction = outflow.scale * lbm_w(i) * strain;
+        const float cu = cx * outflow.ux + cy * outflow.uy;
         return -src[(size_t)lbm_opp(i) * plane + index] +
-               2.0f * lbm_w(i) * (4.5f * cu * cu - 1.5f * (outflow_ux * outflow_ux + outflow_uy * outflow_uy));
+               2.0f * lbm_w(i) * (4.5f * cu * cu - 1.5f * (outflow.ux * outflow.ux + outflow.uy * outflow.uy)) +
+               correction;
     }
 
     // Free slip: the population that left this row (column) towards the wall, mirrored.
@@ -318,23 +377,21 @@ LBM_KERNEL(stream_collide)(
         return;
     }
 
-    // A population comes from beyond a side only in a cell next to it, so the
-    // outflow velocity the side rule needs is computed once, in those cells:
-    // bit for bit what the CPU computes per population.
-    const bool near_outflow =
-        next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max);
-    float outflow_ux = 0.0f;
-    float outflow_uy = 0.0f;
-    if (near_outflow) {
-        outflow_velocity(src, layout, plane, index, x, y, x0, force_x, force_y, &outflow_ux, &outflow_uy);
-    }
 
+    // A population comes from beyond a side only in a cell next to it, so the
+    // outflow's state is computed once, in those cells: bit for bit what the
+    // CPU computes per population.
+    Outflow outflow = {};
+    if (next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max, boundary_y_min,
+                boundary_y_max)) {
+        outflow = outflow_state(src, flags, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
+    }
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
         f[i] = pull_general(src, flags, &walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
                             boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,
                             wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy, wall_y_max_ux,
-                            wall_y_max_uy, outflow_ux, outflow_uy, i, index, plane);
+                            wall_y_max_uy, outflow, i, index, plane);
     }
     collide(f, omega_plus, omega_minus, force_x, force_y);
     write_cell(dst, plane, index, f);
@@ -352,16 +409,24 @@ __device__ __forceinline__ float pull_one(
     unsigned int boundary_x_min, unsigned int boundary_x_max, unsigned int boundary_y_min,
     unsigned int boundary_y_max, float wall_x_min_ux, float wall_x_min_uy, float wall_x_max_ux,
     float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy, float wall_y_max_ux, float wall_y_max_uy,
-    float outflow_ux, float outflow_uy, size_t index, size_t plane) {
+    float force_x, float force_y, float omega_plus, size_t index, size_t plane) {
     if (interior) {
         const size_t source =
             (size_t)((long long)index - (long long)lbm_cx(I) - (long long)lbm_cy(I) * (long long)layout.tx);
         return neighbour_or_wall(src, flags, walls, layout, x0, y0, x1, y1, x, y, I, I, index, source, plane);
     }
+    // Only a population moving towards -x can come from beyond the outflow
+    // (x_max, the one side the case allows it on); its state computed here,
+    // in the one thread that needs it, keeps it out of the others' registers.
+    Outflow outflow = {};
+    if (lbm_cx(I) < 0 && next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max,
+                                 boundary_y_min, boundary_y_max)) {
+        outflow = outflow_state(src, flags, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
+    }
     return pull_general(src, flags, walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
                         boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,
                         wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy, wall_y_max_ux,
-                        wall_y_max_uy, outflow_ux, outflow_uy, I, index, plane);
+                        wall_y_max_uy, outflow, I, index, plane);
 }
 
 // A block of stream_collide: LBM_LIST_CELLS cells along x, one row of
@@ -413,21 +478,12 @@ LBM_SPREAD_KERNEL(stream_collide)(
     if (fluid) {
         WallTable walls = listed_walls(wall_distance, n_wall_cells, cells, n_cells, t, index);
         const bool interior = nx <= tile_x && x > x0 && x + 1 < x1 && y > y0 && y + 1 < y1;
-        // A population comes from beyond a side only in a cell next to it,
-        // so only there is the outflow velocity the side rule needs computed:
-        // bit for bit what the CPU computes per population.
-        float outflow_ux = 0.0f;
-        float outflow_uy = 0.0f;
-        if (!interior && next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max,
-                                 boundary_y_min, boundary_y_max)) {
-            outflow_velocity(src, layout, plane, index, x, y, x0, force_x, force_y, &outflow_ux, &outflow_uy);
-        }
 #define LBM_PULL_ONE(I)                                                                                          \
     case I:                                                                                                      \
         value = pull_one<I>(src, flags, &walls, layout, inlet_profile, boundary_state, interior, x, y, x0, y0, x1, \
                             y1, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,   \
                             wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy,           \
-                            wall_y_max_ux, wall_y_max_uy, outflow_ux, outflow_uy, index, plane);                 \
+                            wall_y_max_ux, wall_y_max_uy, force_x, force_y, omega_plus, index, plane);      \
         break;
         float value = 0.0f;
         // The row of threads is one population for the whole warp, so the

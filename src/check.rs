@@ -518,9 +518,6 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
-/// Level 0's τ⁺ above which `lbm check` warns about the outflow's error.
-const OUTFLOW_TAU: f64 = 0.7;
-
 /// τ⁺ above which `lbm check` warns: a band below the refusal at
 /// [`lbm_core::config::MAX_TAU`].
 const HIGH_TAU: f64 = 1.5;
@@ -560,18 +557,6 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
                 lbm_core::config::MAX_TAU
             ));
         }
-    }
-    if case.boundaries.x_max == BoundarySpec::Outflow
-        && let Some(l) = levels.first()
-        && l.tau_plus > OUTFLOW_TAU
-    {
-        out.push(format!(
-            "level 0 tau+ = {:.4} at the outflow: the pressure outlet bends a sheared flow in its last columns the \
-             more, the larger tau+ (in a channel, a transverse velocity of 8% of the peak at tau+ 0.74, reaching \
-             about two thirds of the channel's height upstream at tau+ near 1); measure upstream of that, or lower \
-             tau+ (a coarser domain.resolution or a smaller flow.lattice_velocity)",
-            l.tau_plus
-        ));
     }
     if let Some(tau_minus) = crate::run::refined_trt_tau_minus(resolved, levels) {
         out.push(format!(

@@ -1121,7 +1121,7 @@ fn pull(
         return bounce(u);
     }
     if either(Boundary::Outflow) {
-        return anti_bounce_back(k, src, x, y, i, index, plane);
+        return anti_bounce_back(k, src, flags, x, y, i, index, plane);
     }
     // A free-slip side mirrors the direction's normal component: the arriving
     // population left the same row (or column) towards the wall.
@@ -1249,11 +1249,26 @@ pub fn bouzidi(f: &[f32], plane: usize, index: usize, behind: Option<usize>, i: 
 }
 
 /// Pressure outlet at rest density, `f_i = -f*_opp(i) + 2 w_i ρ0 (4.5 (c_i·u_b)²
-/// − 1.5 u_b²)` in shifted populations, with the boundary velocity `u_b`
+/// − 1.5 u_b²) + c_i` in shifted populations, with the boundary velocity `u_b`
 /// extrapolated half a cell from the last two cells of the row. It pins the
 /// mean pressure, which channel flows need; acoustic waves reflect from it.
+/// The anti-bounce-back alone returns the leaving population's viscous
+/// (non-equilibrium) part with the wrong sign, `-(2 - ω⁺) n⁺_i`, which bent
+/// a sheared flow's last columns the more, the larger τ⁺; `c_i` adds it
+/// back, with `n⁺_i = -(w_i ρ0 τ⁺ / c_s²) Q_i : ∇u` from the velocity
+/// gradient of the cell's neighbourhood ([`outflow_gradient`]).
+#[allow(clippy::too_many_arguments)]
 #[inline]
-fn anti_bounce_back(k: &StreamCollide, src: &[f32], x: u32, y: u32, i: usize, index: usize, plane: usize) -> f32 {
+fn anti_bounce_back(
+    k: &StreamCollide,
+    src: &[f32],
+    flags: &[u8],
+    x: u32,
+    y: u32,
+    i: usize,
+    index: usize,
+    plane: usize,
+) -> f32 {
     let reverse = [-k.force[0], -k.force[1]];
     let here = lattice::moments(&read_cell(src, plane, index), reverse);
     let u = if x > k.active.x0 {
@@ -1262,8 +1277,47 @@ fn anti_bounce_back(k: &StreamCollide, src: &[f32], x: u32, y: u32, i: usize, in
     } else {
         [here.ux, here.uy]
     };
-    let cu = C[i][0] as f32 * u[0] + C[i][1] as f32 * u[1];
-    -src[OPP[i] * plane + index] + 2.0 * W[i] * (4.5 * cu * cu - 1.5 * (u[0] * u[0] + u[1] * u[1]))
+    let g = outflow_gradient(k, src, flags, x, y, [here.ux, here.uy], plane);
+    let (cx, cy) = (C[i][0] as f32, C[i][1] as f32);
+    let strain = (cx * cx - 1.0 / 3.0) * g[0] + (cy * cy - 1.0 / 3.0) * g[3] + cx * cy * (g[1] + g[2]);
+    let correction = -(2.0 / k.omega_plus - 1.0) * 3.0 * W[i] * strain;
+    let cu = cx * u[0] + cy * u[1];
+    -src[OPP[i] * plane + index] + 2.0 * W[i] * (4.5 * cu * cu - 1.5 * (u[0] * u[0] + u[1] * u[1])) + correction
+}
+
+/// The velocity gradient at the outflow cell (x, y) whose velocity is `here`,
+/// `[∂x ux, ∂x uy, ∂y ux, ∂y uy]`, from its fluid neighbours in the active
+/// region after the last collision: backward along x, central along y where
+/// both rows are fluid, else one-sided, else zero.
+fn outflow_gradient(
+    k: &StreamCollide,
+    src: &[f32],
+    flags: &[u8],
+    x: u32,
+    y: u32,
+    here: [f32; 2],
+    plane: usize,
+) -> [f32; 4] {
+    let a = k.active;
+    let reverse = [-k.force[0], -k.force[1]];
+    let velocity = |x: u32, y: u32| -> Option<[f32; 2]> {
+        let index = k.layout.index(x, y);
+        (flags[index] == FLAG_FLUID).then(|| {
+            let m = lattice::moments(&read_cell(src, plane, index), reverse);
+            [m.ux, m.uy]
+        })
+    };
+    let upstream = (x > a.x0).then(|| velocity(x - 1, y)).flatten();
+    let below = (y > a.y0).then(|| velocity(x, y - 1)).flatten();
+    let above = (y + 1 < a.y1).then(|| velocity(x, y + 1)).flatten();
+    let dx = upstream.map_or([0.0; 2], |u| [here[0] - u[0], here[1] - u[1]]);
+    let dy = match (below, above) {
+        (Some(b), Some(t)) => [0.5 * (t[0] - b[0]), 0.5 * (t[1] - b[1])],
+        (None, Some(t)) => [t[0] - here[0], t[1] - here[1]],
+        (Some(b), None) => [here[0] - b[0], here[1] - b[1]],
+        (None, None) => [0.0; 2],
+    };
+    [dx[0], dx[1], dy[0], dy[1]]
 }
 
 #[cfg(test)]
