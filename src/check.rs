@@ -255,25 +255,30 @@ pub fn estimate_seconds(levels: &[lbm_core::case::LevelParameters], steps: u64, 
 /// not: `run.require_pilot` when the case sets it, else whether the run is
 /// estimated to take over a minute on the backend.
 pub fn pilot_required(case: &Case, resolved: &Resolved, cuda: bool) -> Result<Option<String>, AppError> {
-    pilot_required_for(case.run.require_pilot, &resolved.levels()?, resolved.steps, cuda)
+    pilot_required_for(
+        case.run.require_pilot,
+        &resolved.levels()?,
+        resolved.steps,
+        cuda,
+        "run.require_pilot = false in the case waives that",
+    )
 }
 
-/// [`pilot_required`] for `steps` intervals of `levels`.
+/// [`pilot_required`] for `steps` intervals of `levels`; `waiver` says how
+/// the caller's user turns the requirement off.
 pub fn pilot_required_for(
     required: Option<bool>,
     levels: &[lbm_core::case::LevelParameters],
     steps: u64,
     cuda: bool,
+    waiver: &str,
 ) -> Result<Option<String>, AppError> {
     let estimate = estimate_seconds(levels, steps, cuda);
     Ok(match required {
         Some(true) => Some("the case sets run.require_pilot = true".into()),
         Some(false) => None,
-        None => (estimate > PILOT_ABOVE_S).then(|| {
-            format!(
-                "it is estimated at {estimate:.0} s, over {PILOT_ABOVE_S:.0} s; run.require_pilot = false in the case waives that"
-            )
-        }),
+        None => (estimate > PILOT_ABOVE_S)
+            .then(|| format!("it is estimated at {estimate:.0} s, over {PILOT_ABOVE_S:.0} s; {waiver}")),
     })
 }
 

@@ -102,8 +102,9 @@ enum Command {
         /// No progress on stderr.
         #[arg(long)]
         quiet: bool,
-        /// Pixels across the domain in pictures (default: the finest level's
-        /// resolution, with the domain's longer side 512 to 1600 pixels).
+        /// Pixels across the domain in pictures, 64 to 8192 (default: the
+        /// finest level's resolution, with the domain's longer side 512 to
+        /// 1600 pixels).
         #[arg(long)]
         picture_width: Option<u32>,
         /// CUDA device ordinal (default 0).

@@ -215,7 +215,14 @@ pub fn validate(options: &ValidateOptions) -> Result<Validated, AppError> {
         PilotChoice::Default => {
             let levels = setup.resolved.levels()?;
             let cuda = device.backend == "cuda";
-            if let Some(reason) = crate::check::pilot_required_for(setup.require_pilot, &levels, max_steps, cuda)? {
+            // The built-in benchmark has no case file to edit.
+            let waiver = match options.case {
+                Some(_) => "run.require_pilot = false in the case waives that",
+                None => "a --case file with run.require_pilot = false waives that",
+            };
+            if let Some(reason) =
+                crate::check::pilot_required_for(setup.require_pilot, &levels, max_steps, cuda, waiver)?
+            {
                 return Err(AppError::PilotRequired {
                     reason,
                     command: crate::run::given_command(),

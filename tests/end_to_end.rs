@@ -19,6 +19,12 @@ fn validate_dfg_2d1_at_40_cells_per_diameter_is_close_to_the_benchmark() {
     let refused = validate_on_cpu(&["dfg-2d1", "--resolution", "40"], &out);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("needs a pilot first"), "{}", stderr(&refused));
+    // The built-in benchmark has no case file to edit: the waiver names --case.
+    assert!(
+        stderr(&refused).contains("a --case file with run.require_pilot = false waives that"),
+        "{}",
+        stderr(&refused)
+    );
     // The command it gives to run the pilot is this one, its flags kept.
     assert!(
         stderr(&refused).contains("`lbm validate dfg-2d1 --resolution 40 --backend cpu --pilot --out PILOT_DIR`"),
