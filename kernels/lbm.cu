@@ -131,9 +131,10 @@ __device__ __forceinline__ float neighbour_or_wall(const float* __restrict__ src
 // non-equilibrium correction's velocity gradient (cpu::outflow_gradient:
 // backward along x, central along y where both rows are fluid, else
 // one-sided, else zero; `gxy` = d ux/dy + d uy/dx) and factor
-// -(2/omega+ - 1) * 3.
+// -(2/omega+ - 1) * 3, and the cell's own velocity `here_ux`, `here_uy`
+// (where omega- > 1 the leaving population's odd non-equilibrium is dropped).
 struct Outflow {
-    float ux, uy, gxx, gyy, gxy, scale;
+    float ux, uy, gxx, gyy, gxy, scale, here_ux, here_uy;
 };
 
 // The velocity of the fluid cell `index` after the last collision into
@@ -199,6 +200,8 @@ __device__ __forceinline__ Outflow outflow_state(const float* __restrict__ src,
     out.gyy = dy[1];
     out.gxy = dx[1] + dy[0];
     out.scale = -(2.0f / omega_plus - 1.0f) * 3.0f;
+    out.here_ux = here.ux;
+    out.here_uy = here.uy;
     return out;
 }
 
@@ -217,7 +220,8 @@ __device__ __forceinline__ float pull_general(
     unsigned int y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
     unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
     float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
-    float wall_y_max_ux, float wall_y_max_uy, const Outflow& outflow, int i, size_t index, size_t plane) {
+    float wall_y_max_ux, float wall_y_max_uy, const Outflow& outflow, float omega_minus, float force_x,
+    float force_y, int i, size_t index, size_t plane) {
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
     // cpu::pull, in signed arithmetic because a source may lie before x0 or y0.
@@ -265,9 +269,22 @@ __device__ __forceinline__ float pull_general(
             (cx * cx - 1.0f / 3.0f) * outflow.gxx + (cy * cy - 1.0f / 3.0f) * outflow.gyy + cx * cy * outflow.gxy;
         const float correction = outflow.scale * lbm_w(i) * strain;
         const float cu = cx * outflow.ux + cy * outflow.uy;
-        return -src[(size_t)lbm_opp(i) * plane + index] +
-               2.0f * lbm_w(i) * (4.5f * cu * cu - 1.5f * (outflow.ux * outflow.ux + outflow.uy * outflow.uy)) +
-               correction;
+        const int leaving = lbm_opp(i);
+        const float value =
+            -src[(size_t)leaving * plane + index] +
+            2.0f * lbm_w(i) * (4.5f * cu * cu - 1.5f * (outflow.ux * outflow.ux + outflow.uy * outflow.uy)) +
+            correction;
+        if (omega_minus > 1.0f) {
+            // cpu::anti_bounce_back's d_i: the odd non-equilibrium dropped.
+            const float lx = (float)lbm_cx(leaving);
+            const float ly = (float)lbm_cy(leaving);
+            const float cu_here = lx * outflow.here_ux + ly * outflow.here_uy;
+            const float cf = lx * force_x + ly * force_y;
+            return value + (0.5f * (src[(size_t)leaving * plane + index] - src[(size_t)i * plane + index]) -
+                            3.0f * lbm_w(leaving) * cu_here -
+                            (1.0f - 0.5f * omega_minus) * 3.0f * lbm_w(leaving) * cf);
+        }
+        return value;
     }
 
     // Free slip: the population that left this row (column) towards the wall, mirrored.
@@ -391,7 +408,7 @@ LBM_KERNEL(stream_collide)(
         f[i] = pull_general(src, flags, &walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
                             boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,
                             wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy, wall_y_max_ux,
-                            wall_y_max_uy, outflow, i, index, plane);
+                            wall_y_max_uy, outflow, omega_minus, force_x, force_y, i, index, plane);
     }
     collide(f, omega_plus, omega_minus, force_x, force_y);
     write_cell(dst, plane, index, f);
@@ -409,7 +426,7 @@ __device__ __forceinline__ float pull_one(
     unsigned int boundary_x_min, unsigned int boundary_x_max, unsigned int boundary_y_min,
     unsigned int boundary_y_max, float wall_x_min_ux, float wall_x_min_uy, float wall_x_max_ux,
     float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy, float wall_y_max_ux, float wall_y_max_uy,
-    float force_x, float force_y, float omega_plus, size_t index, size_t plane) {
+    float force_x, float force_y, float omega_plus, float omega_minus, size_t index, size_t plane) {
     if (interior) {
         const size_t source =
             (size_t)((long long)index - (long long)lbm_cx(I) - (long long)lbm_cy(I) * (long long)layout.tx);
@@ -426,7 +443,7 @@ __device__ __forceinline__ float pull_one(
     return pull_general(src, flags, walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
                         boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,
                         wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy, wall_y_max_ux,
-                        wall_y_max_uy, outflow, I, index, plane);
+                        wall_y_max_uy, outflow, omega_minus, force_x, force_y, I, index, plane);
 }
 
 // A block of stream_collide: LBM_LIST_CELLS cells along x, one row of
@@ -483,7 +500,7 @@ LBM_SPREAD_KERNEL(stream_collide)(
         value = pull_one<I>(src, flags, &walls, layout, inlet_profile, boundary_state, interior, x, y, x0, y0, x1, \
                             y1, boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,   \
                             wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy,           \
-                            wall_y_max_ux, wall_y_max_uy, force_x, force_y, omega_plus, index, plane);      \
+                            wall_y_max_ux, wall_y_max_uy, force_x, force_y, omega_plus, omega_minus, index, plane); \
         break;
         float value = 0.0f;
         // The row of threads is one population for the whole warp, so the

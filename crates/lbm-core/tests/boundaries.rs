@@ -145,6 +145,10 @@ fn free_slip_walls_leave_a_uniform_stream_uniform() {
     );
     let stepper = run(config, 8000);
     let fields = stepper.fields(0, 0).unwrap();
+    assert!(
+        fields.ux.iter().chain(fields.uy.iter()).all(|u| u.is_finite()),
+        "the stream diverged"
+    );
     let worst = fields.ux.iter().map(|u| (*u as f64 - 0.04).abs()).fold(0.0, f64::max);
     let cross = fields.uy.iter().map(|u| u.abs() as f64).fold(0.0, f64::max);
     assert!(

@@ -1249,14 +1249,19 @@ pub fn bouzidi(f: &[f32], plane: usize, index: usize, behind: Option<usize>, i: 
 }
 
 /// Pressure outlet at rest density, `f_i = -f*_opp(i) + 2 w_i ρ0 (4.5 (c_i·u_b)²
-/// − 1.5 u_b²) + c_i` in shifted populations, with the boundary velocity `u_b`
+/// − 1.5 u_b²) + c_i (+ d_i)` in shifted populations, with the boundary velocity `u_b`
 /// extrapolated half a cell from the last two cells of the row. It pins the
 /// mean pressure, which channel flows need; acoustic waves reflect from it.
 /// The anti-bounce-back alone returns the leaving population's viscous
 /// (non-equilibrium) part with the wrong sign, `-(2 - ω⁺) n⁺_i`, which bent
 /// a sheared flow's last columns the more, the larger τ⁺; `c_i` adds it
 /// back, with `n⁺_i = -(w_i ρ0 τ⁺ / c_s²) Q_i : ∇u` from the velocity
-/// gradient of the cell's neighbourhood ([`outflow_gradient`]).
+/// gradient of the cell's neighbourhood ([`outflow_gradient`]). Its odd
+/// non-equilibrium part, `-(1 - ω⁻) n⁻_i`, has the wrong sign where ω⁻ > 1,
+/// which BGK near τ = ½ makes a reflection of nearly full strength: a plug
+/// flow diverged from the outlet at τ 0.51. There it is dropped (`d_i`, the
+/// leaving population's odd part less its equilibrium's and the force's;
+/// at ω⁻ = 1 it is zero either way).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn anti_bounce_back(
@@ -1282,7 +1287,20 @@ fn anti_bounce_back(
     let strain = (cx * cx - 1.0 / 3.0) * g[0] + (cy * cy - 1.0 / 3.0) * g[3] + cx * cy * (g[1] + g[2]);
     let correction = -(2.0 / k.omega_plus - 1.0) * 3.0 * W[i] * strain;
     let cu = cx * u[0] + cy * u[1];
-    -src[OPP[i] * plane + index] + 2.0 * W[i] * (4.5 * cu * cu - 1.5 * (u[0] * u[0] + u[1] * u[1])) + correction
+    let leaving = OPP[i];
+    let value =
+        -src[leaving * plane + index] + 2.0 * W[i] * (4.5 * cu * cu - 1.5 * (u[0] * u[0] + u[1] * u[1])) + correction;
+    if k.omega_minus > 1.0 {
+        let (lx, ly) = (C[leaving][0] as f32, C[leaving][1] as f32);
+        let cu_here = lx * here.ux + ly * here.uy;
+        let cf = lx * k.force[0] + ly * k.force[1];
+        value
+            + (0.5 * (src[leaving * plane + index] - src[i * plane + index])
+                - 3.0 * W[leaving] * cu_here
+                - (1.0 - 0.5 * k.omega_minus) * 3.0 * W[leaving] * cf)
+    } else {
+        value
+    }
 }
 
 /// The velocity gradient at the outflow cell (x, y) whose velocity is `here`,
