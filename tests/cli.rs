@@ -498,6 +498,22 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         reversed.replace("x_max = \"outflow\"", "x_max = \"wall\""),
     );
     assert!(!printed.contains("turns negative"), "{printed}");
+    // TRT with an inlet between walls at a cell Reynolds number over 10 is
+    // warned about (0.3 m/s x 0.01 m / 2.5e-4 m^2/s: 12), BGK not.
+    let coarse = dfg_text.replace("viscosity = 1e-3 ", "viscosity = 2.5e-4 ");
+    assert_ne!(coarse, dfg_text);
+    let printed = checked("coarse-trt.toml", coarse.clone());
+    assert!(
+        printed.contains("warning: the inlet's peak is at cell Re 12.0 on level 0 (U dx / nu) with TRT"),
+        "{printed}"
+    );
+    assert!(!checked("dfg.toml", dfg_text.clone()).contains("cell Re 3.0 on level 0"));
+    let bgk = coarse.replace(
+        "lattice_velocity = 0.05 ",
+        "lattice_velocity = 0.05\ncollision = { model = \"bgk\" }\n",
+    );
+    assert_ne!(bgk, coarse);
+    assert!(!checked("coarse-bgk.toml", bgk).contains("with TRT"));
     // An inlet into a closed channel, and a sine near the channel's
     // acoustic period, are warned about.
     let printed = checked(
