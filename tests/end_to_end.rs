@@ -123,16 +123,7 @@ fn the_refined_cavity_matches_ghia_et_al_at_re_100() {
     let case = dir.join("cavity.toml");
     std::fs::write(&case, half).unwrap();
     let out = dir.join("out");
-    let output = common::lbm(&[
-        "run",
-        &case.display().to_string(),
-        "--backend",
-        "cpu",
-        "--quiet",
-        "--no-pilot",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let output = run_on_cpu(&case, &out);
     assert!(output.status.success(), "{}", stderr(&output));
     let csv = std::fs::read_to_string(out.join("probes/centreline.csv")).unwrap();
     let mut lines = csv.lines();
@@ -196,16 +187,7 @@ formats = ["npy"]
     )
     .unwrap();
     let out = dir.join("out");
-    let output = common::lbm(&[
-        "run",
-        &case.display().to_string(),
-        "--backend",
-        "cpu",
-        "--quiet",
-        "--no-pilot",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let output = run_on_cpu(&case, &out);
     assert!(output.status.success(), "{}", stderr(&output));
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
@@ -219,4 +201,18 @@ formats = ["npy"]
         "velocity_x in {ux:?}, velocity_y in {uy:?} m/s"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `lbm run CASE --backend cpu --quiet --no-pilot --out OUT`.
+fn run_on_cpu(case: &std::path::Path, out: &std::path::Path) -> std::process::Output {
+    common::lbm(&[
+        "run",
+        &case.display().to_string(),
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--no-pilot",
+        "--out",
+        &out.display().to_string(),
+    ])
 }
