@@ -270,19 +270,23 @@ __device__ __forceinline__ float pull_general(
         const float correction = outflow.scale * lbm_w(i) * strain;
         const float cu = cx * outflow.ux + cy * outflow.uy;
         const int leaving = lbm_opp(i);
+        // cpu::outflow_rest_density: hydrostatic under a body force across.
+        const float middle = (float)(y0 + y1 - 1u) * 0.5f;
+        const float rest = 3.0f * force_y * ((float)y - middle);
+        const float lx = (float)lbm_cx(leaving);
+        const float ly = (float)lbm_cy(leaving);
+        const float cf = lx * force_x + ly * force_y;
         const float value =
             -src[(size_t)leaving * plane + index] +
-            2.0f * lbm_w(i) * (4.5f * cu * cu - 1.5f * (outflow.ux * outflow.ux + outflow.uy * outflow.uy)) +
-            correction;
+            2.0f * lbm_w(i) *
+                (rest + 4.5f * cu * cu - 1.5f * (outflow.ux * outflow.ux + outflow.uy * outflow.uy)) +
+            correction + 3.0f * lbm_w(leaving) * cf;
         if (omega_minus > 1.0f) {
             // cpu::anti_bounce_back's d_i: the odd non-equilibrium dropped.
-            const float lx = (float)lbm_cx(leaving);
-            const float ly = (float)lbm_cy(leaving);
             const float cu_here = lx * outflow.here_ux + ly * outflow.here_uy;
-            const float cf = lx * force_x + ly * force_y;
             return value + (0.5f * (src[(size_t)leaving * plane + index] - src[(size_t)i * plane + index]) -
                             3.0f * lbm_w(leaving) * cu_here -
-                            (1.0f - 0.5f * omega_minus) * 3.0f * lbm_w(leaving) * cf);
+                            0.5f * 3.0f * lbm_w(leaving) * cf);
         }
         return value;
     }

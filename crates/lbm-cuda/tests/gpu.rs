@@ -207,6 +207,11 @@ impl Twin {
         let (cpu, gpu) = self.download::<f32>(id, n);
         assert_close(what, &cpu, &gpu, 1e-5);
     }
+
+    fn compare_bits(&mut self, what: &str, id: BufferId, n: usize) {
+        let (cpu, gpu) = self.download::<f32>(id, n);
+        assert_bitwise(what, &cpu, &gpu);
+    }
 }
 
 /// Every value bit for bit (a NaN too, payload included: widening to f64
@@ -371,7 +376,7 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                     "stream_collide tile {tile:?} case {case} edges {edges:?} force {force:?} \
                      interpolated {interpolated_walls} relaxation {relaxation:?}"
                 );
-                twin.compare_f32(&what, dst, Q * plane);
+                twin.compare_bits(&what, dst, Q * plane);
                 let general = StreamCollide::decode(&launch).unwrap();
                 let (whole_cpu, whole_gpu) = twin.download::<f32>(dst, Q * plane);
                 // A random ascending list, with numbers beyond the active
@@ -392,7 +397,7 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                     }
                     .launch(),
                 );
-                twin.compare_f32(&format!("{what}, listed cells"), dst_listed, Q * plane);
+                twin.compare_bits(&format!("{what}, listed cells"), dst_listed, Q * plane);
                 let (listed_cpu, _) = twin.download::<f32>(dst_listed, Q * plane);
                 let width = active.width();
                 for c in listed.iter().filter(|c| (**c as usize) < active.cells()) {

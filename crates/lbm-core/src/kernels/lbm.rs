@@ -1248,8 +1248,9 @@ pub fn bouzidi(f: &[f32], plane: usize, index: usize, behind: Option<usize>, i: 
     }
 }
 
-/// Pressure outlet at rest density, `f_i = -f*_opp(i) + 2 w_i ρ0 (4.5 (c_i·u_b)²
-/// − 1.5 u_b²) + c_i (+ d_i)` in shifted populations, with the boundary velocity `u_b`
+/// Pressure outlet at rest density, `f_i = -f*_opp(i) + 2 w_i (δρ_b + ρ0 (4.5
+/// (c_i·u_b)² − 1.5 u_b²)) + c_i (+ d_i)` in shifted populations (δρ_b the
+/// hydrostatic part, [`outflow_rest_density`]), with the boundary velocity `u_b`
 /// extrapolated half a cell from the last two cells of the row. It pins the
 /// mean pressure, which channel flows need; acoustic waves reflect from it.
 /// The anti-bounce-back alone returns the leaving population's viscous
@@ -1261,7 +1262,9 @@ pub fn bouzidi(f: &[f32], plane: usize, index: usize, behind: Option<usize>, i: 
 /// which BGK near τ = ½ makes a reflection of nearly full strength: a plug
 /// flow diverged from the outlet at τ 0.51. There it is dropped (`d_i`, the
 /// leaving population's odd part less its equilibrium's and the force's;
-/// at ω⁻ = 1 it is zero either way).
+/// at ω⁻ = 1 it is zero either way). Under a body force the reflection
+/// also turns the force's odd part around, which drove flow through a
+/// still fluid's outlet; it is put back.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn anti_bounce_back(
@@ -1288,19 +1291,35 @@ fn anti_bounce_back(
     let correction = -(2.0 / k.omega_plus - 1.0) * 3.0 * W[i] * strain;
     let cu = cx * u[0] + cy * u[1];
     let leaving = OPP[i];
-    let value =
-        -src[leaving * plane + index] + 2.0 * W[i] * (4.5 * cu * cu - 1.5 * (u[0] * u[0] + u[1] * u[1])) + correction;
+    let rest = outflow_rest_density(k, y);
+    let (lx, ly) = (C[leaving][0] as f32, C[leaving][1] as f32);
+    let cf = lx * k.force[0] + ly * k.force[1];
+    // The force's odd part, S = 3 w c·F: a population before the collision
+    // carries -½ S of it (its moment is j = ρu − F/2), after it +½ S; the
+    // reflection turns the leaving one's +½ S into -½ S where the arriving
+    // one needs +½ S of its own direction's.
+    let value = -src[leaving * plane + index]
+        + 2.0 * W[i] * (rest + 4.5 * cu * cu - 1.5 * (u[0] * u[0] + u[1] * u[1]))
+        + correction
+        + 3.0 * W[leaving] * cf;
     if k.omega_minus > 1.0 {
-        let (lx, ly) = (C[leaving][0] as f32, C[leaving][1] as f32);
         let cu_here = lx * here.ux + ly * here.uy;
-        let cf = lx * k.force[0] + ly * k.force[1];
         value
             + (0.5 * (src[leaving * plane + index] - src[i * plane + index])
                 - 3.0 * W[leaving] * cu_here
-                - (1.0 - 0.5 * k.omega_minus) * 3.0 * W[leaving] * cf)
+                - 0.5 * 3.0 * W[leaving] * cf)
     } else {
         value
     }
+}
+
+/// The outflow's density in row `y` less ρ0: hydrostatic under a body force
+/// across the channel, `3 F_y (y − y_mid)`, so that a fluid at rest under
+/// gravity stays at rest (a uniform rest density drove flow in and out
+/// through the outlet's rows); zero (its sign aside) without one.
+fn outflow_rest_density(k: &StreamCollide, y: u32) -> f32 {
+    let middle = (k.active.y0 + k.active.y1 - 1) as f32 * 0.5;
+    3.0 * k.force[1] * (y as f32 - middle)
 }
 
 /// The velocity gradient at the outflow cell (x, y) whose velocity is `here`,
