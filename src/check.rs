@@ -523,6 +523,11 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// Level 0's cell Reynolds number above which `lbm check` warns a BGK case
+/// with an outflow: a uniform stream held at 22.9 and diverged from the
+/// outlet at 28.6.
+const OUTFLOW_BGK_CELL_RE: f64 = 24.0;
+
 /// The cell Reynolds number of the inlet's peak on level 0 above which
 /// `lbm check` warns a TRT case whose inlet meets a wall: measured in a
 /// channel 20 cells high, it held at 10 and diverged at 11.5.
@@ -565,6 +570,20 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
                 l.level,
                 l.tau_plus,
                 lbm_core::config::MAX_TAU
+            ));
+        }
+    }
+    if case.boundaries.x_max == BoundarySpec::Outflow
+        && matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Bgk {})
+        && let Some(l) = levels.first()
+    {
+        let cell_reynolds = resolved.output.reference_velocity * l.dx_m / case.fluid.viscosity;
+        if cell_reynolds > OUTFLOW_BGK_CELL_RE {
+            out.push(format!(
+                "level 0's cell Re is {cell_reynolds:.1} (U dx / nu) with BGK and an outflow: above \
+                 {OUTFLOW_BGK_CELL_RE} a transverse mode can grow in the outlet's last columns (a uniform stream \
+                 diverged there at 28.6 and held at 22.9): a finer domain.resolution lowers the cell Reynolds \
+                 number"
             ));
         }
     }
