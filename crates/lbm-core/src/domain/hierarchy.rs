@@ -324,7 +324,7 @@ impl HierarchySpec {
                         on_boundary[side] = true;
                     } else if gap < PARENT_MARGIN {
                         let alternative = if parent.on_boundary[side] {
-                            " (or touch that side: it is the domain's boundary)"
+                            " (or touch that side, the domain's boundary, if it is a wall, moving wall or free-slip side)"
                         } else {
                             ""
                         };
