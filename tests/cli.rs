@@ -335,15 +335,15 @@ fn validate_refuses_bad_arguments_before_any_work() {
              levels, from 40 to 400 for this case",
         ),
         (&["dfg-2d1", "--levels", "3"], "invalid --levels 3: 0 to 2"),
-        // The base level's tau+ - 1/2 reaches TRT's 0.002 at 0.02501, and the
-        // inflow peak Mach 0.3 at 0.1732.
+        // The base level's tau+ - 1/2 reaches BGK's 0.01 at 0.025 (to the
+        // rounding), and the inflow peak Mach 0.3 at 0.1732.
         (
             &["dfg-2d2", "--lattice-velocity", "0"],
-            "invalid --lattice-velocity 0: above 0, from 0.02501 to 0.1732 for this case at 80 cells per diameter",
+            "invalid --lattice-velocity 0: above 0, from 0.025 to 0.1732 for this case at 80 cells per diameter",
         ),
         (
             &["dfg-2d2", "--lattice-velocity", "0.2"],
-            "from 0.02501 to 0.1732 for this case at 80 cells per diameter (the relaxation time's limits and Mach \
+            "from 0.025 to 0.1732 for this case at 80 cells per diameter (the relaxation time's limits and Mach \
              0.3); at it, invalid parameter `flow.lattice_velocity` = lattice speed 0.2000, Mach 0.346",
         ),
         // 2D-2 with two levels at 40 cells per diameter puts the base level's
