@@ -125,76 +125,62 @@ __device__ __forceinline__ float neighbour_or_wall(const float* __restrict__ src
                : src[(size_t)direction * plane + source];
 }
 
-// What cpu::anti_bounce_back needs of an outflow cell: the boundary velocity (the cell's velocity, the force taken back out
-// of the post-collision momentum, extrapolated half a cell from the upstream
-// neighbour (x - 1, y) when that lies in the active region), and the
+// What cpu::anti_bounce_back needs of an outflow cell: the boundary
+// velocity (the cell's velocity, the force taken back out of the
+// post-collision momentum, extrapolated half a cell from the upstream
+// neighbour (x - 1, y) when that lies in the active region), the
 // non-equilibrium correction's velocity gradient (cpu::outflow_gradient:
-// backward along x, central along y where both rows are fluid, else
-// one-sided, else zero; `gxy` = d ux/dy + d uy/dx) and factor
-// -(2/omega+ - 1) * 3, and the cell's own velocity `here_ux`, `here_uy`
-// (where omega- > 1 the leaving population's odd non-equilibrium is dropped).
+// backward along x, central along y, one-sided in an edge row of the active
+// region; `gxy` = d ux/dy + d uy/dx) and factor -(2/omega+ - 1) * 3, and the
+// cell's own velocity `here_ux`, `here_uy` (where omega- > 1 the leaving
+// population's odd non-equilibrium is dropped). Its neighbours are fluid: a
+// body keeps 4 cells from every side (LatticeConfig::check_bodies).
 struct Outflow {
     float ux, uy, gxx, gyy, gxy, scale, here_ux, here_uy;
 };
 
-// The velocity of the fluid cell `index` after the last collision into
-// `u`; false for a solid one.
-__device__ __forceinline__ bool fluid_velocity(const float* __restrict__ src, const unsigned char* __restrict__ flags,
-                                               size_t plane, size_t index, float force_x, float force_y,
-                                               float u[2]) {
-    if (flags[index] != LBM_FLAG_FLUID) {
-        return false;
-    }
+// The velocity of cell `index` after the last collision, the force taken
+// back out.
+__device__ __forceinline__ Moments cell_moments(const float* __restrict__ src, size_t plane, size_t index,
+                                                float force_x, float force_y) {
     float cell[LBM_Q];
     read_cell(src, plane, index, cell);
-    const Moments m = moments(cell, -force_x, -force_y);
-    u[0] = m.ux;
-    u[1] = m.uy;
-    return true;
+    return moments(cell, -force_x, -force_y);
 }
 
-__device__ __forceinline__ Outflow outflow_state(const float* __restrict__ src,
-                                                 const unsigned char* __restrict__ flags, Layout layout,
-                                                 size_t plane, size_t index, unsigned int x, unsigned int y,
-                                                 unsigned int x0, unsigned int y0, unsigned int y1, float force_x,
-                                                 float force_y, float omega_plus) {
+__device__ __forceinline__ Outflow outflow_state(const float* __restrict__ src, Layout layout, size_t plane,
+                                                 size_t index, unsigned int x, unsigned int y, unsigned int x0,
+                                                 unsigned int y0, unsigned int y1, float force_x, float force_y,
+                                                 float omega_plus) {
     Outflow out;
-    float cell[LBM_Q];
-    read_cell(src, plane, index, cell);
-    const Moments here = moments(cell, -force_x, -force_y);
+    const Moments here = cell_moments(src, plane, index, force_x, force_y);
+    float dx[2] = {0.0f, 0.0f};
     if (x > x0) {
-        read_cell(src, plane, cell_index(layout, x - 1, y), cell);
-        const Moments upstream = moments(cell, -force_x, -force_y);
+        const Moments upstream = cell_moments(src, plane, cell_index(layout, x - 1, y), force_x, force_y);
         out.ux = 1.5f * here.ux - 0.5f * upstream.ux;
         out.uy = 1.5f * here.uy - 0.5f * upstream.uy;
+        dx[0] = here.ux - upstream.ux;
+        dx[1] = here.uy - upstream.uy;
     } else {
         out.ux = here.ux;
         out.uy = here.uy;
     }
-    float upstream[2];
-    float below[2];
-    float above[2];
-    const bool has_upstream =
-        x > x0 && fluid_velocity(src, flags, plane, cell_index(layout, x - 1, y), force_x, force_y, upstream);
-    const bool has_below =
-        y > y0 && fluid_velocity(src, flags, plane, cell_index(layout, x, y - 1), force_x, force_y, below);
-    const bool has_above =
-        y + 1 < y1 && fluid_velocity(src, flags, plane, cell_index(layout, x, y + 1), force_x, force_y, above);
-    float dx[2] = {0.0f, 0.0f};
     float dy[2] = {0.0f, 0.0f};
-    if (has_upstream) {
-        dx[0] = here.ux - upstream[0];
-        dx[1] = here.uy - upstream[1];
-    }
+    const bool has_below = y > y0;
+    const bool has_above = y + 1 < y1;
     if (has_below && has_above) {
-        dy[0] = 0.5f * (above[0] - below[0]);
-        dy[1] = 0.5f * (above[1] - below[1]);
+        const Moments below = cell_moments(src, plane, cell_index(layout, x, y - 1), force_x, force_y);
+        const Moments above = cell_moments(src, plane, cell_index(layout, x, y + 1), force_x, force_y);
+        dy[0] = 0.5f * (above.ux - below.ux);
+        dy[1] = 0.5f * (above.uy - below.uy);
     } else if (has_above) {
-        dy[0] = above[0] - here.ux;
-        dy[1] = above[1] - here.uy;
+        const Moments above = cell_moments(src, plane, cell_index(layout, x, y + 1), force_x, force_y);
+        dy[0] = above.ux - here.ux;
+        dy[1] = above.uy - here.uy;
     } else if (has_below) {
-        dy[0] = here.ux - below[0];
-        dy[1] = here.uy - below[1];
+        const Moments below = cell_moments(src, plane, cell_index(layout, x, y - 1), force_x, force_y);
+        dy[0] = here.ux - below.ux;
+        dy[1] = here.uy - below.uy;
     }
     out.gxx = dx[0];
     out.gyy = dy[1];
@@ -405,7 +391,7 @@ LBM_KERNEL(stream_collide)(
     Outflow outflow = {};
     if (next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max, boundary_y_min,
                 boundary_y_max)) {
-        outflow = outflow_state(src, flags, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
+        outflow = outflow_state(src, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
     }
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
@@ -442,7 +428,7 @@ __device__ __forceinline__ float pull_one(
     Outflow outflow = {};
     if (lbm_cx(I) < 0 && next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max,
                                  boundary_y_min, boundary_y_max)) {
-        outflow = outflow_state(src, flags, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
+        outflow = outflow_state(src, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
     }
     return pull_general(src, flags, walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
                         boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,

@@ -97,7 +97,7 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         "level", "patches", "cells", "dx [m]", "dt [s]", "tau+", "tau-", "Mach", "cell Re"
     );
     for l in &levels {
-        let cell_reynolds = velocity * l.dx_m / case.fluid.viscosity;
+        let cell_reynolds = cell_reynolds(&case, l, velocity);
         let _ = writeln!(
             out,
             "{:>5} {:>7} {:>11} {:>11.4e} {:>11.4e} {:>8.5} {:>8.5} {:>6.3} {:>10.4}",
@@ -523,6 +523,12 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// `speed` (m/s) times the level's spacing over the viscosity: the cell
+/// Reynolds number `lbm check` prints and its warnings compare.
+fn cell_reynolds(case: &Case, level: &lbm_core::case::LevelParameters, speed: f64) -> f64 {
+    speed * level.dx_m / case.fluid.viscosity
+}
+
 /// Level 0's cell Reynolds number above which `lbm check` warns a BGK case
 /// with an outflow: a uniform stream held at 22.9 and diverged from the
 /// outlet at 28.6.
@@ -577,7 +583,7 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         && matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Bgk {})
         && let Some(l) = levels.first()
     {
-        let cell_reynolds = resolved.output.reference_velocity * l.dx_m / case.fluid.viscosity;
+        let cell_reynolds = cell_reynolds(case, l, resolved.output.reference_velocity);
         if cell_reynolds > OUTFLOW_BGK_CELL_RE {
             out.push(format!(
                 "level 0's cell Re is {cell_reynolds:.1} (U dx / nu) with BGK and an outflow: above \
@@ -614,7 +620,7 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
             && trt
             && walled
         {
-            let cell_reynolds = inlet.velocity * l.dx_m / case.fluid.viscosity;
+            let cell_reynolds = cell_reynolds(case, l, inlet.velocity);
             if cell_reynolds > INLET_TRT_CELL_RE {
                 out.push(format!(
                     "the inlet's peak is at cell Re {cell_reynolds:.1} on level 0 (U dx / nu) with TRT: where the inlet \

@@ -1121,7 +1121,7 @@ fn pull(
         return bounce(u);
     }
     if either(Boundary::Outflow) {
-        return anti_bounce_back(k, src, flags, x, y, i, index, plane);
+        return anti_bounce_back(k, src, x, y, i, index, plane);
     }
     // A free-slip side mirrors the direction's normal component: the arriving
     // population left the same row (or column) towards the wall.
@@ -1265,27 +1265,16 @@ pub fn bouzidi(f: &[f32], plane: usize, index: usize, behind: Option<usize>, i: 
 /// at ω⁻ = 1 it is zero either way). Under a body force the reflection
 /// also turns the force's odd part around, which drove flow through a
 /// still fluid's outlet; it is put back.
-#[allow(clippy::too_many_arguments)]
 #[inline]
-fn anti_bounce_back(
-    k: &StreamCollide,
-    src: &[f32],
-    flags: &[u8],
-    x: u32,
-    y: u32,
-    i: usize,
-    index: usize,
-    plane: usize,
-) -> f32 {
-    let reverse = [-k.force[0], -k.force[1]];
-    let here = lattice::moments(&read_cell(src, plane, index), reverse);
-    let u = if x > k.active.x0 {
-        let upstream = lattice::moments(&read_cell(src, plane, k.layout.index(x - 1, y)), reverse);
-        [1.5 * here.ux - 0.5 * upstream.ux, 1.5 * here.uy - 0.5 * upstream.uy]
-    } else {
-        [here.ux, here.uy]
+fn anti_bounce_back(k: &StreamCollide, src: &[f32], x: u32, y: u32, i: usize, index: usize, plane: usize) -> f32 {
+    let velocity = |index: usize| lattice::moments(&read_cell(src, plane, index), [-k.force[0], -k.force[1]]);
+    let here = velocity(index);
+    let upstream = (x > k.active.x0).then(|| velocity(k.layout.index(x - 1, y)));
+    let u = match &upstream {
+        Some(m) => [1.5 * here.ux - 0.5 * m.ux, 1.5 * here.uy - 0.5 * m.uy],
+        None => [here.ux, here.uy],
     };
-    let g = outflow_gradient(k, src, flags, x, y, [here.ux, here.uy], plane);
+    let g = outflow_gradient(k, x, y, &here, upstream.as_ref(), velocity);
     let (cx, cy) = (C[i][0] as f32, C[i][1] as f32);
     let strain = (cx * cx - 1.0 / 3.0) * g[0] + (cy * cy - 1.0 / 3.0) * g[3] + cx * cy * (g[1] + g[2]);
     let correction = -(2.0 / k.omega_plus - 1.0) * 3.0 * W[i] * strain;
@@ -1323,36 +1312,36 @@ fn outflow_rest_density(k: &StreamCollide, y: u32) -> f32 {
 }
 
 /// The velocity gradient at the outflow cell (x, y) whose velocity is `here`,
-/// `[∂x ux, ∂x uy, ∂y ux, ∂y uy]`, from its fluid neighbours in the active
-/// region after the last collision: backward along x, central along y where
-/// both rows are fluid, else one-sided, else zero.
+/// `[∂x ux, ∂x uy, ∂y ux, ∂y uy]`, from its neighbours after the last
+/// collision (`velocity` of a storage index): backward along x (zero without
+/// an `upstream` cell), central along y, one-sided in an edge row of the
+/// active region. The neighbours are fluid: a body keeps 4 cells from every
+/// side ([`crate::LatticeConfig::check_bodies`]).
 fn outflow_gradient(
     k: &StreamCollide,
-    src: &[f32],
-    flags: &[u8],
     x: u32,
     y: u32,
-    here: [f32; 2],
-    plane: usize,
+    here: &lattice::Moments,
+    upstream: Option<&lattice::Moments>,
+    velocity: impl Fn(usize) -> lattice::Moments,
 ) -> [f32; 4] {
     let a = k.active;
-    let reverse = [-k.force[0], -k.force[1]];
-    let velocity = |x: u32, y: u32| -> Option<[f32; 2]> {
-        let index = k.layout.index(x, y);
-        (flags[index] == FLAG_FLUID).then(|| {
-            let m = lattice::moments(&read_cell(src, plane, index), reverse);
-            [m.ux, m.uy]
-        })
-    };
-    let upstream = (x > a.x0).then(|| velocity(x - 1, y)).flatten();
-    let below = (y > a.y0).then(|| velocity(x, y - 1)).flatten();
-    let above = (y + 1 < a.y1).then(|| velocity(x, y + 1)).flatten();
-    let dx = upstream.map_or([0.0; 2], |u| [here[0] - u[0], here[1] - u[1]]);
-    let dy = match (below, above) {
-        (Some(b), Some(t)) => [0.5 * (t[0] - b[0]), 0.5 * (t[1] - b[1])],
-        (None, Some(t)) => [t[0] - here[0], t[1] - here[1]],
-        (Some(b), None) => [here[0] - b[0], here[1] - b[1]],
-        (None, None) => [0.0; 2],
+    let dx = upstream.map_or([0.0; 2], |m| [here.ux - m.ux, here.uy - m.uy]);
+    let row = |y: u32| velocity(k.layout.index(x, y));
+    let dy = match (y > a.y0, y + 1 < a.y1) {
+        (true, true) => {
+            let (b, t) = (row(y - 1), row(y + 1));
+            [0.5 * (t.ux - b.ux), 0.5 * (t.uy - b.uy)]
+        }
+        (false, true) => {
+            let t = row(y + 1);
+            [t.ux - here.ux, t.uy - here.uy]
+        }
+        (true, false) => {
+            let b = row(y - 1);
+            [here.ux - b.ux, here.uy - b.uy]
+        }
+        (false, false) => [0.0; 2],
     };
     [dx[0], dx[1], dy[0], dy[1]]
 }
