@@ -18,7 +18,8 @@
 // come from beyond a side of the active region takes that side's rule, the first
 // match in this order winning at a corner: inlet (bounce-back with the inlet
 // profile's sample for the row and direction, domain::order::inlet_sample, times the
-// amplitude factor in `boundary_state`, the momentum term at rest density), wall (bounce-back with the wall's velocity,
+// amplitude factor in `boundary_state`, the momentum term at rest density, and
+// where omega- < 1 the odd non-equilibrium it turns restored), wall (bounce-back with the wall's velocity,
 // across two walls the sum of both), outflow (anti-bounce-back at rest density
 // with the velocity extrapolated from the cell and its upstream neighbour,
 // plus the leaving population's viscous part from the velocity gradient),
@@ -125,8 +126,8 @@ __device__ __forceinline__ float neighbour_or_wall(const float* __restrict__ src
                : src[(size_t)direction * plane + source];
 }
 
-// What cpu::anti_bounce_back needs of an outflow cell: the boundary
-// velocity (the cell's velocity, the force taken back out of the
+// What the open sides' rules need of a cell next to them. The outflow's
+// (cpu::anti_bounce_back): the boundary velocity (the cell's velocity, the force taken back out of the
 // post-collision momentum, extrapolated half a cell from the upstream
 // neighbour (x - 1, y) when that lies in the active region), the
 // non-equilibrium correction's velocity gradient (cpu::outflow_gradient:
@@ -134,8 +135,10 @@ __device__ __forceinline__ float neighbour_or_wall(const float* __restrict__ src
 // region; `gxy` = d ux/dy + d uy/dx) and factor -(2/omega+ - 1) * 3, and the
 // cell's own velocity `here_ux`, `here_uy` (where omega- > 1 the leaving
 // population's odd non-equilibrium is dropped). Its neighbours are fluid: a
-// body keeps 4 cells from every side (LatticeConfig::check_bodies).
-struct Outflow {
+// body keeps 4 cells from every side (LatticeConfig::check_bodies). The
+// inlet's: `here_ux`, `here_uy` (where omega- < 1 the arriving population's
+// odd non-equilibrium is restored).
+struct SideState {
     float ux, uy, gxx, gyy, gxy, scale, here_ux, here_uy;
 };
 
@@ -148,11 +151,11 @@ __device__ __forceinline__ Moments cell_moments(const float* __restrict__ src, s
     return moments(cell, -force_x, -force_y);
 }
 
-__device__ __forceinline__ Outflow outflow_state(const float* __restrict__ src, Layout layout, size_t plane,
+__device__ __forceinline__ SideState outflow_state(const float* __restrict__ src, Layout layout, size_t plane,
                                                  size_t index, unsigned int x, unsigned int y, unsigned int x0,
                                                  unsigned int y0, unsigned int y1, float force_x, float force_y,
                                                  float omega_plus) {
-    Outflow out;
+    SideState out;
     const Moments here = cell_moments(src, plane, index, force_x, force_y);
     float dx[2] = {0.0f, 0.0f};
     if (x > x0) {
@@ -191,6 +194,19 @@ __device__ __forceinline__ Outflow outflow_state(const float* __restrict__ src, 
     return out;
 }
 
+// cpu::odd_non_equilibrium: the odd non-equilibrium part of the population
+// leaving `index` along `i` after the last collision, the cell's velocity
+// being (here_ux, here_uy).
+__device__ __forceinline__ float odd_non_equilibrium(const float* __restrict__ src, size_t plane, size_t index,
+                                                     int i, float here_ux, float here_uy, float force_x,
+                                                     float force_y) {
+    const float cx = (float)lbm_cx(i);
+    const float cy = (float)lbm_cy(i);
+    const float cf = cx * force_x + cy * force_y;
+    return 0.5f * (src[(size_t)i * plane + index] - src[(size_t)lbm_opp(i) * plane + index]) -
+           3.0f * lbm_w(i) * (cx * here_ux + cy * here_uy) - 0.5f * 3.0f * lbm_w(i) * cf;
+}
+
 // The value of side `side` (0 x_min, 1 x_max, 2 y_min, 3 y_max) among four,
 // by selects: an array indexed at run time would live in local memory.
 __device__ __forceinline__ float side_value(int side, float x_min, float x_max, float y_min, float y_max) {
@@ -206,7 +222,7 @@ __device__ __forceinline__ float pull_general(
     unsigned int y, unsigned int x0, unsigned int y0, unsigned int x1, unsigned int y1, unsigned int boundary_x_min,
     unsigned int boundary_x_max, unsigned int boundary_y_min, unsigned int boundary_y_max, float wall_x_min_ux,
     float wall_x_min_uy, float wall_x_max_ux, float wall_x_max_uy, float wall_y_min_ux, float wall_y_min_uy,
-    float wall_y_max_ux, float wall_y_max_uy, const Outflow& outflow, float omega_minus, float force_x,
+    float wall_y_max_ux, float wall_y_max_uy, const SideState& state, float omega_minus, float force_x,
     float force_y, int i, size_t index, size_t plane) {
     const unsigned int width = x1 - x0;
     const unsigned int height = y1 - y0;
@@ -246,15 +262,21 @@ __device__ __forceinline__ float pull_general(
         // cpu::pull's bounce: 2 w_i rho0 (c_i . u_w) / cs2 added to the leaving population.
         const float leaving = src[(size_t)lbm_opp(i) * plane + index];
         const float cu = cx * ux + cy * uy;
-        return leaving + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
+        const float value = leaving + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
+        if (inlet && omega_minus < 1.0f) {
+            // cpu::pull: the odd non-equilibrium the bounce turned, restored.
+            return value + 2.0f * odd_non_equilibrium(src, plane, index, i, state.here_ux, state.here_uy, force_x,
+                                                      force_y);
+        }
+        return value;
     }
 
     // Outflow: anti-bounce-back at rest density, with the viscous correction.
     if (kind_x == LBM_BOUNDARY_OUTFLOW || kind_y == LBM_BOUNDARY_OUTFLOW) {
         const float strain =
-            (cx * cx - 1.0f / 3.0f) * outflow.gxx + (cy * cy - 1.0f / 3.0f) * outflow.gyy + cx * cy * outflow.gxy;
-        const float correction = outflow.scale * lbm_w(i) * strain;
-        const float cu = cx * outflow.ux + cy * outflow.uy;
+            (cx * cx - 1.0f / 3.0f) * state.gxx + (cy * cy - 1.0f / 3.0f) * state.gyy + cx * cy * state.gxy;
+        const float correction = state.scale * lbm_w(i) * strain;
+        const float cu = cx * state.ux + cy * state.uy;
         const int leaving = lbm_opp(i);
         // cpu::outflow_rest_density: hydrostatic under a body force across.
         const float middle = (float)(y0 + y1 - 1u) * 0.5f;
@@ -265,14 +287,12 @@ __device__ __forceinline__ float pull_general(
         const float value =
             -src[(size_t)leaving * plane + index] +
             2.0f * lbm_w(i) *
-                (rest + 4.5f * cu * cu - 1.5f * (outflow.ux * outflow.ux + outflow.uy * outflow.uy)) +
+                (rest + 4.5f * cu * cu - 1.5f * (state.ux * state.ux + state.uy * state.uy)) +
             correction + 3.0f * lbm_w(leaving) * cf;
         if (omega_minus > 1.0f) {
             // cpu::anti_bounce_back's d_i: the odd non-equilibrium dropped.
-            const float cu_here = lx * outflow.here_ux + ly * outflow.here_uy;
-            return value + (0.5f * (src[(size_t)leaving * plane + index] - src[(size_t)i * plane + index]) -
-                            3.0f * lbm_w(leaving) * cu_here -
-                            0.5f * 3.0f * lbm_w(leaving) * cf);
+            return value + odd_non_equilibrium(src, plane, index, leaving, state.here_ux, state.here_uy, force_x,
+                                               force_y);
         }
         return value;
     }
@@ -386,19 +406,24 @@ LBM_KERNEL(stream_collide)(
 
 
     // A population comes from beyond a side only in a cell next to it, so the
-    // outflow's state is computed once, in those cells: bit for bit what the
-    // CPU computes per population.
-    Outflow outflow = {};
+    // open sides' state is computed once, in those cells: bit for bit what
+    // the CPU computes per population.
+    SideState state = {};
     if (next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max, boundary_y_min,
                 boundary_y_max)) {
-        outflow = outflow_state(src, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
+        state = outflow_state(src, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
+    } else if (omega_minus < 1.0f && next_to(LBM_BOUNDARY_INLET, x, y, x0, y0, x1, y1, boundary_x_min,
+                                             boundary_x_max, boundary_y_min, boundary_y_max)) {
+        const Moments here = cell_moments(src, plane, index, force_x, force_y);
+        state.here_ux = here.ux;
+        state.here_uy = here.uy;
     }
 #pragma unroll
     for (int i = 0; i < LBM_Q; ++i) {
         f[i] = pull_general(src, flags, &walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
                             boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,
                             wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy, wall_y_max_ux,
-                            wall_y_max_uy, outflow, omega_minus, force_x, force_y, i, index, plane);
+                            wall_y_max_uy, state, omega_minus, force_x, force_y, i, index, plane);
     }
     collide(f, omega_plus, omega_minus, force_x, force_y);
     write_cell(dst, plane, index, f);
@@ -423,17 +448,25 @@ __device__ __forceinline__ float pull_one(
         return neighbour_or_wall(src, flags, walls, layout, x0, y0, x1, y1, x, y, I, I, index, source, plane);
     }
     // Only a population moving towards -x can come from beyond the outflow
-    // (x_max, the one side the case allows it on); its state computed here,
-    // in the one thread that needs it, keeps it out of the others' registers.
-    Outflow outflow = {};
+    // (x_max, the one side the case allows it on), and only one moving
+    // towards +x from beyond the inlet (x_min); their state computed here, in
+    // the one thread that needs it, keeps it out of the others' registers.
+    SideState state = {};
     if (lbm_cx(I) < 0 && next_to(LBM_BOUNDARY_OUTFLOW, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max,
                                  boundary_y_min, boundary_y_max)) {
-        outflow = outflow_state(src, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
+        state = outflow_state(src, layout, plane, index, x, y, x0, y0, y1, force_x, force_y, omega_plus);
+    }
+    if (lbm_cx(I) > 0 && omega_minus < 1.0f &&
+        next_to(LBM_BOUNDARY_INLET, x, y, x0, y0, x1, y1, boundary_x_min, boundary_x_max, boundary_y_min,
+                boundary_y_max)) {
+        const Moments here = cell_moments(src, plane, index, force_x, force_y);
+        state.here_ux = here.ux;
+        state.here_uy = here.uy;
     }
     return pull_general(src, flags, walls, layout, inlet_profile, boundary_state, x, y, x0, y0, x1, y1,
                         boundary_x_min, boundary_x_max, boundary_y_min, boundary_y_max, wall_x_min_ux,
                         wall_x_min_uy, wall_x_max_ux, wall_x_max_uy, wall_y_min_ux, wall_y_min_uy, wall_y_max_ux,
-                        wall_y_max_uy, outflow, omega_minus, force_x, force_y, I, index, plane);
+                        wall_y_max_uy, state, omega_minus, force_x, force_y, I, index, plane);
 }
 
 // A block of stream_collide: LBM_LIST_CELLS cells along x, one row of
