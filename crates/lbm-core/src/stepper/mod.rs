@@ -388,7 +388,8 @@ impl<D: Driver> Stepper<D> {
     }
 
     /// Sets every cell of every level to the equilibrium of `init(level, x, y)`,
-    /// where (x, y) is the cell centre in base lattice units.
+    /// where (x, y) is the cell centre in base lattice units: the density and
+    /// velocity [`Stepper::fields`] then reads, under a body force too.
     pub fn initialize(&self, init: impl Fn(usize, f64, f64) -> Moments) -> Result<()> {
         let mut inner = self.lock();
         inner.state.require_ready("initialize")?;

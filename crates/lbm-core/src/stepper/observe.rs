@@ -67,10 +67,20 @@ pub(super) fn upload_state<D: Driver>(
         let layout = patch.layout;
         let plane = layout.plane_cells();
         let mut f = vec![0.0f32; Q * plane];
+        // The populations held between steps are after a collision, whose
+        // momentum carries half of the step's force on top of the velocity
+        // (the fields read `j - F/2`): without it a forced flow started at
+        // -F/2 and lagged the exact one by half a step ever after.
+        let force = state.physics[patch.level].force;
         for y in 0..layout.ny {
             for x in 0..layout.nx {
                 let [cx, cy] = geometry::cell_center(patch, x, y);
-                let feq = lattice::equilibrium(init(patch.level, cx, cy));
+                let m = init(patch.level, cx, cy);
+                let feq = lattice::equilibrium(Moments {
+                    ux: m.ux + 0.5 * force[0],
+                    uy: m.uy + 0.5 * force[1],
+                    ..m
+                });
                 let index = layout.index(x, y);
                 for (i, v) in feq.iter().enumerate() {
                     f[i * plane + index] = *v;
