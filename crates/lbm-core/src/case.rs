@@ -637,6 +637,17 @@ impl Case {
                 "at least one base cell each way and at most 4e9 cells",
             ));
         }
+        // The outlet extrapolates its velocity and gradient from the cell
+        // before the last: in a domain one cell long that is the inlet's,
+        // and the flow came out wrong (a third of the inflow across it).
+        if self.boundaries.x_max == BoundarySpec::Outflow && nx < 2.0 {
+            return Err(Error::parameter(
+                "domain.size",
+                format!("{width} x {height} m ({nx} x {ny} cells)"),
+                "at least 2 base cells along x with an outflow at x_max (it extrapolates from the cell before the \
+                 last)",
+            ));
+        }
         let mut levels = Vec::new();
         for (k, level) in self.refinement.iter().enumerate() {
             if level.patches.is_empty() {
@@ -1100,6 +1111,24 @@ mod tests {
         for part in expect {
             assert!(e.contains(part), "`{e}` lacks `{part}`");
         }
+    }
+
+    /// An outflow extrapolates from the cell before the last, so the
+    /// domain needs two cells along x; two pass.
+    #[test]
+    fn an_outflow_in_a_domain_one_cell_long_is_refused_with_the_size() {
+        let channel = CHANNEL.replace("AMPLITUDE", "\"constant\"");
+        refused(
+            &channel.replace("size = [2.0, 0.5]", "size = [0.0125, 0.5]"),
+            &[
+                "`domain.size` = 0.0125 x 0.5 m (1 x 40 cells)",
+                "at least 2 base cells along x with an outflow",
+            ],
+        );
+        Case::from_toml(&channel.replace("size = [2.0, 0.5]", "size = [0.025, 0.5]"))
+            .unwrap()
+            .resolve()
+            .unwrap();
     }
 
     #[test]
