@@ -21,11 +21,18 @@ use crate::AppError;
 use crate::backend::{Device, ptx_sha256};
 use crate::output::picture;
 
-/// Cell updates per second each backend sustains on refined cases here
-/// (docs/PERFORMANCE.md: 24 MLUPS for DFG 2D-1 on two cores, 29 G cell
-/// updates/s for large grids on an H200), and the cost of one launch on a
-/// GPU, where small refined cases are launch-bound: the run-time estimate.
-const CPU_UPDATES_PER_S: f64 = 25e6;
+/// The CPU backend's run time on two cores, fitted to `lbm run` of the
+/// refined cavity, DFG 2D-1 at 40 and 80 cells per diameter and the square
+/// obstacle (2026-12-04, each within 14%): a rate of cell updates and a
+/// cost per patch hop (the coupling, the forces and probes of each
+/// interval, the threads' hand-offs), which dominates small refined cases.
+/// A single rate, as before, was 0.5–2.8 times the time taken.
+const CPU_UPDATES_PER_S: f64 = 95e6;
+const CPU_PATCH_HOP_S: f64 = 270e-6;
+
+/// Cell updates per second a GPU sustains on refined cases (docs/PERFORMANCE.md:
+/// 29 G cell updates/s for large grids on an H200), and the cost of one
+/// launch, where small refined cases are launch-bound.
 const CUDA_UPDATES_PER_S: f64 = 15e9;
 const CUDA_LAUNCH_S: f64 = 10e-6;
 
@@ -200,11 +207,12 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         per_save as f64 / (1 << 20) as f64,
         plan.forces_every
     );
-    if updates / CPU_UPDATES_PER_S > 600.0 {
+    let cpu_seconds = estimate_seconds(&levels, resolved.steps, false);
+    if cpu_seconds > 600.0 {
         let _ = writeln!(
             out,
             "note: this case is GPU work: about {:.0} min on the CPU backend",
-            updates / CPU_UPDATES_PER_S / 60.0
+            cpu_seconds / 60.0
         );
     }
     for warning in warnings(&case, &resolved, &levels) {
@@ -233,21 +241,25 @@ fn cell_updates(levels: &[lbm_core::case::LevelParameters], steps: u64) -> f64 {
         * steps as f64
 }
 
-/// Rough seconds `steps` base intervals take on the CPU backend or an H200.
+/// Rough seconds `steps` base intervals take on the CPU backend (on this
+/// machine's cores: the two-core fit scaled by the threads, up to eight,
+/// beyond which the memory's bandwidth rather than the cores bounds it) or
+/// an H200.
 pub fn estimate_seconds(levels: &[lbm_core::case::LevelParameters], steps: u64, cuda: bool) -> f64 {
     let updates = cell_updates(levels, steps);
+    let patch_hops: f64 = levels
+        .iter()
+        .map(|l| l.patches as f64 * 2f64.powi(l.level as i32))
+        .sum::<f64>()
+        * steps as f64;
     match cuda {
-        false => updates / CPU_UPDATES_PER_S,
-        true => {
-            // About four launches per patch hop (stream-collide, and the
-            // coupling of the finer levels).
-            let launches: f64 = levels
-                .iter()
-                .map(|l| 4.0 * l.patches as f64 * 2f64.powi(l.level as i32))
-                .sum::<f64>()
-                * steps as f64;
-            updates / CUDA_UPDATES_PER_S + launches * CUDA_LAUNCH_S
+        false => {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8) as f64;
+            updates / (CPU_UPDATES_PER_S * threads / 2.0) + patch_hops * CPU_PATCH_HOP_S
         }
+        // About four launches per patch hop (stream-collide, and the
+        // coupling of the finer levels).
+        true => updates / CUDA_UPDATES_PER_S + 4.0 * patch_hops * CUDA_LAUNCH_S,
     }
 }
 
@@ -813,5 +825,35 @@ mod tests {
             }
             other => panic!("{:?}", other.map(|_| ())),
         }
+    }
+
+    /// Small refined patches cost per hop, not only per cell: the same cell
+    /// updates spread over more patch hops take longer on the CPU (a single
+    /// rate estimated the refined cavity at half its time and the square
+    /// obstacle at 2.8 times its own).
+    #[test]
+    fn the_cpu_estimate_charges_each_patch_hop() {
+        let level = |level, patches, cells| lbm_core::case::LevelParameters {
+            level,
+            patches,
+            cells,
+            dx_m: 1.0,
+            dt_s: 1.0,
+            tau_plus: 0.6,
+            tau_minus: 0.6,
+            mach: 0.1,
+        };
+        let one = [level(0, 1, 40_000)];
+        let refined = [level(0, 1, 20_000), level(1, 2, 10_000)];
+        assert_eq!(cell_updates(&one, 100), cell_updates(&refined, 100));
+        let (flat, fine) = (
+            estimate_seconds(&one, 100, false),
+            estimate_seconds(&refined, 100, false),
+        );
+        let hops = 100.0 * (1.0 + 2.0 * 2.0 - 1.0);
+        assert!(
+            (fine - flat - hops * CPU_PATCH_HOP_S).abs() < 1e-9 * fine,
+            "{flat} s and {fine} s"
+        );
     }
 }
