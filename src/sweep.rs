@@ -1427,9 +1427,35 @@ fn plots_of(record: &SweepRecord) -> Vec<(String, crate::output::picture::Image)
                 }
             })
             .collect();
-        out.push((name.clone(), render_with(&series, &first.key, categories)));
+        out.push((name.clone(), render_with(&series, &axis_title(&first.key), categories)));
     }
     out
+}
+
+/// A swept key as its plot's axis names it: the key and, for a key of a
+/// physical quantity, its unit as docs/CASES.md gives it (in ASCII: the
+/// plots' font has no superscripts).
+fn axis_title(key: &str) -> String {
+    let name = key
+        .rsplit('.')
+        .find(|part| part.parse::<usize>().is_err())
+        .unwrap_or(key);
+    let unit = match name {
+        "size" | "reference_length" | "center" | "radius" | "min" | "max" | "pivot" | "patches" => "m",
+        // A polygon's corners; an inlet table's points are times and factors.
+        "points" if key.starts_with("bodies") => "m",
+        "viscosity" => "m^2/s",
+        "density" => "kg/m^3",
+        "velocity" | "reference_velocity" | "moving_wall" => "m/s",
+        "acceleration" => "m/s^2",
+        "rotation" => "degrees",
+        "duration" | "period" | "every" | "forces_every" => "s",
+        "lattice_velocity" => "lattice units",
+        "resolution" => "cells per reference length",
+        "steps" | "every_intervals" => "base intervals",
+        _ => return key.to_owned(),
+    };
+    format!("{key} [{unit}]")
 }
 
 /// `lbm sweep --merge OUT SHARD_DIR...`: the shards' results in one
@@ -1561,6 +1587,28 @@ fn relative_path(from: &Path, target: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plots_axis_gives_the_swept_keys_unit() {
+        for (key, title) in [
+            ("fluid.viscosity", "fluid.viscosity [m^2/s]"),
+            (
+                "boundaries.x_min.inlet.velocity",
+                "boundaries.x_min.inlet.velocity [m/s]",
+            ),
+            ("bodies.0.rotation", "bodies.0.rotation [degrees]"),
+            ("bodies.1.center.1", "bodies.1.center.1 [m]"),
+            ("bodies.0.points", "bodies.0.points [m]"),
+            (
+                "boundaries.x_min.inlet.amplitude.table.points",
+                "boundaries.x_min.inlet.amplitude.table.points",
+            ),
+            ("flow.collision.magic", "flow.collision.magic"),
+            ("domain.resolution", "domain.resolution [cells per reference length]"),
+        ] {
+            assert_eq!(axis_title(key), title);
+        }
+    }
 
     #[test]
     fn values_split_at_top_level_commas_only() {
