@@ -71,7 +71,7 @@ impl BackendChoice {
                 if let Some(n) = ordinal.filter(|n| *n != 0) {
                     let names = lbm_cuda::device_names();
                     let accepted = match names.is_empty() {
-                        true => "0: no CUDA device is present, and the CPU backend is device 0".to_owned(),
+                        true => "only 0 (the CPU backend is device 0, and no CUDA device is present)".to_owned(),
                         false => format!("0 with --backend cpu; the CUDA devices are {}", listing(&names)),
                     };
                     return Err(AppError::Flag {

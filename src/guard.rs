@@ -179,7 +179,7 @@ fn stalled_summary(watch: &Watch, cause: &str, period: Duration) -> (Summary, St
     summary.checkpoint = watch.checkpoint.clone();
     // From its checkpoint, or from the start without one.
     let out = std::path::absolute(&watch.out).unwrap_or_else(|_| watch.out.clone());
-    summary.resume = Some(format!("lbm resume {}", out.display()));
+    summary.resume = Some(crate::run::resume_command(&out));
     let last = summary.completed_intervals;
     let error = format!(
         "the run stalled: {cause} for {} s after interval {last} (--watchdog-seconds); the device or the file \

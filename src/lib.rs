@@ -170,7 +170,8 @@ pub enum AppError {
         list: String,
         out: String,
         /// What became of the others: where their results are, and the
-        /// command that continues those that stopped early.
+        /// command that continues those that stopped early or failed and
+        /// can go on.
         rest: String,
     },
 }

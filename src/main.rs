@@ -469,10 +469,10 @@ fn sweep_ended(done: Result<Ending, lbm::AppError>, out: &std::path::Path) -> Ex
             match ending {
                 Ending::Completed => say!("sweep complete; wrote {}", out.display()),
                 _ => say!(
-                    "sweep stopped early ({}); what ran is in {}; continue with: lbm resume {}",
+                    "sweep stopped early ({}); what ran is in {}; continue with: {}",
                     ending.name(),
                     out.display(),
-                    out.display()
+                    lbm::run::resume_command(out)
                 ),
             }
             ExitCode::from(ending.exit_code())
@@ -514,10 +514,11 @@ fn report(summary: &Summary) {
                 _ => "interrupted",
             };
             say!(
-                "{why} after interval {} of {}; checkpoint {}; continue with: lbm resume {out}",
+                "{why} after interval {} of {}; checkpoint {}; continue with: {}",
                 summary.completed_intervals,
                 summary.steps,
                 summary.checkpoint.as_deref().unwrap_or("none"),
+                lbm::run::resume_command(&summary.out)
             );
         }
     }

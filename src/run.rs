@@ -438,7 +438,7 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         plan: &plan,
         out: &options.out,
     };
-    let session = open_session(&input, opened, pilot, &request, started)?;
+    let session = open_session(&input, opened, pilot, &request, started, None)?;
     session.drive(options.limits, options.quiet)
 }
 
@@ -453,12 +453,52 @@ pub(crate) fn given_command() -> String {
 /// its flags kept, its pilot flags and output directory replaced.
 pub fn after_pilot_command(out: &Path) -> String {
     let kept = given_words(&["--pilot"], &["--out", "--pilot-intervals"]).join(" ");
-    format!("{kept} --after-pilot {} --out DIR", out.display())
+    format!(
+        "{kept} --after-pilot {} --out DIR",
+        shell_word(&out.display().to_string())
+    )
+}
+
+/// An exclusive lock on the output directory `dir` while the returned file
+/// is held, so that a second lbm cannot write into it at the same time (a
+/// resume while the run still goes on, two resumes at once). It is
+/// advisory (flock), which every lbm takes; on a file system that has no
+/// locks the run goes on without one.
+pub(crate) fn lock_directory(dir: &Path) -> Result<Option<std::fs::File>, String> {
+    let file = std::fs::File::open(dir).map_err(|e| format!("it cannot be opened ({e})"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(
+            "another lbm process is writing into it (a run, sweep or resume that has not ended): wait for it to \
+             end, or stop it, before going on"
+                .into(),
+        ),
+        Err(std::fs::TryLockError::Error(_)) => Ok(None),
+    }
+}
+
+/// A directory's lock that the caller took before the session opens.
+pub(crate) struct Held(Option<std::fs::File>);
+
+/// `lbm resume DIR` for the run or sweep in `out`, ready to paste.
+pub fn resume_command(out: &Path) -> String {
+    format!("lbm resume {}", shell_word(&out.display().to_string()))
+}
+
+/// `word` as a POSIX shell reads it back as one word: as it is when it
+/// holds only characters no shell treats specially, else in single quotes
+/// (a single quote in it closed, escaped and reopened).
+pub fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:=,+@%".contains(c);
+    match !word.is_empty() && word.chars().all(plain) {
+        true => word.to_owned(),
+        false => format!("'{}'", word.replace('\'', "'\\''")),
+    }
 }
 
 /// The command line's words, `lbm` first, less the flags `alone` and the
-/// flags `valued` with their values (`--flag V` or `--flag=V`); a word with
-/// white space quoted.
+/// flags `valued` with their values (`--flag V` or `--flag=V`), each as the
+/// shell reads it back ([`shell_word`]).
 fn given_words(alone: &[&str], valued: &[&str]) -> Vec<String> {
     let mut args = std::env::args().skip(1);
     let mut kept = vec!["lbm".to_owned()];
@@ -466,10 +506,7 @@ fn given_words(alone: &[&str], valued: &[&str]) -> Vec<String> {
         if valued.contains(&arg.as_str()) {
             args.next();
         } else if !alone.contains(&arg.as_str()) && !valued.iter().any(|flag| arg.starts_with(&format!("{flag}="))) {
-            kept.push(match arg.contains(char::is_whitespace) {
-                true => format!("'{arg}'"),
-                false => arg,
-            });
+            kept.push(shell_word(&arg));
         }
     }
     kept
@@ -520,6 +557,7 @@ pub(crate) fn open_session<'a>(
     pilot: Option<PilotRecord>,
     request: &Request,
     started: Instant,
+    held: Option<Held>,
 ) -> Result<Session<'a, Box<dyn Driver>>, AppError> {
     let SessionInput {
         text,
@@ -528,6 +566,13 @@ pub(crate) fn open_session<'a>(
         plan,
         out,
     } = *input;
+    let lock = match held {
+        Some(Held(lock)) => lock,
+        None => lock_directory(out).map_err(|reason| AppError::OutputDir {
+            path: out.display().to_string(),
+            reason,
+        })?,
+    };
     // Allocated before anything is written: a device that cannot hold the
     // run leaves only the empty directory, which a rerun may use.
     let backend = opened[0].0.backend();
@@ -585,6 +630,7 @@ pub(crate) fn open_session<'a>(
         segments: 1,
     };
     Ok(Session {
+        _lock: lock,
         stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
         pilot,
         backend,
@@ -609,6 +655,12 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     let started = Instant::now();
     options.limits.check()?;
     let dir = options.dir.as_path();
+    // Before anything is read: what another lbm writes there is no state
+    // to go on from, and a run without a checkpoint starts again emptied.
+    let held = Held(lock_directory(dir).map_err(|reason| AppError::Resume {
+        dir: dir.display().to_string(),
+        reason,
+    })?);
     let manifest = read_manifest(dir)?;
     let request: Request = serde_json::from_value(manifest["request"].clone()).map_err(|e| AppError::Resume {
         dir: dir.display().to_string(),
@@ -642,7 +694,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         out: dir,
     };
     let session = match point {
-        Some(point) => open_resumed(&input, point, opened, &request, started)?,
+        Some(point) => open_resumed(&input, point, opened, &request, started, Some(held))?,
         None => {
             // What a run killed before its first checkpoint wrote is the
             // start of what running it again writes: nothing is lost.
@@ -651,7 +703,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
                 dir.display()
             );
             empty_directory(dir)?;
-            open_session(&input, opened, None, &request, started)?
+            open_session(&input, opened, None, &request, started, Some(held))?
         }
     };
     session.drive(options.limits, options.quiet)
@@ -749,6 +801,7 @@ pub(crate) fn open_resumed<'a>(
     opened: Vec<crate::backend::Opened>,
     request: &Request,
     started: Instant,
+    held: Option<Held>,
 ) -> Result<Session<'a, Box<dyn Driver>>, AppError> {
     let SessionInput {
         case,
@@ -757,6 +810,13 @@ pub(crate) fn open_resumed<'a>(
         out: dir,
         ..
     } = *input;
+    let lock = match held {
+        Some(Held(lock)) => lock,
+        None => lock_directory(dir).map_err(|reason| AppError::Resume {
+            dir: dir.display().to_string(),
+            reason,
+        })?,
+    };
     let ResumePoint { mut manifest, found } = point;
     let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
     let backend = drivers[0].backend();
@@ -800,6 +860,7 @@ pub(crate) fn open_resumed<'a>(
         found.path.display()
     );
     Ok(Session {
+        _lock: lock,
         stop: resolved.steps,
         pilot: None,
         backend,
@@ -910,12 +971,12 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
             };
             let unfinished = match (resumable, crate::sweep::is_unfinished(out)) {
                 (true, _) => format!(
-                    ": it holds a run that did not complete, which `lbm resume {}` continues",
-                    out.display()
+                    ": it holds a run that did not complete, which `{}` continues",
+                    resume_command(out)
                 ),
                 (_, true) => format!(
-                    ": it holds a sweep that did not complete, which `lbm resume {}` continues",
-                    out.display()
+                    ": it holds a sweep that did not complete, which `{}` continues",
+                    resume_command(out)
                 ),
                 _ => String::new(),
             };
@@ -974,6 +1035,8 @@ impl Pace {
 /// One process's part of a run: from a fresh start or a checkpoint to its
 /// stop (the run's end, or a pilot's), a wall limit or a signal.
 pub(crate) struct Session<'a, D: Driver> {
+    /// Held for the session's life ([`lock_directory`]).
+    _lock: Option<std::fs::File>,
     backend: &'static str,
     engine: Engine<D>,
     /// Everything written leaves the devices through them, one per device.
@@ -1294,7 +1357,7 @@ impl<D: Driver> Session<'_, D> {
             // Absolute, so that it runs from any directory.
             resume: resumable.then(|| {
                 let out = std::path::absolute(self.out).unwrap_or_else(|_| self.out.to_owned());
-                format!("lbm resume {}", out.display())
+                resume_command(&out)
             }),
             ring: self.rings.stats(),
             writer_waits: self.writer.waits(),
@@ -1537,7 +1600,7 @@ impl<D: Driver> Session<'_, D> {
         let done = self.state.done;
         let sampling = self
             .sampling()
-            .is_some_and(|sample| done % sample == 0 || done == resolved.steps);
+            .is_some_and(|sample| done.is_multiple_of(sample) || done == resolved.steps);
         let saving = done == next_save;
         // A save point writes and checks every cell; a probe or a line
         // samples the uncovered cells and their covered neighbours, which
@@ -1574,7 +1637,7 @@ impl<D: Driver> Session<'_, D> {
         // At the run's end, not at `stop`, which a sweep moves to each of
         // its boundaries: a member is checked where a plain run of its case
         // is, and diverges where it does.
-        if saving || done == self.end() || done % HEALTH_EVERY_INTERVALS == 0 {
+        if saving || done == self.end() || done.is_multiple_of(HEALTH_EVERY_INTERVALS) {
             // The device check names the cell; the fields' own check
             // below is what remains if a moment alone went wrong.
             self.check_health(saving.then_some(&patches[..]))?;
@@ -1590,7 +1653,9 @@ impl<D: Driver> Session<'_, D> {
                 .checkpoint_every_seconds
                 .unwrap_or(CHECKPOINT_EVERY_SECONDS),
         };
-        let due = self.checkpoint_every_intervals().is_some_and(|k| done % k == 0)
+        let due = self
+            .checkpoint_every_intervals()
+            .is_some_and(|k| done.is_multiple_of(k))
             || pace.last_checkpoint.elapsed().as_secs_f64() >= every_seconds;
         if due && done < self.end() {
             self.checkpoint()?;
@@ -1696,7 +1761,22 @@ impl<D: Driver> Session<'_, D> {
 
 #[cfg(test)]
 mod tests {
-    use super::Ending;
+    use super::{Ending, shell_word};
+
+    /// What a hint prints for a path reads back, through a shell, as that
+    /// path: spaces, quotes, a non-ASCII letter and shell syntax included.
+    #[test]
+    fn a_hints_path_reads_back_through_a_shell_as_itself() {
+        for word in ["out/run-1", "sp ace/ü long", "it's", "a;b $(x) `y` *", "", "--out=a b"] {
+            let quoted = shell_word(word);
+            let echoed = std::process::Command::new("sh")
+                .args(["-c", &format!("printf %s {quoted}")])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8(echoed.stdout).unwrap(), word, "{quoted}");
+        }
+        assert_eq!(shell_word("out/run-1"), "out/run-1", "a plain path stays as it is");
+    }
 
     /// `summary.json` writes each ending by its name and reads it back; a
     /// name no ending has is refused.

@@ -228,6 +228,11 @@ fn flag(value: &str, accepted: &str) -> AppError {
     }
 }
 
+/// The most members one sweep takes: each is read, resolved and checked
+/// before any work (about a millisecond each on two cores), and the
+/// sweep's record and table hold them all.
+const MAX_MEMBERS: usize = 10_000;
+
 /// `s` split at commas outside brackets, braces and quotes.
 fn split_values(s: &str) -> Vec<String> {
     let (mut out, mut current, mut depth, mut quoted) = (Vec::new(), String::new(), 0i32, false);
@@ -448,19 +453,21 @@ fn members(base: &str, sweeps: &[Sweep], steps: Option<u64>) -> Result<Vec<Membe
                     )));
                 }
                 let first = &out[0].resolved;
-                if resolved.steps != first.steps || sampled.0 != *saves || sampled.1 != *every {
-                    return Err(refuse(
-                        "its run length, save points or sample period differ from member 0's".into(),
-                    ));
-                }
                 // The members' samples are compared at the same times, and
-                // sweep.csv has one column per probe for every member.
+                // sweep.csv has one column per probe for every member. A
+                // time step of its own would also change the run's length
+                // in intervals: that is the cause to name.
                 if resolved.units.dt != first.units.dt {
                     return Err(refuse(format!(
                         "its time step is {} s where member 0's is {} s (flow.reference_velocity, \
                          flow.lattice_velocity and domain.resolution set it): a sweep's members share it",
                         resolved.units.dt, first.units.dt
                     )));
+                }
+                if resolved.steps != first.steps || sampled.0 != *saves || sampled.1 != *every {
+                    return Err(refuse(
+                        "its run length, save points or sample period differ from member 0's".into(),
+                    ));
                 }
                 let names = |r: &Resolved| -> Vec<String> {
                     let output = &r.output;
@@ -583,6 +590,24 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .map(|s| parse_set(s))
         .collect::<Result<Vec<_>, _>>()?;
     check_keys_apart(&sweeps)?;
+    let total = sweeps.iter().try_fold(1usize, |n, s| n.checked_mul(s.values.len()));
+    if total.is_none_or(|n| n > MAX_MEMBERS) {
+        let lengths: Vec<String> = sweeps.iter().map(|s| s.values.len().to_string()).collect();
+        return Err(flag(
+            &format!(
+                "{} values ({} members)",
+                lengths.join(" x "),
+                total.map_or("too many".into(), |n| n.to_string())
+            ),
+            &format!(
+                "lists whose product is at most {MAX_MEMBERS} members: every member is checked before any work, and \
+                 one sweep holds them all; split a larger study into sweeps of fewer values"
+            ),
+        ));
+    }
+    if !options.quiet && total.is_some_and(|n| n > 1000) {
+        tell!("checking the {} members before any work", total.unwrap_or(0));
+    }
     if options.steps.is_some()
         && let Some(swept) = sweeps.iter().find(|s| s.key == "run.steps")
     {
@@ -606,6 +631,10 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .collect();
     let drivers = open_drivers(&chosen, options.mode, options.backend, options.device)?;
     prepare_output(&options.out)?;
+    let _lock = crate::run::lock_directory(&options.out).map_err(|reason| AppError::OutputDir {
+        path: options.out.display().to_string(),
+        reason,
+    })?;
     let mut record = SweepRecord {
         sweep_sha256: sweep_sha256(&base, &sweeps, options.steps),
         case: options.case.display().to_string(),
@@ -652,6 +681,7 @@ pub fn resume(
         dir: dir.display().to_string(),
         reason,
     };
+    let _lock = crate::run::lock_directory(dir).map_err(refuse)?;
     let path = dir.join("sweep.json");
     let text = std::fs::read_to_string(&path).map_err(|e| refuse(format!("cannot read {} ({e})", path.display())))?;
     let mut record: SweepRecord =
@@ -684,11 +714,18 @@ pub fn resume(
         let member = all
             .get(previous.index)
             .ok_or_else(|| refuse(format!("its sweep.json names member {} of {count}", previous.index)))?;
-        if ENDED.contains(&previous.ended.as_str()) {
-            kept.push(previous.clone());
+        let out = dir.join(member_dir(member.index, count));
+        // A member that failed (a write error, a lost device) goes on from
+        // its checkpoint, as a plain run that failed does; one resumed on
+        // its own since brings its result into the record.
+        let retry = previous.ended == "failed" && can_retry(&out);
+        if ENDED.contains(&previous.ended.as_str()) && !retry {
+            let since = (previous.ended == "failed")
+                .then(|| ended_on_disk(member, &out, count))
+                .flatten();
+            kept.push(since.unwrap_or_else(|| previous.clone()));
             continue;
         }
-        let out = dir.join(member_dir(member.index, count));
         // The member goes on as the sweep made it; a case.toml edited since
         // would no longer say what it ran.
         if let Ok(text) = std::fs::read_to_string(out.join("case.toml"))
@@ -701,7 +738,7 @@ pub fn resume(
                 member.index
             )));
         }
-        match ended_on_disk(member, &out, count) {
+        match (!retry).then(|| ended_on_disk(member, &out, count)).flatten() {
             Some(result) => kept.push(result),
             None => {
                 let point = match crate::run::read_manifest(&out)
@@ -774,18 +811,33 @@ pub fn resume(
     Ok(ran.ending)
 }
 
-/// How a member that has ended for good ended: a resume keeps its result.
+/// How a member that has ended ended: a resume keeps its result, but for
+/// one that failed and can go on ([`can_retry`]).
 const ENDED: [&str; 3] = ["completed", "failed", "diverged"];
 
+/// Whether the member run in `out` failed and its summary says `lbm resume`
+/// continues it (a diverged run would diverge again, and says not).
+fn can_retry(out: &Path) -> bool {
+    std::fs::read_to_string(out.join("summary.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .is_some_and(|summary| summary["ended"] == "failed" && summary["resume"].is_string())
+}
+
+/// Whether member `r` of `record` in `dir` is one `lbm resume DIR` goes on
+/// with: stopped early, or failed and can go on.
+fn goes_on(dir: &Path, record: &SweepRecord, r: &MemberResult) -> bool {
+    !ENDED.contains(&r.ended.as_str())
+        || (r.ended == "failed" && can_retry(&dir.join(member_dir(r.index, record.members))))
+}
+
 /// Whether `dir` holds a sweep that `lbm resume` can continue: a record
-/// with its case text and a member that has not ended.
+/// with its case text and a member that [`goes_on`].
 pub(crate) fn is_unfinished(dir: &Path) -> bool {
     std::fs::read_to_string(dir.join("sweep.json"))
         .ok()
         .and_then(|text| serde_json::from_str::<SweepRecord>(&text).ok())
-        .is_some_and(|record| {
-            record.case_text.is_some() && record.results.iter().any(|r| !ENDED.contains(&r.ended.as_str()))
-        })
+        .is_some_and(|record| record.case_text.is_some() && record.results.iter().any(|r| goes_on(dir, &record, r)))
 }
 
 /// The result of a member whose own directory says it has ended (its
@@ -943,8 +995,8 @@ fn run_members(
     let mut sessions = Vec::with_capacity(chosen.len());
     for (((k, input), opened), (_, point)) in inputs.iter().enumerate().zip(drivers).zip(runs) {
         let session = match point {
-            None => open_session(input, vec![opened], None, &request, started),
-            Some(point) => open_resumed(input, point, vec![opened], &request, started),
+            None => open_session(input, vec![opened], None, &request, started, None),
+            Some(point) => open_resumed(input, point, vec![opened], &request, started, None),
         };
         match session {
             Ok(s) => sessions.push(Some(s)),
@@ -997,10 +1049,10 @@ fn run_members(
             };
             format!(
                 "the sweep stalled: member(s) {} made no progress for {} s (--watchdog-seconds); the device or the \
-                 file system may be hung; {written}; continue with: lbm resume {}",
+                 file system may be hung; {written}; continue with: {}",
                 names.join(", "),
                 period.as_secs_f64(),
-                out.display()
+                crate::run::resume_command(&out)
             )
         })
     };
@@ -1248,14 +1300,16 @@ fn finish(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
         .filter(|r| r.error.is_some() && r.ended != "interrupted" && r.ended != "wall limit")
         .collect();
     if !failed.is_empty() {
-        let stopped = record.results.iter().any(|r| !ENDED.contains(&r.ended.as_str()));
-        let rest = match (failed.len() == record.results.len(), stopped) {
-            (true, _) => String::new(),
-            (false, false) => ", with the others' results".into(),
-            (false, true) => format!(
-                ", with the others' results; those that stopped early go on with: lbm resume {}",
-                out.display()
+        let others = match failed.len() == record.results.len() {
+            true => "",
+            false => ", with the others' results",
+        };
+        let rest = match record.results.iter().any(|r| goes_on(out, record, r)) {
+            true => format!(
+                "{others}; those that stopped early or failed and can go on continue with: {}",
+                crate::run::resume_command(out)
             ),
+            false => others.to_owned(),
         };
         return Err(AppError::SweepFailed {
             failed: failed.len(),
@@ -1491,10 +1545,10 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
         for r in &record.results {
             if ["running", "wall limit", "interrupted", "stalled"].contains(&r.ended.as_str()) {
                 return Err(refuse(format!(
-                    "its member {} has not ended ({}): `lbm resume {}` first",
+                    "its member {} has not ended ({}): `{}` first",
                     r.index,
                     r.ended,
-                    dir.display()
+                    crate::run::resume_command(dir)
                 )));
             }
             if let Some(other) = seen.insert(r.index, dir.display().to_string()) {
@@ -1546,11 +1600,19 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
         });
     }
     // The merge's OUT is no --out.
+    let accepted = |why: String| {
+        format!("an OUT directory that is new or empty ({why}), for the merged sweep.csv, sweep.json and plots")
+    };
     prepare_output(out).map_err(|e| match e {
         AppError::OutputNotEmpty { path, .. } => AppError::Flag {
             flag: "--merge",
             value: path,
-            accepted: "an OUT directory that is new or empty, for the merged sweep.csv, sweep.json and plots".into(),
+            accepted: accepted("it holds files".into()),
+        },
+        AppError::OutputDir { path, reason } => AppError::Flag {
+            flag: "--merge",
+            value: path,
+            accepted: accepted(reason),
         },
         e => e,
     })?;

@@ -335,7 +335,7 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
     // The base grid must fit the 0.41 m channel exactly: 10 cells per diameter
     // at the least, in steps of 10.
     let step = 10 << levels;
-    let multiple = resolution > 0 && resolution % step == 0;
+    let multiple = resolution > 0 && resolution.is_multiple_of(step);
     case.domain.resolution = (resolution >> levels) as f64;
     let refused = match multiple && velocity_ok {
         true => match case.resolve() {

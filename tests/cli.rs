@@ -321,6 +321,25 @@ fn asking_for_cuda_without_a_device_is_a_bad_argument_not_a_panic() {
         "{message}"
     );
     assert!(!out.exists(), "nothing is written");
+    // Another device than the CPU backend's one is refused in plain words.
+    let output = lbm(&[
+        "run",
+        &case_path(),
+        "--backend",
+        "cpu",
+        "--device",
+        "3",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output)
+            .contains("invalid --device 3: only 0 (the CPU backend is device 0, and no CUDA device is present)"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!out.exists(), "nothing is written");
 }
 
 #[test]

@@ -93,6 +93,16 @@ fn a_killed_run_keeps_whole_files_and_resumes_bit_for_bit() {
     let mut child = spawn_run(&case, &out, &[]);
     // Between the save points at 30 and 60.
     wait_for_checkpoint(&out, 40, &mut child);
+    // While the run goes on, a resume of its directory is refused before
+    // it reads or writes anything there.
+    let meanwhile = resume(&out, &[]);
+    assert_eq!(meanwhile.status.code(), Some(2), "{}", stderr(&meanwhile));
+    assert!(
+        stderr(&meanwhile).contains("another lbm process is writing into it"),
+        "{}",
+        stderr(&meanwhile)
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the run went on");
     child.kill().unwrap();
     assert!(!child.wait().unwrap().success());
     assert_complete(&out);

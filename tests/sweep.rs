@@ -209,6 +209,22 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
         );
     }
     let merged = scratch("sweep-merged");
+    // An OUT that is a file is refused naming --merge, which gave it.
+    std::fs::write(&merged, "a file").unwrap();
+    let output = lbm(&[
+        "sweep",
+        "--merge",
+        &merged.display().to_string(),
+        &shards[0].display().to_string(),
+        &shards[1].display().to_string(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("invalid --merge") && !stderr(&output).contains("--out"),
+        "{}",
+        stderr(&output)
+    );
+    std::fs::remove_file(&merged).unwrap();
     let output = lbm(&[
         "sweep",
         "--merge",
@@ -318,6 +334,12 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         ("fluid.viscosity=abc", "not a TOML value"),
         // Each member runs its swept length, which --steps would override.
         ("run.steps=10,20", "no --steps beside a swept run.steps (10, 20)"),
+        // Named as a case names them, not as Rust prints them.
+        (
+            "run.tiles=[[8,8],[8,8],[8,8]],[[16,16],[16,16],[16,16]]",
+            "storage tile shape differs from member 0's (level 0 [16, 16], level 1 [16, 16], level 2 [16, 16] \
+             against level 0 [8, 8]",
+        ),
     ] {
         let output = lbm(&[
             "sweep",
@@ -383,6 +405,46 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("swept twice"), "{}", stderr(&output));
+    assert!(!out.exists());
+    // Without --steps another time step also changes the run's length in
+    // intervals: the time step is what is named.
+    let output = lbm(&[
+        "sweep",
+        &dfg(),
+        "--set",
+        "flow.lattice_velocity=0.05,0.06",
+        "--out",
+        &out_arg,
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("its time step is"), "{}", stderr(&output));
+    // A product beyond what one sweep takes is refused at once, before a
+    // member is checked.
+    let values = |n: usize, from: f64| {
+        (0..n)
+            .map(|k| format!("{}", from * (1.0 + k as f64 * 1e-3)))
+            .collect::<Vec<_>>()
+    };
+    let (viscosity, density) = (values(101, 1e-3).join(","), values(100, 1.0).join(","));
+    let started = std::time::Instant::now();
+    let output = lbm(&[
+        "sweep",
+        &dfg(),
+        "--set",
+        &format!("fluid.viscosity={viscosity}"),
+        "--set",
+        &format!("fluid.density={density}"),
+        "--out",
+        &out_arg,
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output)
+            .contains("invalid --set 101 x 100 values (10100 members): lists whose product is at most 10000"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(started.elapsed().as_secs_f64() < 5.0, "refused at once");
     assert!(!out.exists());
 }
 
@@ -514,6 +576,79 @@ fn a_sweep_stopped_at_its_wall_limit_or_killed_resumes_to_the_results_of_one_tha
         let output = lbm(&["resume", &out.display().to_string(), "--backend", "cpu", "--quiet"]);
         assert_eq!(output.status.code(), Some(2), "{mode}: {}", stderr(&output));
         assert!(stderr(&output).contains("nothing to resume"), "{}", stderr(&output));
+        std::fs::remove_dir_all(out).unwrap();
+    }
+    std::fs::remove_dir_all(whole).unwrap();
+}
+
+/// A member that fails (here on a write error: a file where its last save
+/// point's folder goes) is continued from its checkpoint by the sweep's
+/// resume once the cause is gone, as a plain run is, and the sweep's
+/// results then hold it; one resumed on its own comes back into them at
+/// the sweep's next resume. Either way they are an unbroken sweep's.
+#[test]
+fn a_failed_member_goes_on_with_the_sweeps_resume() {
+    let sweep = |out: &std::path::Path, extra: &[&str]| {
+        let (out, case) = (out.display().to_string(), dfg());
+        let mut args = vec![
+            "sweep",
+            &case,
+            "--set",
+            "fluid.viscosity=1e-3,1.5e-3",
+            "--backend",
+            "cpu",
+            "--steps",
+            "200",
+            "--quiet",
+            "--out",
+            &out,
+        ];
+        args.extend_from_slice(extra);
+        lbm(&args)
+    };
+    let resume = |dir: &std::path::Path| lbm(&["resume", &dir.display().to_string(), "--backend", "cpu", "--quiet"]);
+    let whole = scratch("sweep-failed-whole");
+    assert!(sweep(&whole, &[]).status.success());
+    for on_its_own in [false, true] {
+        let out = scratch(&format!("sweep-failed-{on_its_own}"));
+        let output = sweep(&out, &["--max-wall-seconds", "1.5"]);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let stopped = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+        assert_eq!(stopped.matches(",wall limit,").count(), 2, "{stopped}");
+        let blocker = out.join("members/001/fields/t000000200");
+        std::fs::write(&blocker, "in the way").unwrap();
+        let output = resume(&out);
+        assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+        assert!(stderr(&output).contains("(member 1: failed)"), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("failed and can go on continue with: lbm resume"),
+            "{}",
+            stderr(&output)
+        );
+        let failed = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+        assert_eq!(failed.matches(",failed,").count(), 1, "{failed}");
+        std::fs::remove_file(&blocker).unwrap();
+        if on_its_own {
+            let output = resume(&out.join("members/001"));
+            assert!(output.status.success(), "{}", stderr(&output));
+        }
+        let output = resume(&out);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert_eq!(
+            rows_but_speed(&out.join("sweep.csv")),
+            rows_but_speed(&whole.join("sweep.csv")),
+            "resumed{}: and whole",
+            if on_its_own { " on its own" } else { "" }
+        );
+        for file in ["forces.csv", "probes/wake.csv"] {
+            assert_eq!(
+                std::fs::read(out.join("members/001").join(file)).unwrap(),
+                std::fs::read(whole.join("members/001").join(file)).unwrap(),
+                "{file}"
+            );
+        }
+        let output = resume(&out);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
         std::fs::remove_dir_all(out).unwrap();
     }
     std::fs::remove_dir_all(whole).unwrap();

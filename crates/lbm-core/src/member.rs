@@ -219,7 +219,15 @@ impl MemberIdentity {
                     other.hierarchy.to_string(),
                 )
             })
-            .or_else(|| differs("storage tiles", &self.tiles, &other.tiles))
+            .or_else(|| {
+                (self.tiles != other.tiles).then(|| {
+                    (
+                        "storage tile shape",
+                        tile_shapes(&self.tiles),
+                        tile_shapes(&other.tiles),
+                    )
+                })
+            })
             .or_else(|| {
                 (self.boundaries != other.boundaries).then(|| {
                     (
@@ -229,7 +237,23 @@ impl MemberIdentity {
                     )
                 })
             })
-            .or_else(|| differs("geometry (bodies: level and shape)", &self.bodies, &other.bodies))
+            .or_else(|| {
+                let listed = |bodies: &[(usize, &'static str)]| match bodies.is_empty() {
+                    true => "none".to_owned(),
+                    false => bodies
+                        .iter()
+                        .map(|(level, shape)| format!("a {shape} on level {level}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                };
+                (self.bodies != other.bodies).then(|| {
+                    (
+                        "geometry (bodies: level and shape)",
+                        listed(&self.bodies),
+                        listed(&other.bodies),
+                    )
+                })
+            })
             .or_else(|| {
                 differs(
                     "observables (raw and window exchange)",
@@ -238,25 +262,16 @@ impl MemberIdentity {
                 )
             })
             .or_else(|| {
-                differs(
-                    "schedule (intervals)",
-                    &self.schedule.as_ref().map(|s| s.intervals),
-                    &other.schedule.as_ref().map(|s| s.intervals),
-                )
+                let intervals = |s: &FixedSchedule| s.intervals.to_string();
+                schedules_differ("schedule (intervals)", &self.schedule, &other.schedule, intervals)
             })
             .or_else(|| {
-                differs(
-                    "save points",
-                    &self.schedule.as_ref().map(|s| &s.save_points),
-                    &other.schedule.as_ref().map(|s| &s.save_points),
-                )
+                let saves = |s: &FixedSchedule| format!("{:?}", s.save_points);
+                schedules_differ("save points", &self.schedule, &other.schedule, saves)
             })
             .or_else(|| {
-                differs(
-                    "diagnostics period",
-                    &self.schedule.as_ref().map(|s| s.diagnostics_every),
-                    &other.schedule.as_ref().map(|s| s.diagnostics_every),
-                )
+                let every = |s: &FixedSchedule| s.diagnostics_every.to_string();
+                schedules_differ("diagnostics period", &self.schedule, &other.schedule, every)
             })
             .or_else(|| differs("statistics request", &self.stats, &other.stats))
     }
@@ -330,6 +345,35 @@ pub fn relative_change(before: &[f32], after: &[f32]) -> f64 {
         return 0.0;
     }
     (diff / norm).sqrt()
+}
+
+/// Where `part` of two members' schedules differs: what, and both as text
+/// (`no schedule` for a member without one).
+fn schedules_differ(
+    what: &'static str,
+    a: &Option<FixedSchedule>,
+    b: &Option<FixedSchedule>,
+    part: impl Fn(&FixedSchedule) -> String,
+) -> Option<(&'static str, String, String)> {
+    let text = |s: &Option<FixedSchedule>| s.as_ref().map_or_else(|| "no schedule".to_owned(), &part);
+    (text(a) != text(b)).then(|| (what, text(a), text(b)))
+}
+
+/// Each level's storage tile as a case's `run.tiles` gives it: `[16, 16]`,
+/// or `whole allocation` for a level stored as one tile.
+fn tile_shapes(tiles: &[Option<[u32; 2]>]) -> String {
+    let shapes: Vec<String> = tiles
+        .iter()
+        .enumerate()
+        .map(|(level, t)| match t {
+            Some([x, y]) => format!("level {level} [{x}, {y}]"),
+            None => format!("level {level} whole allocation"),
+        })
+        .collect();
+    match shapes.is_empty() {
+        true => "the whole allocation on every level".into(),
+        false => shapes.join(", "),
+    }
 }
 
 /// The base grid's sides as a case file names them.
