@@ -531,13 +531,16 @@ fn member_dir(index: usize, members: usize) -> String {
 
 /// The Strouhal number `f L / U` of the lift over the second half of
 /// `series` (time s, cd, cl), when it oscillates as a wake sheds: at least
-/// three upward crossings of its mean; a swing above 1e-3, above 1% of the
-/// mean drag and at least the drag's own swing (shedding moves the lift at
-/// its frequency more than the drag, which it moves at twice that; the
-/// pressure waves of an impulsive start ringing in the domain, and a drag
-/// still settling, move the drag more); and the last quarter's swing at
-/// least half the third quarter's (a ringing that decays is no shedding).
-/// The frequency is that of the last two periods.
+/// three upward crossings of its mean; a swing above 1e-3 and above 1% of
+/// the mean drag; at the lift's own frequency (over the whole periods
+/// between its first and last crossing) a larger amplitude in the lift
+/// than in the drag (shedding moves the drag at twice its frequency; the
+/// pressure waves of an impulsive start, ringing in the domain, move both
+/// at theirs, the drag more); and the last quarter's swing at least half
+/// the third quarter's (a ringing that decays is no shedding). Comparing
+/// amplitudes at one frequency, not whole swings, keeps a shedding whose
+/// drag also rings (a short ramp) from being taken for ringing alone. The
+/// frequency is that of the last two periods.
 fn strouhal(series: &[(f64, f64, f64)], length: f64, velocity: f64) -> Option<f64> {
     let half = &series[series.len() / 2..];
     if half.len() < 8 {
@@ -557,7 +560,7 @@ fn strouhal(series: &[(f64, f64, f64)], length: f64, velocity: f64) -> Option<f6
     let q = half.len() / 2;
     let (third, last) = (swing(&half[..q], lift), swing(&half[q..], lift));
     let whole = swing(half, lift);
-    if !(whole > 1e-3_f64.max(0.01 * drag_mean.abs()) && whole >= swing(half, drag) && last >= 0.5 * third) {
+    if !(whole > 1e-3_f64.max(0.01 * drag_mean.abs()) && last >= 0.5 * third) {
         return None;
     }
     let crossings: Vec<f64> = half
@@ -571,9 +574,23 @@ fn strouhal(series: &[(f64, f64, f64)], length: f64, velocity: f64) -> Option<f6
     if crossings.len() < 3 {
         return None;
     }
+    let n = crossings.len();
+    let (start, end) = (crossings[0], crossings[n - 1]);
+    let window: Vec<&(f64, f64, f64)> = half.iter().filter(|p| p.0 >= start && p.0 < end).collect();
+    let omega = 2.0 * std::f64::consts::PI * (n - 1) as f64 / (end - start);
+    let amplitude = |value: fn(&(f64, f64, f64)) -> f64| {
+        let mean = window.iter().map(|p| value(p)).sum::<f64>() / window.len() as f64;
+        let (c, s) = window.iter().fold((0.0, 0.0), |(c, s), p| {
+            let v = value(p) - mean;
+            (c + v * (omega * p.0).cos(), s + v * (omega * p.0).sin())
+        });
+        2.0 * c.hypot(s) / window.len() as f64
+    };
+    if amplitude(lift) <= amplitude(drag) {
+        return None;
+    }
     // The last two periods: while the shedding grows its period shortens,
     // and the settled one is the newest.
-    let n = crossings.len();
     let period = (crossings[n - 1] - crossings[n - 3]) / 2.0;
     Some(length / (period * velocity))
 }
@@ -1784,11 +1801,30 @@ mod tests {
             None,
             "a swing of 0.6 against a drag of 100 is noise"
         );
-        assert_eq!(
-            strouhal(&series(0.0, 3.0, 0.7), 0.1, 0.2),
-            None,
-            "a drag swinging more than the lift is a start's ringing, not shedding"
-        );
+        // A drag swinging more than the lift at twice its frequency is a
+        // wake's: shedding.
+        let st = strouhal(&series(0.0, 3.0, 0.7), 0.1, 0.2).unwrap();
+        assert!((st - f * 0.1 / 0.2).abs() < 1e-3, "{st}");
+        // A start's ringing moves the drag more than the lift at its own
+        // frequency: no shedding.
+        let ringing: Vec<(f64, f64, f64)> = (0..400)
+            .map(|i| {
+                let t = i as f64 * 0.01;
+                (t, 3.0 + 0.35 * (tau * f * t).cos(), 0.3 * (tau * f * t).sin())
+            })
+            .collect();
+        assert_eq!(strouhal(&ringing, 0.1, 0.2), None, "a ringing, not shedding");
+        // Shedding whose drag also rings, more than the lift swings, at
+        // another frequency (a short ramp): the shedding's number.
+        let both: Vec<(f64, f64, f64)> = (0..400)
+            .map(|i| {
+                let t = i as f64 * 0.01;
+                let cd = 3.0 + 0.35 * (tau * 1.37 * f * t).cos() + 0.02 * (tau * 2.0 * f * t).cos();
+                (t, cd, 0.2 * (tau * f * t).sin())
+            })
+            .collect();
+        let st = strouhal(&both, 0.1, 0.2).unwrap();
+        assert!((st - f * 0.1 / 0.2).abs() < 1e-3, "{st}");
         let steady: Vec<(f64, f64, f64)> = (0..400).map(|i| (i as f64, 3.0, 0.01)).collect();
         assert_eq!(strouhal(&steady, 0.1, 0.2), None);
     }

@@ -209,15 +209,18 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
         );
     }
     let merged = scratch("sweep-merged");
+    let merge = || {
+        lbm(&[
+            "sweep",
+            "--merge",
+            &merged.display().to_string(),
+            &shards[0].display().to_string(),
+            &shards[1].display().to_string(),
+        ])
+    };
     // An OUT that is a file is refused naming --merge, which gave it.
     std::fs::write(&merged, "a file").unwrap();
-    let output = lbm(&[
-        "sweep",
-        "--merge",
-        &merged.display().to_string(),
-        &shards[0].display().to_string(),
-        &shards[1].display().to_string(),
-    ]);
+    let output = merge();
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("invalid --merge") && !stderr(&output).contains("--out"),
@@ -225,13 +228,7 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
         stderr(&output)
     );
     std::fs::remove_file(&merged).unwrap();
-    let output = lbm(&[
-        "sweep",
-        "--merge",
-        &merged.display().to_string(),
-        &shards[0].display().to_string(),
-        &shards[1].display().to_string(),
-    ]);
+    let output = merge();
     assert!(output.status.success(), "{}", stderr(&output));
     let mut mine = csv_rows(&merged.join("sweep.csv"));
     let mut full = csv_rows(&whole.join("sweep.csv"));
@@ -379,73 +376,41 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         message.contains("sweep member 1") && message.contains("hierarchy"),
         "{message}"
     );
-    let output = lbm(&[
-        "sweep",
-        &dfg(),
-        "--set",
-        "fluid.viscosity=1e-3,2e-3",
-        "--shard",
-        "2/2",
-        "--out",
-        &out_arg,
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("--shard"), "{}", stderr(&output));
-    assert!(!out.exists());
+    // Refused as a whole sweep, before any member runs and anything is written.
+    let case = dfg();
+    let refused = |flags: &[&str], expect: &str| {
+        let output = lbm(&[&["sweep", case.as_str()], flags, &["--out", out_arg.as_str()]].concat());
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{flags:?}: {}", stderr(&output));
+        assert!(!out.exists(), "{flags:?}: nothing is written");
+    };
+    refused(&["--set", "fluid.viscosity=1e-3,2e-3", "--shard", "2/2"], "--shard");
     // One key in two --set, which would overwrite each other in every member.
-    let output = lbm(&[
-        "sweep",
-        &dfg(),
-        "--set",
-        "fluid.viscosity=1e-3",
-        "--set",
-        "fluid.viscosity=2e-3",
-        "--out",
-        &out_arg,
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("swept twice"), "{}", stderr(&output));
-    assert!(!out.exists());
+    refused(
+        &["--set", "fluid.viscosity=1e-3", "--set", "fluid.viscosity=2e-3"],
+        "swept twice",
+    );
     // Without --steps another time step also changes the run's length in
     // intervals: the time step is what is named.
-    let output = lbm(&[
-        "sweep",
-        &dfg(),
-        "--set",
-        "flow.lattice_velocity=0.05,0.06",
-        "--out",
-        &out_arg,
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("its time step is"), "{}", stderr(&output));
+    refused(&["--set", "flow.lattice_velocity=0.05,0.06"], "its time step is");
     // A product beyond what one sweep takes is refused at once, before a
     // member is checked.
     let values = |n: usize, from: f64| {
         (0..n)
             .map(|k| format!("{}", from * (1.0 + k as f64 * 1e-3)))
             .collect::<Vec<_>>()
+            .join(",")
     };
-    let (viscosity, density) = (values(101, 1e-3).join(","), values(100, 1.0).join(","));
+    let (viscosity, density) = (
+        format!("fluid.viscosity={}", values(101, 1e-3)),
+        format!("fluid.density={}", values(100, 1.0)),
+    );
     let started = std::time::Instant::now();
-    let output = lbm(&[
-        "sweep",
-        &dfg(),
-        "--set",
-        &format!("fluid.viscosity={viscosity}"),
-        "--set",
-        &format!("fluid.density={density}"),
-        "--out",
-        &out_arg,
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output)
-            .contains("invalid --set 101 x 100 values (10100 members): lists whose product is at most 10000"),
-        "{}",
-        stderr(&output)
+    refused(
+        &["--set", &viscosity, "--set", &density],
+        "invalid --set 101 x 100 values (10100 members): lists whose product is at most 10000",
     );
     assert!(started.elapsed().as_secs_f64() < 5.0, "refused at once");
-    assert!(!out.exists());
 }
 
 #[test]
@@ -487,6 +452,50 @@ fn a_fused_sweep_writes_what_a_lockstep_sweep_writes() {
     }
 }
 
+/// DFG 2D-1 swept over two viscosities for 200 intervals on the CPU, into
+/// `out`, with the flags `extra`.
+fn two_member_sweep(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let (out, case) = (out.display().to_string(), dfg());
+    let mut args = vec![
+        "sweep",
+        &case,
+        "--set",
+        "fluid.viscosity=1e-3,1.5e-3",
+        "--backend",
+        "cpu",
+        "--steps",
+        "200",
+        "--quiet",
+        "--out",
+        &out,
+    ];
+    args.extend_from_slice(extra);
+    lbm(&args)
+}
+
+fn resume_on_cpu(dir: &std::path::Path) -> std::process::Output {
+    lbm(&["resume", &dir.display().to_string(), "--backend", "cpu", "--quiet"])
+}
+
+/// `out`'s sweep gave `whole`'s results: its table but for the speed, and
+/// each member's forces and probe, byte for byte.
+fn assert_same_results(out: &std::path::Path, whole: &std::path::Path, what: &str) {
+    assert_eq!(
+        rows_but_speed(&out.join("sweep.csv")),
+        rows_but_speed(&whole.join("sweep.csv")),
+        "{what}: and whole"
+    );
+    for member in ["members/000", "members/001"] {
+        for file in ["forces.csv", "probes/wake.csv"] {
+            assert_eq!(
+                std::fs::read(out.join(member).join(file)).unwrap(),
+                std::fs::read(whole.join(member).join(file)).unwrap(),
+                "{what} {member}/{file}: and whole"
+            );
+        }
+    }
+}
+
 /// Rows of a `sweep.csv` without the speed column, which no two runs share.
 fn rows_but_speed(path: &std::path::Path) -> Vec<Vec<String>> {
     let rows = csv_rows(path);
@@ -501,25 +510,7 @@ fn rows_but_speed(path: &std::path::Path) -> Vec<Vec<String>> {
 
 #[test]
 fn a_sweep_stopped_at_its_wall_limit_or_killed_resumes_to_the_results_of_one_that_was_not() {
-    let sweep = |out: &std::path::Path, mode: &str, extra: &[&str]| {
-        let (out, case) = (out.display().to_string(), dfg());
-        let mut args = vec![
-            "sweep",
-            &case,
-            "--set",
-            "fluid.viscosity=1e-3,1.5e-3",
-            mode,
-            "--backend",
-            "cpu",
-            "--steps",
-            "200",
-            "--quiet",
-            "--out",
-            &out,
-        ];
-        args.extend_from_slice(extra);
-        lbm(&args)
-    };
+    let sweep = |out: &std::path::Path, mode: &str, extra: &[&str]| two_member_sweep(out, &[&[mode], extra].concat());
     let whole = scratch("sweep-resume-whole");
     let output = sweep(&whole, "--lockstep", &[]);
     assert!(output.status.success(), "{}", stderr(&output));
@@ -555,25 +546,14 @@ fn a_sweep_stopped_at_its_wall_limit_or_killed_resumes_to_the_results_of_one_tha
             std::fs::write(&record, text.replace("\"wall limit\"", "\"running\"")).unwrap();
             std::fs::remove_file(out.join("sweep.csv")).unwrap();
         }
-        let output = lbm(&["resume", &out.display().to_string(), "--backend", "cpu", "--quiet"]);
+        let output = resume_on_cpu(&out);
         assert!(output.status.success(), "{mode}: {}", stderr(&output));
-        assert_eq!(
-            rows_but_speed(&out.join("sweep.csv")),
-            rows_but_speed(&whole.join("sweep.csv")),
-            "{mode}: resumed and whole"
-        );
+        assert_same_results(&out, &whole, mode);
         for member in ["members/000", "members/001"] {
-            for file in ["forces.csv", "probes/wake.csv"] {
-                assert_eq!(
-                    std::fs::read(out.join(member).join(file)).unwrap(),
-                    std::fs::read(whole.join(member).join(file)).unwrap(),
-                    "{mode} {member}/{file}: resumed and whole"
-                );
-            }
             let manifest = std::fs::read_to_string(out.join(member).join("manifest.json")).unwrap();
             assert!(manifest.contains("from_interval"), "{mode} {member} was resumed");
         }
-        let output = lbm(&["resume", &out.display().to_string(), "--backend", "cpu", "--quiet"]);
+        let output = resume_on_cpu(&out);
         assert_eq!(output.status.code(), Some(2), "{mode}: {}", stderr(&output));
         assert!(stderr(&output).contains("nothing to resume"), "{}", stderr(&output));
         std::fs::remove_dir_all(out).unwrap();
@@ -588,25 +568,7 @@ fn a_sweep_stopped_at_its_wall_limit_or_killed_resumes_to_the_results_of_one_tha
 /// the sweep's next resume. Either way they are an unbroken sweep's.
 #[test]
 fn a_failed_member_goes_on_with_the_sweeps_resume() {
-    let sweep = |out: &std::path::Path, extra: &[&str]| {
-        let (out, case) = (out.display().to_string(), dfg());
-        let mut args = vec![
-            "sweep",
-            &case,
-            "--set",
-            "fluid.viscosity=1e-3,1.5e-3",
-            "--backend",
-            "cpu",
-            "--steps",
-            "200",
-            "--quiet",
-            "--out",
-            &out,
-        ];
-        args.extend_from_slice(extra);
-        lbm(&args)
-    };
-    let resume = |dir: &std::path::Path| lbm(&["resume", &dir.display().to_string(), "--backend", "cpu", "--quiet"]);
+    let (sweep, resume) = (two_member_sweep, resume_on_cpu);
     let whole = scratch("sweep-failed-whole");
     assert!(sweep(&whole, &[]).status.success());
     for on_its_own in [false, true] {
@@ -634,19 +596,12 @@ fn a_failed_member_goes_on_with_the_sweeps_resume() {
         }
         let output = resume(&out);
         assert!(output.status.success(), "{}", stderr(&output));
-        assert_eq!(
-            rows_but_speed(&out.join("sweep.csv")),
-            rows_but_speed(&whole.join("sweep.csv")),
-            "resumed{}: and whole",
-            if on_its_own { " on its own" } else { "" }
-        );
-        for file in ["forces.csv", "probes/wake.csv"] {
-            assert_eq!(
-                std::fs::read(out.join("members/001").join(file)).unwrap(),
-                std::fs::read(whole.join("members/001").join(file)).unwrap(),
-                "{file}"
-            );
-        }
+        let what = if on_its_own {
+            "member resumed on its own"
+        } else {
+            "sweep resumed"
+        };
+        assert_same_results(&out, &whole, what);
         let output = resume(&out);
         assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
         std::fs::remove_dir_all(out).unwrap();

@@ -14,6 +14,23 @@ fn channel(nx: u32, ny: u32, tau: f64, boundaries: [Boundary; 4], inlet: Option<
     }
 }
 
+/// A channel between walls from a parabolic inlet of peak `u_max` to the
+/// outflow.
+fn poiseuille_channel(nx: u32, ny: u32, tau: f64, u_max: f64, amplitude: Amplitude) -> LatticeConfig {
+    let inlet = InletSpec {
+        profile: Profile::Parabolic,
+        velocity: u_max,
+        amplitude,
+    };
+    channel(
+        nx,
+        ny,
+        tau,
+        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
+        Some(inlet),
+    )
+}
+
 fn run(config: LatticeConfig, steps: u64) -> Stepper<CpuDriver> {
     let stepper = Stepper::new(CpuDriver::new(), config, ExecConfig::default()).unwrap();
     stepper.step(steps).unwrap();
@@ -53,18 +70,7 @@ fn a_parabolic_inlet_and_the_outflow_carry_poiseuille_flow() {
     // The pressure outlet reflects sound: a ramp instead of a sudden start, a
     // short channel and a high τ keep the slowly damped acoustic modes out of
     // the steady state.
-    let inlet = InletSpec {
-        profile: Profile::Parabolic,
-        velocity: u_max,
-        amplitude: Amplitude::Ramp { duration: 1000.0 },
-    };
-    let config = channel(
-        nx,
-        ny,
-        tau,
-        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
-        Some(inlet),
-    );
+    let config = poiseuille_channel(nx, ny, tau, u_max, Amplitude::Ramp { duration: 1000.0 });
     let stepper = run(config, 12000);
     let h = ny as f64;
     let parabola = |y: f64| 4.0 * u_max * y * (h - y) / (h * h);
@@ -134,19 +140,7 @@ fn a_parabolic_inlet_and_the_outflow_carry_poiseuille_flow() {
 fn a_parabolic_inlet_near_tau_one_half_sends_the_flow_straight_in() {
     let (nx, ny, u_max) = (24u32, 10u32, 0.05);
     let tau = 0.5 + 3.0 * u_max / 8.0;
-    let inlet = InletSpec {
-        profile: Profile::Parabolic,
-        velocity: u_max,
-        amplitude: Amplitude::Constant,
-    };
-    let config = channel(
-        nx,
-        ny,
-        tau,
-        [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
-        Some(inlet),
-    );
-    let stepper = run(config, 3000);
+    let stepper = run(poiseuille_channel(nx, ny, tau, u_max, Amplitude::Constant), 3000);
     let fields = stepper.fields(0, 0).unwrap();
     let h = ny as f64;
     let parabola = |y: f64| 4.0 * u_max * y * (h - y) / (h * h);
