@@ -1477,13 +1477,7 @@ fn plots_of(record: &SweepRecord) -> Vec<(String, crate::output::picture::Image)
     let categories = (!numeric).then_some(&first.values[..]);
     let mut out = Vec::new();
     for (name, get) in plotted(record) {
-        let mut panels: BTreeMap<String, Vec<[f64; 2]>> = BTreeMap::new();
-        for r in &record.results {
-            let rest = describe(&r.parameters[1..].to_vec());
-            if let Some(y) = get(r) {
-                panels.entry(rest).or_default().push([x_of(r), y]);
-            }
-        }
+        let panels = panels(&record.results, |r| get(r).map(|y| [x_of(r), y]));
         let series: Vec<Series> = panels
             .into_iter()
             .map(|(rest, mut points)| {
@@ -1527,6 +1521,26 @@ fn axis_title(key: &str) -> String {
         _ => return key.to_owned(),
     };
     format!("{key} [{unit}]")
+}
+
+/// The members' points (`point` of each, where it has one) grouped by the
+/// values of every swept key but the first: one panel each, named by them,
+/// in the members' order, which takes those values in the order the --set
+/// lists give them (text order put 10 before 9).
+fn panels(results: &[MemberResult], point: impl Fn(&MemberResult) -> Option<[f64; 2]>) -> Vec<(String, Vec<[f64; 2]>)> {
+    let mut sorted: Vec<&MemberResult> = results.iter().collect();
+    sorted.sort_by_key(|r| r.index);
+    let mut panels: Vec<(String, Vec<[f64; 2]>)> = Vec::new();
+    for r in sorted {
+        let rest = describe(&r.parameters[1..].to_vec());
+        if let Some(p) = point(r) {
+            match panels.iter_mut().find(|(name, _)| *name == rest) {
+                Some((_, points)) => points.push(p),
+                None => panels.push((rest, vec![p])),
+            }
+        }
+    }
+    panels
 }
 
 /// `lbm sweep --merge OUT SHARD_DIR...`: the shards' results in one
@@ -1666,6 +1680,33 @@ fn relative_path(from: &Path, target: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plot_panels_follow_the_lists_order_not_the_texts() {
+        let member = |index: usize, a: &str, b: &str| MemberResult {
+            index,
+            parameters: vec![("fluid.viscosity".into(), a.into()), ("fluid.density".into(), b.into())],
+            ended: "completed".into(),
+            error: None,
+            bodies: Vec::new(),
+            probes: Vec::new(),
+            mlups: 0.0,
+            mass_drift: None,
+            out: String::new(),
+        };
+        // --set fluid.viscosity=1,2 --set fluid.density=9,10, the record's
+        // rows in another order (a merge's).
+        let results = [
+            member(3, "2", "10"),
+            member(0, "1", "9"),
+            member(2, "2", "9"),
+            member(1, "1", "10"),
+        ];
+        let panels = panels(&results, |r| Some([r.parameters[0].1.parse().unwrap(), r.index as f64]));
+        let names: Vec<&str> = panels.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["fluid.density = 9", "fluid.density = 10"]);
+        assert_eq!(panels[1].1, [[1.0, 1.0], [2.0, 3.0]]);
+    }
 
     #[test]
     fn a_plots_axis_gives_the_swept_keys_unit() {
