@@ -21,14 +21,15 @@ use crate::AppError;
 use crate::backend::{Device, ptx_sha256};
 use crate::output::picture;
 
-/// The CPU backend's run time on two cores, fitted to `lbm run` of the
-/// refined cavity, DFG 2D-1 at 40 and 80 cells per diameter and the square
-/// obstacle (2026-12-04, each within 14%): a rate of cell updates and a
-/// cost per patch hop (the coupling, the forces and probes of each
-/// interval, the threads' hand-offs), which dominates small refined cases.
-/// A single rate, as before, was 0.5–2.8 times the time taken.
-const CPU_UPDATES_PER_S: f64 = 95e6;
-const CPU_PATCH_HOP_S: f64 = 270e-6;
+/// The CPU backend's run time on two cores, fitted to `lbm run` of eleven
+/// refined and uniform cases (2026-12-04, 0.85–1.25 of the time taken but
+/// one, on a shared machine): a rate of cell updates, a cost per base
+/// interval (the forces, probes and threads' hand-offs) and one per hop of
+/// a refined patch (its coupling), which dominates small refined cases. A
+/// single rate, as before, was 0.5–2.8 times the time taken.
+const CPU_UPDATES_PER_S: f64 = 110e6;
+const CPU_BASE_HOP_S: f64 = 30e-6;
+const CPU_PATCH_HOP_S: f64 = 360e-6;
 
 /// Cell updates per second a GPU sustains on refined cases (docs/PERFORMANCE.md:
 /// 29 G cell updates/s for large grids on an H200), and the cost of one
@@ -247,19 +248,22 @@ fn cell_updates(levels: &[lbm_core::case::LevelParameters], steps: u64) -> f64 {
 /// an H200.
 pub fn estimate_seconds(levels: &[lbm_core::case::LevelParameters], steps: u64, cuda: bool) -> f64 {
     let updates = cell_updates(levels, steps);
-    let patch_hops: f64 = levels
-        .iter()
-        .map(|l| l.patches as f64 * 2f64.powi(l.level as i32))
-        .sum::<f64>()
-        * steps as f64;
+    let hops = |refined: bool| -> f64 {
+        levels
+            .iter()
+            .filter(|l| (l.level > 0) == refined)
+            .map(|l| l.patches as f64 * 2f64.powi(l.level as i32))
+            .sum::<f64>()
+            * steps as f64
+    };
     match cuda {
         false => {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8) as f64;
-            updates / (CPU_UPDATES_PER_S * threads / 2.0) + patch_hops * CPU_PATCH_HOP_S
+            updates / (CPU_UPDATES_PER_S * threads / 2.0) + hops(false) * CPU_BASE_HOP_S + hops(true) * CPU_PATCH_HOP_S
         }
         // About four launches per patch hop (stream-collide, and the
         // coupling of the finer levels).
-        true => updates / CUDA_UPDATES_PER_S + 4.0 * patch_hops * CUDA_LAUNCH_S,
+        true => updates / CUDA_UPDATES_PER_S + 4.0 * (hops(false) + hops(true)) * CUDA_LAUNCH_S,
     }
 }
 
@@ -850,9 +854,10 @@ mod tests {
             estimate_seconds(&one, 100, false),
             estimate_seconds(&refined, 100, false),
         );
-        let hops = 100.0 * (1.0 + 2.0 * 2.0 - 1.0);
+        // Level 1's two patches, two hops each an interval.
+        let refined_hops = 100.0 * 2.0 * 2.0;
         assert!(
-            (fine - flat - hops * CPU_PATCH_HOP_S).abs() < 1e-9 * fine,
+            (fine - flat - refined_hops * CPU_PATCH_HOP_S).abs() < 1e-9 * fine,
             "{flat} s and {fine} s"
         );
     }

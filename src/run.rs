@@ -481,12 +481,24 @@ pub(crate) fn lock_directory(dir: &Path) -> Result<Option<std::fs::File>, String
     }
 }
 
+/// The command line's words as text: a word that is not UTF-8 (a path)
+/// with its invalid bytes replaced, where `std::env::args` would panic.
+fn command_line() -> Vec<String> {
+    std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
+}
+
 /// A directory's lock that the caller took before the session opens.
 pub(crate) struct Held(Option<std::fs::File>);
 
-/// `lbm resume DIR` for the run or sweep in `out`, ready to paste.
+/// `lbm resume DIR` for the run or sweep in `out`, ready to paste (a
+/// relative path that starts with `-` gets `./`, which no flag starts with).
 pub fn resume_command(out: &Path) -> String {
-    format!("lbm resume {}", shell_word(&out.display().to_string()))
+    let path = out.display().to_string();
+    let path = match path.starts_with('-') {
+        true => format!("./{path}"),
+        false => path,
+    };
+    format!("lbm resume {}", shell_word(&path))
 }
 
 /// `word` as a POSIX shell reads it back as one word: as it is when it
@@ -504,7 +516,7 @@ pub fn shell_word(word: &str) -> String {
 /// flags `valued` with their values (`--flag V` or `--flag=V`), each as the
 /// shell reads it back ([`shell_word`]).
 fn given_words(alone: &[&str], valued: &[&str]) -> Vec<String> {
-    let mut args = std::env::args().skip(1);
+    let mut args = command_line().into_iter().skip(1);
     let mut kept = vec!["lbm".to_owned()];
     while let Some(arg) = args.next() {
         if valued.contains(&arg.as_str()) {
@@ -599,7 +611,7 @@ pub(crate) fn open_session<'a>(
                 device: &devices[0],
                 devices: &devices,
                 halo_transport: engine.halo_transport(),
-                command_line: std::env::args().collect(),
+                command_line: command_line(),
                 started_utc: utc_now(),
                 resumes: Vec::new(),
             },
@@ -846,7 +858,7 @@ pub(crate) fn open_resumed<'a>(
             "backend": backend,
             "device": &devices[0],
             "devices": &devices,
-            "command_line": std::env::args().collect::<Vec<_>>(),
+            "command_line": command_line(),
             "started_utc": utc_now(),
         });
         // As in the manifest itself: only a split has halos to move.
@@ -919,8 +931,17 @@ pub(crate) fn empty_directory(dir: &Path) -> Result<(), AppError> {
         path: dir.display().to_string(),
         source,
     };
+    // Its entries go, the directory stays: the lock a session holds is on
+    // the directory itself, and a directory made anew would hold none.
     if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(write)?;
+        for entry in std::fs::read_dir(dir).map_err(write)? {
+            let path = entry.map_err(write)?.path();
+            match path.is_dir() && !path.is_symlink() {
+                true => std::fs::remove_dir_all(&path),
+                false => std::fs::remove_file(&path),
+            }
+            .map_err(write)?;
+        }
     }
     std::fs::create_dir_all(dir).map_err(write)
 }
@@ -973,7 +994,12 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
                 let (found, damaged) = checkpoint::latest::<Checkpointed>(out);
                 found.is_some() || damaged.is_empty()
             };
+            let busy = lock_directory(out).is_err();
             let unfinished = match (resumable, crate::sweep::is_unfinished(out)) {
+                // Named for what it is now: a resume would be refused too.
+                _ if busy => {
+                    ": another lbm process is writing into it (a run, sweep or resume that has not ended)".to_owned()
+                }
                 (true, _) => format!(
                     ": it holds a run that did not complete, which `{}` continues",
                     resume_command(out)
@@ -1765,7 +1791,8 @@ impl<D: Driver> Session<'_, D> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Ending, shell_word};
+    use super::{Ending, resume_command, shell_word};
+    use std::path::Path;
 
     /// What a hint prints for a path reads back, through a shell, as that
     /// path: spaces, quotes, a non-ASCII letter and shell syntax included.
@@ -1780,6 +1807,8 @@ mod tests {
             assert_eq!(String::from_utf8(echoed.stdout).unwrap(), word, "{quoted}");
         }
         assert_eq!(shell_word("out/run-1"), "out/run-1", "a plain path stays as it is");
+        // A path that starts with a dash is not taken for a flag.
+        assert_eq!(resume_command(Path::new("-out")), "lbm resume ./-out");
     }
 
     /// `summary.json` writes each ending by its name and reads it back; a

@@ -804,6 +804,16 @@ pub fn resume(
             mode = SweepMode::Lockstep;
         }
     }
+    // A member resumed on its own meanwhile is refused here, before any
+    // other member runs (its session would fail on the lock, as a member
+    // that failed).
+    for (member, _) in &runs {
+        let name = member_dir(member.index, count);
+        let out = dir.join(&name);
+        if out.is_dir() {
+            crate::run::lock_directory(&out).map_err(|reason| refuse(format!("{name}: {reason}")))?;
+        }
+    }
     let chosen: Vec<&Member> = runs.iter().map(|(m, _)| *m).collect();
     let drivers = open_drivers(&chosen, mode, backend, device)?;
     for out in &restart {

@@ -102,6 +102,14 @@ fn a_killed_run_keeps_whole_files_and_resumes_bit_for_bit() {
         "{}",
         stderr(&meanwhile)
     );
+    // So is a run into it, named for what it is now.
+    let into = run_command(&case, &out, &[]).output().unwrap();
+    assert_eq!(into.status.code(), Some(2), "{}", stderr(&into));
+    assert!(
+        stderr(&into).contains("another lbm process is writing into it"),
+        "{}",
+        stderr(&into)
+    );
     assert!(child.try_wait().unwrap().is_none(), "the run went on");
     child.kill().unwrap();
     assert!(!child.wait().unwrap().success());
@@ -390,7 +398,29 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
         stderr(&refused)
     );
     std::fs::write(out.join("case.toml"), text).unwrap();
-    let resumed = resume(&out, &[]);
+    let mut first = Command::new(common::runs::binary())
+        .args([
+            "resume",
+            &out.display().to_string(),
+            "--backend",
+            &common::runs::backend(),
+            "--quiet",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Started again in its emptied directory, it still holds the lock: a
+    // second resume meanwhile is refused (the directory made anew had none).
+    wait_for_checkpoint(&out, 20, &mut first);
+    let meanwhile = resume(&out, &[]);
+    assert_eq!(meanwhile.status.code(), Some(2), "{}", stderr(&meanwhile));
+    assert!(
+        stderr(&meanwhile).contains("another lbm process is writing into it"),
+        "{}",
+        stderr(&meanwhile)
+    );
+    let resumed = first.wait_with_output().unwrap();
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert!(
         stderr(&resumed).contains("starts again from interval 0"),
