@@ -47,6 +47,16 @@ fn wait_for_checkpoint(out: &Path, step: u64, child: &mut std::process::Child) {
     }
 }
 
+/// `output` is a refusal of a directory another lbm is writing into.
+fn assert_busy(output: &std::process::Output) {
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(output));
+    assert!(
+        stderr(output).contains("another lbm process is writing into it"),
+        "{}",
+        stderr(output)
+    );
+}
+
 /// Every file a killed run left is whole: JSON parses, CSV rows are complete,
 /// NPY arrays hold the bytes their header promises, XML ends.
 fn assert_complete(dir: &Path) {
@@ -96,20 +106,10 @@ fn a_killed_run_keeps_whole_files_and_resumes_bit_for_bit() {
     // While the run goes on, a resume of its directory is refused before
     // it reads or writes anything there.
     let meanwhile = resume(&out, &[]);
-    assert_eq!(meanwhile.status.code(), Some(2), "{}", stderr(&meanwhile));
-    assert!(
-        stderr(&meanwhile).contains("another lbm process is writing into it"),
-        "{}",
-        stderr(&meanwhile)
-    );
+    assert_busy(&meanwhile);
     // So is a run into it, named for what it is now.
     let into = run_command(&case, &out, &[]).output().unwrap();
-    assert_eq!(into.status.code(), Some(2), "{}", stderr(&into));
-    assert!(
-        stderr(&into).contains("another lbm process is writing into it"),
-        "{}",
-        stderr(&into)
-    );
+    assert_busy(&into);
     assert!(child.try_wait().unwrap().is_none(), "the run went on");
     child.kill().unwrap();
     assert!(!child.wait().unwrap().success());
@@ -414,12 +414,7 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
     // second resume meanwhile is refused (the directory made anew had none).
     wait_for_checkpoint(&out, 20, &mut first);
     let meanwhile = resume(&out, &[]);
-    assert_eq!(meanwhile.status.code(), Some(2), "{}", stderr(&meanwhile));
-    assert!(
-        stderr(&meanwhile).contains("another lbm process is writing into it"),
-        "{}",
-        stderr(&meanwhile)
-    );
+    assert_busy(&meanwhile);
     let resumed = first.wait_with_output().unwrap();
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert!(

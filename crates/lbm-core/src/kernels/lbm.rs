@@ -1202,6 +1202,7 @@ fn bounce_back(src: &[f32], plane: usize, index: usize, i: usize, u: [f32; 2]) -
 /// τ ½) the collision itself turns its sign each step, and bounce-back
 /// returns it with the sign the arriving population would have; at ω⁻ = 1
 /// it is zero.
+///
 /// `here` is the cell's velocity, the force taken back out.
 fn odd_non_equilibrium(
     k: &StreamCollide,
