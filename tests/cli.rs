@@ -656,6 +656,25 @@ fn check_shows_the_split_over_devices_and_refuses_an_impossible_one() {
     }
 }
 
+/// Every shipped case and every case `docs/VALIDATION.md` names is one
+/// `lbm check` accepts, warnings aside: a change of the case format that
+/// leaves one behind fails here.
+#[test]
+fn every_shipped_and_validation_case_is_accepted() {
+    let mut checked = 0;
+    for dir in ["cases", "docs/validation"] {
+        for entry in std::fs::read_dir(workspace().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let output = lbm(&["check", &path.display().to_string()]);
+                assert!(output.status.success(), "{}: {}", path.display(), stderr(&output));
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} cases");
+}
+
 #[test]
 fn info_names_the_backends_and_the_ptx() {
     let output = lbm(&["info"]);
