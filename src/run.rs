@@ -490,6 +490,19 @@ fn command_line() -> Vec<String> {
 /// A directory's lock that the caller took before the session opens.
 pub(crate) struct Held(Option<std::fs::File>);
 
+/// The lock `held` by the caller, or `dir`'s taken now ([`lock_directory`]),
+/// its refusal as `refuse` words it.
+fn held_or_lock(
+    held: Option<Held>,
+    dir: &Path,
+    refuse: impl FnOnce(String) -> AppError,
+) -> Result<Option<std::fs::File>, AppError> {
+    match held {
+        Some(Held(lock)) => Ok(lock),
+        None => lock_directory(dir).map_err(refuse),
+    }
+}
+
 /// `lbm resume DIR` for the run or sweep in `out`, ready to paste (a
 /// relative path that starts with `-` gets `./`, which no flag starts with).
 pub fn resume_command(out: &Path) -> String {
@@ -582,13 +595,10 @@ pub(crate) fn open_session<'a>(
         plan,
         out,
     } = *input;
-    let lock = match held {
-        Some(Held(lock)) => lock,
-        None => lock_directory(out).map_err(|reason| AppError::OutputDir {
-            path: out.display().to_string(),
-            reason,
-        })?,
-    };
+    let lock = held_or_lock(held, out, |reason| AppError::OutputDir {
+        path: out.display().to_string(),
+        reason,
+    })?;
     // Allocated before anything is written: a device that cannot hold the
     // run leaves only the empty directory, which a rerun may use.
     let backend = opened[0].0.backend();
@@ -826,13 +836,10 @@ pub(crate) fn open_resumed<'a>(
         out: dir,
         ..
     } = *input;
-    let lock = match held {
-        Some(Held(lock)) => lock,
-        None => lock_directory(dir).map_err(|reason| AppError::Resume {
-            dir: dir.display().to_string(),
-            reason,
-        })?,
-    };
+    let lock = held_or_lock(held, dir, |reason| AppError::Resume {
+        dir: dir.display().to_string(),
+        reason,
+    })?;
     let ResumePoint { mut manifest, found } = point;
     let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
     let backend = drivers[0].backend();

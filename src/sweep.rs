@@ -622,8 +622,8 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
             ),
         ));
     }
-    if !options.quiet && total.is_some_and(|n| n > 1000) {
-        tell!("checking the {} members before any work", total.unwrap_or(0));
+    if let Some(n) = total.filter(|n| *n > 1000 && !options.quiet) {
+        tell!("checking the {n} members before any work");
     }
     if options.steps.is_some()
         && let Some(swept) = sweeps.iter().find(|s| s.key == "run.steps")

@@ -301,45 +301,26 @@ fn asking_for_cuda_without_a_device_is_a_bad_argument_not_a_panic() {
         return;
     }
     let out = scratch("cuda");
-    let output = lbm(&[
-        "run",
-        &case_path(),
-        "--backend",
-        "cuda",
-        "--out",
-        &out.display().to_string(),
-        "--steps",
-        "1",
-    ]);
-    // A backend this machine lacks is a bad argument: refused before
-    // anything is written, naming the flag and what is accepted here.
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    let message = stderr(&output);
-    assert!(
-        message.contains("invalid --backend cuda: auto or cpu: this machine has no usable CUDA device")
-            && !message.contains("panicked"),
-        "{message}"
+    // Refused before anything is written, naming the flag and what is
+    // accepted here.
+    let refused = |flags: &[&str], expect: &str| {
+        let out_arg = out.display().to_string();
+        let output = lbm(&[&["run", case_path().as_str()], flags, &["--out", out_arg.as_str()]].concat());
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        let message = stderr(&output);
+        assert!(message.contains(expect) && !message.contains("panicked"), "{message}");
+        assert!(!out.exists(), "nothing is written");
+    };
+    // A backend this machine lacks is a bad argument.
+    refused(
+        &["--backend", "cuda", "--steps", "1"],
+        "invalid --backend cuda: auto or cpu: this machine has no usable CUDA device",
     );
-    assert!(!out.exists(), "nothing is written");
-    // Another device than the CPU backend's one is refused in plain words.
-    let output = lbm(&[
-        "run",
-        &case_path(),
-        "--backend",
-        "cpu",
-        "--device",
-        "3",
-        "--out",
-        &out.display().to_string(),
-    ]);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(
-        stderr(&output)
-            .contains("invalid --device 3: only 0 (the CPU backend is device 0, and no CUDA device is present)"),
-        "{}",
-        stderr(&output)
+    // Another device than the CPU backend's one, in plain words.
+    refused(
+        &["--backend", "cpu", "--device", "3"],
+        "invalid --device 3: only 0 (the CPU backend is device 0, and no CUDA device is present)",
     );
-    assert!(!out.exists(), "nothing is written");
 }
 
 #[test]

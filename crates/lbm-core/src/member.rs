@@ -204,76 +204,81 @@ impl MemberIdentity {
     /// The first difference between `self` and `other`: what differs, and
     /// both values as text (`self`'s first).
     pub fn difference(&self, other: &MemberIdentity) -> Option<(&'static str, String, String)> {
-        fn differs<T: PartialEq + std::fmt::Debug>(
+        /// `what` with `a` and `b` shown by `show`, where they differ.
+        fn differs<T: PartialEq>(
             what: &'static str,
             a: &T,
             b: &T,
+            show: impl Fn(&T) -> String,
         ) -> Option<(&'static str, String, String)> {
-            (a != b).then(|| (what, format!("{a:?}"), format!("{b:?}")))
+            (a != b).then(|| (what, show(a), show(b)))
         }
-        (self.hierarchy != other.hierarchy)
-            .then(|| {
-                (
-                    "hierarchy (base grid and refinement patches)",
-                    self.hierarchy.to_string(),
-                    other.hierarchy.to_string(),
-                )
+        let debug = |v: &dyn std::fmt::Debug| format!("{v:?}");
+        // A part of the schedule, or `no schedule` for a member without one.
+        let scheduled = |part: Option<String>| part.unwrap_or_else(|| "no schedule".to_owned());
+        let part = |s: &MemberIdentity, f: &dyn Fn(&FixedSchedule) -> String| s.schedule.as_ref().map(f);
+        let bodies = |bodies: &Vec<(usize, &'static str)>| match bodies.is_empty() {
+            true => "none".to_owned(),
+            false => bodies
+                .iter()
+                .map(|(level, shape)| format!("a {shape} on level {level}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let intervals = |s: &FixedSchedule| s.intervals.to_string();
+        let saves = |s: &FixedSchedule| format!("{:?}", s.save_points);
+        let every = |s: &FixedSchedule| s.diagnostics_every.to_string();
+        differs(
+            "hierarchy (base grid and refinement patches)",
+            &self.hierarchy,
+            &other.hierarchy,
+            |h| h.to_string(),
+        )
+        .or_else(|| differs("storage tile shape", &self.tiles, &other.tiles, |t| tile_shapes(t)))
+        .or_else(|| {
+            differs(
+                "geometry (boundary kinds)",
+                &self.boundaries,
+                &other.boundaries,
+                side_kinds,
+            )
+        })
+        .or_else(|| {
+            differs(
+                "geometry (bodies: level and shape)",
+                &self.bodies,
+                &other.bodies,
+                bodies,
+            )
+        })
+        .or_else(|| {
+            let observed = |s: &MemberIdentity| (s.observe_raw_exchange, s.observe_window_exchange);
+            differs(
+                "observables (raw and window exchange)",
+                &observed(self),
+                &observed(other),
+                |o| debug(o),
+            )
+        })
+        .or_else(|| {
+            differs(
+                "schedule (intervals)",
+                &part(self, &intervals),
+                &part(other, &intervals),
+                |p| scheduled(p.clone()),
+            )
+        })
+        .or_else(|| {
+            differs("save points", &part(self, &saves), &part(other, &saves), |p| {
+                scheduled(p.clone())
             })
-            .or_else(|| {
-                (self.tiles != other.tiles).then(|| {
-                    (
-                        "storage tile shape",
-                        tile_shapes(&self.tiles),
-                        tile_shapes(&other.tiles),
-                    )
-                })
+        })
+        .or_else(|| {
+            differs("diagnostics period", &part(self, &every), &part(other, &every), |p| {
+                scheduled(p.clone())
             })
-            .or_else(|| {
-                (self.boundaries != other.boundaries).then(|| {
-                    (
-                        "geometry (boundary kinds)",
-                        side_kinds(&self.boundaries),
-                        side_kinds(&other.boundaries),
-                    )
-                })
-            })
-            .or_else(|| {
-                let listed = |bodies: &[(usize, &'static str)]| match bodies.is_empty() {
-                    true => "none".to_owned(),
-                    false => bodies
-                        .iter()
-                        .map(|(level, shape)| format!("a {shape} on level {level}"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                };
-                (self.bodies != other.bodies).then(|| {
-                    (
-                        "geometry (bodies: level and shape)",
-                        listed(&self.bodies),
-                        listed(&other.bodies),
-                    )
-                })
-            })
-            .or_else(|| {
-                differs(
-                    "observables (raw and window exchange)",
-                    &(self.observe_raw_exchange, self.observe_window_exchange),
-                    &(other.observe_raw_exchange, other.observe_window_exchange),
-                )
-            })
-            .or_else(|| {
-                let intervals = |s: &FixedSchedule| s.intervals.to_string();
-                schedules_differ("schedule (intervals)", &self.schedule, &other.schedule, intervals)
-            })
-            .or_else(|| {
-                let saves = |s: &FixedSchedule| format!("{:?}", s.save_points);
-                schedules_differ("save points", &self.schedule, &other.schedule, saves)
-            })
-            .or_else(|| {
-                let every = |s: &FixedSchedule| s.diagnostics_every.to_string();
-                schedules_differ("diagnostics period", &self.schedule, &other.schedule, every)
-            })
-            .or_else(|| differs("statistics request", &self.stats, &other.stats))
+        })
+        .or_else(|| differs("statistics request", &self.stats, &other.stats, |s| debug(s)))
     }
 }
 
@@ -345,18 +350,6 @@ pub fn relative_change(before: &[f32], after: &[f32]) -> f64 {
         return 0.0;
     }
     (diff / norm).sqrt()
-}
-
-/// Where `part` of two members' schedules differs: what, and both as text
-/// (`no schedule` for a member without one).
-fn schedules_differ(
-    what: &'static str,
-    a: &Option<FixedSchedule>,
-    b: &Option<FixedSchedule>,
-    part: impl Fn(&FixedSchedule) -> String,
-) -> Option<(&'static str, String, String)> {
-    let text = |s: &Option<FixedSchedule>| s.as_ref().map_or_else(|| "no schedule".to_owned(), &part);
-    (text(a) != text(b)).then(|| (what, text(a), text(b)))
 }
 
 /// Each level's storage tile as a case's `run.tiles` gives it: `[16, 16]`,
