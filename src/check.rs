@@ -559,6 +559,25 @@ const INLET_TRT_CELL_RE: f64 = 10.0;
 /// [`lbm_core::config::MAX_TAU`].
 const HIGH_TAU: f64 = 1.5;
 
+/// The warning for a body force along a periodic axis that only the bodies
+/// hold ([`lbm_core::config::ForcedSpeed::held_by_bodies`]): the run is not
+/// refused, since a flow through an array of bodies settles at a speed no
+/// estimate before the run gives, and the user learns what to watch.
+pub fn held_by_bodies(resolved: &Resolved) -> Option<String> {
+    let (axis, free) = resolved.lattice.forced_speed(resolved.steps).held_by_bodies?;
+    let limit = lbm_core::config::MAX_MACH / 3f64.sqrt();
+    let limit_m_s = limit * resolved.units.dx / resolved.units.dt;
+    Some(format!(
+        "flow.acceleration along {}: no wall or inlet across that periodic axis, so only the bodies hold the flow, \
+         and how fast it settles is not known before the run (free acceleration would reach Mach {:.2} within it); \
+         Mach 0.3 is {} m/s here: if summary.json's written.field_ranges show the velocity beyond it, \
+         compressibility errors grow as Mach^2, so lower flow.acceleration",
+        ["x", "y"][axis],
+        free * 3f64.sqrt(),
+        lbm_core::case::significant(limit_m_s, false),
+    ))
+}
+
 /// What is legal but doubtful: τ near ½ or above [`HIGH_TAU`], a Mach number
 /// above 0.1, a body close to its patch's edge.
 fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> Vec<String> {
@@ -616,6 +635,9 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
              tau- 7.8 diverged where BGK held): collision = {{ model = \"bgk\" }} holds there, and a finer \
              domain.resolution or a larger flow.lattice_velocity raises tau+ and lowers tau-"
         ));
+    }
+    if let Some(message) = held_by_bodies(resolved) {
+        out.push(message);
     }
     if let Some(l) = levels.first()
         && l.mach > 0.1

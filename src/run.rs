@@ -349,6 +349,13 @@ pub fn refined_trt_tau_minus(resolved: &Resolved, levels: &[lbm_core::case::Leve
 
 /// What to change in a case that diverged.
 pub fn divergence_advice(resolved: &Resolved) -> String {
+    if let Some((axis, _)) = resolved.lattice.forced_speed(resolved.steps).held_by_bodies {
+        return format!(
+            "only the bodies hold the body force's flow along {}: lower flow.acceleration (lbm check shows what \
+             free acceleration would reach)",
+            ["x", "y"][axis]
+        );
+    }
     let levels = resolved.levels().unwrap_or_default();
     if let Some(tau_minus) = refined_trt_tau_minus(resolved, &levels) {
         // Here a lower lattice velocity makes it worse: it raises tau-.
@@ -435,6 +442,9 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
         PilotChoice::Run { .. } | PilotChoice::Skip => {}
     }
     prepare_output(&options.out)?;
+    if let Some(warning) = crate::check::held_by_bodies(&resolved) {
+        tell!("warning: {warning}");
+    }
     let input = SessionInput {
         text: &text,
         case: &case,

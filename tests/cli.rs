@@ -605,6 +605,100 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A periodic array of cylinders driven by a body force: only the body
+/// holds the flow, at a speed no estimate before the run gives. `lbm check`
+/// and `lbm run` warn instead of refusing; a force too large for it runs
+/// until it diverges, and the divergence names the force.
+#[test]
+fn a_body_force_only_the_bodies_hold_is_warned_about_not_refused() {
+    let dir = scratch("array");
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = |g: f64| {
+        let path = dir.join(format!("array-{g}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                r#"
+                name = "periodic array of cylinders"
+                [domain]
+                size = [1.0, 1.0]
+                reference_length = 0.4
+                resolution = 16
+                [fluid]
+                viscosity = 1.25e-3
+                [flow]
+                reference_velocity = 0.01
+                lattice_velocity = 0.02
+                acceleration = [{g}, 0.0]
+                [boundaries]
+                x_min = "periodic"
+                x_max = "periodic"
+                y_min = "periodic"
+                y_max = "periodic"
+                [[bodies]]
+                shape = "circle"
+                center = [0.5, 0.5]
+                radius = 0.2
+                [run]
+                steps = 4000
+                [output]
+                formats = ["npy"]
+                "#
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let warning = "warning: flow.acceleration along x: no wall or inlet across that periodic axis, so only the \
+                   bodies hold the flow";
+    // Free acceleration over the 4000 intervals would reach Mach 0.35 (g
+    // 5e-4) and 3.46 (g 5e-3): both above the refusal's 0.3.
+    let gentle = case(5e-4);
+    let report = lbm(&["check", &gentle]);
+    assert!(report.status.success(), "{}", stderr(&report));
+    let printed = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        printed.contains(warning) && printed.contains("Mach 0.35 within it"),
+        "{printed}"
+    );
+    let out = dir.join("gentle");
+    let run = lbm(&[
+        "run",
+        &gentle,
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stderr(&run).contains(warning), "{}", stderr(&run));
+    // The flow settles where the body's drag takes up the force on the
+    // fluid, rho g times the fluid's area (it is within 1% of it by the end).
+    let forces = std::fs::read_to_string(out.join("forces.csv")).unwrap();
+    let last = forces.lines().last().unwrap();
+    let drag: f64 = last.split(',').nth(1).unwrap().parse().unwrap();
+    let driving = 5e-4 * (1.0 - std::f64::consts::PI * 0.04);
+    assert!((drag / driving - 1.0).abs() < 0.02, "drag {drag} against {driving}");
+    let out = dir.join("strong");
+    let run = lbm(&[
+        "run",
+        &case(5e-3),
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert_eq!(run.status.code(), Some(3), "{}", stderr(&run));
+    assert!(
+        stderr(&run).contains("diverged") && stderr(&run).contains("lower flow.acceleration"),
+        "{}",
+        stderr(&run)
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn check_shows_the_split_over_devices_and_refuses_an_impossible_one() {
     let cavity = workspace().join("cases/cavity-re100.toml").display().to_string();

@@ -834,11 +834,14 @@ impl Case {
                 });
             }
         }
-        let (forced, bound) = lattice.forced_speed(self.run.steps);
+        let forced = lattice.forced_speed(self.run.steps);
         speeds.push(Speed {
             key: "flow.acceleration".into(),
-            speed: forced,
-            remedy: format!("the speed it drives is estimated as {bound}; lower it, or flow.lattice_velocity"),
+            speed: forced.speed,
+            remedy: format!(
+                "the speed it drives is estimated as {}; lower it, or flow.lattice_velocity",
+                forced.bound
+            ),
         });
         speeds
     }
@@ -1445,6 +1448,24 @@ mod tests {
             &channel(1.1 * limit, "\"periodic\"", long),
             &["`flow.acceleration`", "F t: nothing holds the flow"],
         );
+        // With a body in it (a periodic array of cylinders) the body holds
+        // the flow at a speed no estimate gives before the run: not refused,
+        // and the axis is named for lbm check's warning.
+        let array = format!(
+            "{}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.5]\nradius = 0.2\n",
+            channel(1.1 * limit, "\"periodic\"", long)
+        );
+        let resolved = Case::from_toml(&array).unwrap().resolve().unwrap();
+        let forced = resolved.lattice.forced_speed(resolved.steps);
+        assert_eq!(forced.speed, 0.0);
+        let (axis, free) = forced.held_by_bodies.unwrap();
+        assert_eq!(axis, 0);
+        assert!((free - resolved.lattice.force[0] * long as f64).abs() < 1e-9 * free);
+        // Walls across the axis still bound it, body or not.
+        let walled = array
+            .replace("y_min = \"periodic\"", "y_min = \"wall\"")
+            .replace("y_max = \"periodic\"", "y_max = \"wall\"");
+        refused(&walled, &["`flow.acceleration`", "Poiseuille peak"]);
     }
 
     #[test]

@@ -269,6 +269,19 @@ pub struct Speed {
     pub remedy: String,
 }
 
+/// What [`LatticeConfig::forced_speed`] finds a body force can drive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ForcedSpeed {
+    /// The bound over the axes that have one, lattice units.
+    pub speed: f64,
+    /// How the larger axis was bounded, in words.
+    pub bound: &'static str,
+    /// An axis (0 for x) along which only the bodies hold the flow, with
+    /// the speed free acceleration would reach over the run (F t): no bound
+    /// before the run, so not refused; `lbm check` warns.
+    pub held_by_bodies: Option<(usize, f64)>,
+}
+
 impl LatticeConfig {
     /// An unrefined `nx` x `ny` grid at rest with the default collision, no
     /// force, resting walls, no inlet and no bodies: the start of most tests.
@@ -318,20 +331,22 @@ impl LatticeConfig {
     /// - along a periodic axis, friction at the no-slip sides across it (a
     ///   wall, or the inlet, which fixes the transverse velocity): the
     ///   Poiseuille peak F H² / (8ν), with 2H for a channel one of whose sides
-    ///   slips (free-slip or outflow); with no no-slip side nothing holds it
-    ///   and the run's length bounds it;
+    ///   slips (free-slip or outflow); with no no-slip side only the bodies
+    ///   can hold it, and how fast a flow through them gets (a periodic array
+    ///   of cylinders: its permeability) is not known before the run, so that
+    ///   axis goes to [`ForcedSpeed::held_by_bodies`]; with no body either,
+    ///   the run's length bounds it;
     /// - along a closed or open axis (walls, inlet, outflow), the pressure,
     ///   once sound has crossed the length L: F L / c_s.
-    pub fn forced_speed(&self, intervals: u64) -> (f64, &'static str) {
+    pub fn forced_speed(&self, intervals: u64) -> ForcedSpeed {
         let nu = (self.tau - 0.5) / 3.0;
-        let axis = |k: usize| -> (f64, &'static str) {
+        let free_reason = "F t: nothing holds the flow along that axis within the run";
+        // (bound, why, whether only bodies hold it)
+        let axis = |k: usize| -> (f64, &'static str, bool) {
             let force = self.force[k].abs();
-            let free = (
-                force * intervals as f64,
-                "F t: nothing holds the flow along that axis within the run",
-            );
+            let free = force * intervals as f64;
             if force == 0.0 {
-                return (0.0, "no force");
+                return (0.0, "no force", false);
             }
             let [along, across] = [k, 1 - k].map(|a| [self.boundaries[2 * a], self.boundaries[2 * a + 1]]);
             let (length, height) = (self.hierarchy.base[k] as f64, self.hierarchy.base[1 - k] as f64);
@@ -353,7 +368,8 @@ impl LatticeConfig {
                         force * height * height / (2.0 * nu),
                         "the Poiseuille peak of a channel twice as wide (one side slips)",
                     ),
-                    _ => free,
+                    _ if !self.bodies.is_empty() => return (free, free_reason, true),
+                    _ => (free, free_reason),
                 }
             } else {
                 (
@@ -361,10 +377,23 @@ impl LatticeConfig {
                     "F L / c_s: the pressure takes up the force once sound has crossed the domain",
                 )
             };
-            if held.0 < free.0 { held } else { free }
+            let (speed, why) = if held.0 < free { held } else { (free, free_reason) };
+            (speed, why, false)
         };
-        let ((ux, why_x), (uy, why_y)) = (axis(0), axis(1));
-        (ux.hypot(uy), if ux >= uy { why_x } else { why_y })
+        let [x, y] = [axis(0), axis(1)];
+        let bounded = |a: (f64, &'static str, bool)| if a.2 { (0.0, "no force") } else { (a.0, a.1) };
+        let ((ux, why_x), (uy, why_y)) = (bounded(x), bounded(y));
+        let held_by_bodies = [x, y]
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.2)
+            .map(|(k, a)| (k, a.0))
+            .max_by(|p, q| p.1.total_cmp(&q.1));
+        ForcedSpeed {
+            speed: ux.hypot(uy),
+            bound: if ux >= uy { why_x } else { why_y },
+            held_by_bodies,
+        }
     }
 
     /// Refuses, before any work, a run in which one of `speeds` exceeds the
