@@ -1466,6 +1466,12 @@ mod tests {
             .replace("y_min = \"periodic\"", "y_min = \"wall\"")
             .replace("y_max = \"periodic\"", "y_max = \"wall\"");
         refused(&walled, &["`flow.acceleration`", "Poiseuille peak"]);
+        // A run too short to get that fast is bounded by F t, body or not.
+        let short = array.replace(&format!("steps = {long}"), "steps = 100");
+        let resolved = Case::from_toml(&short).unwrap().resolve().unwrap();
+        let forced = resolved.lattice.forced_speed(resolved.steps);
+        assert_eq!(forced.held_by_bodies, None);
+        assert!((forced.speed - resolved.lattice.force[0] * 100.0).abs() < 1e-12);
     }
 
     #[test]

@@ -276,9 +276,9 @@ pub struct ForcedSpeed {
     pub speed: f64,
     /// How the larger axis was bounded, in words.
     pub bound: &'static str,
-    /// An axis (0 for x) along which only the bodies hold the flow, with
-    /// the speed free acceleration would reach over the run (F t): no bound
-    /// before the run, so not refused; `lbm check` warns.
+    /// An axis (0 for x) along which only the bodies hold the flow and free
+    /// acceleration over the run (F t, given) would pass [`MAX_MACH`]: no
+    /// bound before the run, so not refused; `lbm check` warns.
     pub held_by_bodies: Option<(usize, f64)>,
 }
 
@@ -334,8 +334,8 @@ impl LatticeConfig {
     ///   slips (free-slip or outflow); with no no-slip side only the bodies
     ///   can hold it, and how fast a flow through them gets (a periodic array
     ///   of cylinders: its permeability) is not known before the run, so that
-    ///   axis goes to [`ForcedSpeed::held_by_bodies`]; with no body either,
-    ///   the run's length bounds it;
+    ///   axis goes to [`ForcedSpeed::held_by_bodies`] when F t passes the
+    ///   Mach limit; otherwise, or with no body, the run's length bounds it;
     /// - along a closed or open axis (walls, inlet, outflow), the pressure,
     ///   once sound has crossed the length L: F L / c_s.
     pub fn forced_speed(&self, intervals: u64) -> ForcedSpeed {
@@ -368,7 +368,10 @@ impl LatticeConfig {
                         force * height * height / (2.0 * nu),
                         "the Poiseuille peak of a channel twice as wide (one side slips)",
                     ),
-                    _ if !self.bodies.is_empty() => return (free, free_reason, true),
+                    // F t still bounds it when that is slow enough.
+                    _ if !self.bodies.is_empty() && free * 3f64.sqrt() > MAX_MACH => {
+                        return (free, free_reason, true);
+                    }
                     _ => (free, free_reason),
                 }
             } else {
