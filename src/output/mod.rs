@@ -166,11 +166,44 @@ pub struct WriterState {
     index: Vec<IndexEntry>,
     /// (time, each body's cd and cl) of every force sample, for the plot.
     coefficient_history: Vec<(f64, Vec<[f64; 2]>)>,
-    /// Each line probe's last profile: (s, p, u_x) per point.
+    /// Each line probe's last profile: (s, p, u_x) per point, NaN at a point
+    /// in a body (JSON has no NaN: null in a checkpoint).
+    #[serde(with = "nan_as_null")]
     last_profiles: Vec<Vec<[f64; 3]>>,
     written: Written,
     /// Bytes of `forces.csv`, then each probe's and each line's CSV.
     csv_lengths: Vec<u64>,
+}
+
+/// A line's profile through JSON, which has no NaN: serde_json writes one as
+/// null and then refuses to read null as a number, which made every
+/// checkpoint of a run whose line crosses a body unreadable.
+mod nan_as_null {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    type Profiles = Vec<Vec<[f64; 3]>>;
+
+    pub fn serialize<S: Serializer>(profiles: &Profiles, serializer: S) -> Result<S::Ok, S::Error> {
+        let some = |v: f64| (!v.is_nan()).then_some(v);
+        let optional: Vec<Vec<[Option<f64>; 3]>> = profiles
+            .iter()
+            .map(|profile| profile.iter().map(|point| point.map(some)).collect())
+            .collect();
+        optional.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Profiles, D::Error> {
+        let optional = Vec::<Vec<[Option<f64>; 3]>>::deserialize(deserializer)?;
+        Ok(optional
+            .into_iter()
+            .map(|profile| {
+                profile
+                    .into_iter()
+                    .map(|point| point.map(|v| v.unwrap_or(f64::NAN)))
+                    .collect()
+            })
+            .collect())
+    }
 }
 
 /// Writes a run's outputs; see the module documentation.

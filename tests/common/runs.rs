@@ -24,8 +24,8 @@ pub fn backend() -> String {
     std::env::var("LBM_TEST_BACKEND").unwrap_or_else(|_| "cpu".into())
 }
 
-/// DFG 2D-1 (two levels, an inlet with its ramp, a cylinder, a probe and a
-/// line) saving every 30 intervals and checkpointing every 20. Its fields
+/// DFG 2D-1 (two levels, an inlet with its ramp, a cylinder, a probe and
+/// two lines, one across the cylinder) saving every 30 intervals and checkpointing every 20. Its fields
 /// are saved as VTK and NPY, not as pictures: composing and encoding them
 /// in a debug build takes about a second a save point, half of the wall
 /// limit these runs stop at, which no run can foresee before its first
@@ -36,13 +36,20 @@ pub fn case_text() -> String {
     let changed = text
         .replace("steps = 6000", "steps = 6000\ncheckpoint_every_intervals = 20")
         .replace("[output]\n", "[output]\nformats = [\"vtk\", \"npy\"]\n")
-        .replace("every = 1.0 ", "every = 0.05 ");
+        .replace("every = 1.0 ", "every = 0.05 ")
+        // A line across the cylinder reads NaN inside it, which a
+        // checkpoint must carry (JSON has no NaN).
+        .replace(
+            "points = 42 }]",
+            "points = 42 }, { name = \"through\", from = [0.12, 0.2], to = [0.28, 0.2], points = 9 }]",
+        );
     assert_eq!(
         changed.matches("every = 0.05 ").count(),
         1,
         "the save period was replaced"
     );
     assert!(changed.contains("checkpoint_every_intervals"));
+    assert!(changed.contains("name = \"through\""));
     assert!(changed.contains("formats = [\"vtk\", \"npy\"]"));
     changed
 }
