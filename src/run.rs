@@ -296,8 +296,8 @@ struct Checkpointed {
 }
 
 /// How far a blow-up has spread in the fields saved of it: the cell the
-/// device names is the first in storage order, which by then need not be
-/// where it began.
+/// device names is the first in storage order on the finest level that has
+/// one, which by then need not be where it began.
 fn spread(patches: &[fields::PatchFields]) -> String {
     let (mut bad, mut fluid) = (0usize, 0usize);
     for p in patches {
@@ -312,7 +312,8 @@ fn spread(patches: &[fields::PatchFields]) -> String {
         0 => String::new(),
         _ => format!(
             " (by then {bad} of the {fluid} fluid cells of all levels are not finite; the device names the first \
-             cell it finds in storage order, which need not be where the blow-up began; the saved fields show the \
+             cell it finds in storage order on the finest level that has one, which need not be where the blow-up \
+             began; the saved fields show the \
              rest)"
         ),
     }

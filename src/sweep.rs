@@ -1438,6 +1438,18 @@ fn quantities(record: &SweepRecord) -> Vec<(String, Read)> {
     out
 }
 
+/// A swept value as a CSV reader should see it: a TOML string without its
+/// quotes (`constant`, not `"constant"`), anything else as written.
+fn unquoted(value: &str) -> String {
+    match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+        Ok(table) => match table.get("v") {
+            Some(toml::Value::String(text)) => text.clone(),
+            _ => value.to_owned(),
+        },
+        Err(_) => value.to_owned(),
+    }
+}
+
 fn csv_field(text: &str) -> String {
     match text.contains([',', '"', '\n']) {
         true => format!("\"{}\"", text.replace('"', "\"\"")),
@@ -1455,7 +1467,7 @@ fn csv(record: &SweepRecord) -> String {
     let mut text = header.join(",") + "\n";
     for r in &record.results {
         let mut row: Vec<String> = vec![r.index.to_string()];
-        row.extend(r.parameters.iter().map(|(_, v)| csv_field(v)));
+        row.extend(r.parameters.iter().map(|(_, v)| csv_field(&unquoted(v))));
         row.push(csv_field(&r.ended));
         row.push(format!("{}", r.mlups));
         row.push(r.mass_drift.map(|d| format!("{d:e}")).unwrap_or_default());
@@ -1690,6 +1702,18 @@ fn relative_path(from: &Path, target: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CSV reader gets a swept string as the string (pandas read
+    /// `"constant"` with its quotes before), other values as written.
+    #[test]
+    fn swept_strings_reach_the_csv_without_their_toml_quotes() {
+        assert_eq!(unquoted("\"constant\""), "constant");
+        assert_eq!(unquoted("'parabolic'"), "parabolic");
+        assert_eq!(unquoted("1e-3"), "1e-3");
+        let table = "{ ramp = { duration = 0.05 } }";
+        assert_eq!(unquoted(table), table);
+        assert_eq!(csv_field(&unquoted("\"a, \\\"b\\\"\"")), "\"a, \"\"b\"\"\"");
+    }
 
     #[test]
     fn plot_panels_follow_the_lists_order_not_the_texts() {

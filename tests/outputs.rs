@@ -209,6 +209,19 @@ fn pictures_show_the_lid_at_the_top() {
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }
 
+/// Pictures alone: no `fields/` directory (it held an empty directory per
+/// save point).
+#[test]
+fn pictures_alone_leave_no_fields_directory() {
+    let text = cavity_with_outputs().replace("formats = [\"vtk\", \"npy\", \"png\"]", "formats = [\"png\"]");
+    assert!(text.contains("formats = [\"png\"]"));
+    let (out, output) = run(&text, "pictures-alone", "20");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(out.join("pictures/speed_t000000020.png").is_file());
+    assert!(!out.join("fields").exists() && !out.join("fields.pvd").exists());
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
+
 #[test]
 fn probes_and_lines_are_written_every_sample_and_save_point() {
     let (out, output) = run(&cavity_with_outputs(), "probes", "30");
@@ -491,8 +504,7 @@ fn a_diverging_run_fails_and_keeps_what_it_wrote() {
         assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
         let message = stderr(&output);
         assert!(
-            message.contains("the run diverged at interval")
-                && message.contains("level 0 patch 0, in the cell at x = "),
+            message.contains("the run diverged at interval") && message.contains(" patch 0, in the cell at x = "),
             "{message}"
         );
         assert!(

@@ -314,7 +314,9 @@ impl Writer {
             resumed: resumed.as_ref().map(|s| s.csv_lengths.clone().into_iter()),
         };
         let mut files = Vec::new();
-        create_dir(&out.join("fields"))?;
+        if plan.writes_field_files() {
+            create_dir(&out.join("fields"))?;
+        }
         let forces = match resolved.lattice.bodies.len() {
             0 => None,
             n => {
@@ -438,7 +440,9 @@ impl Writer {
             .expect("a formatted number parses");
         let stamp = format!("t{step:09}");
         let dir = self.out.join("fields").join(&stamp);
-        create_dir(&dir)?;
+        if self.plan.writes_field_files() {
+            create_dir(&dir)?;
+        }
         let name = |p: &PatchFields| format!("L{}_p{}", p.level, p.patch);
         if self.plan.formats.contains(&Format::Npy) {
             for p in patches {

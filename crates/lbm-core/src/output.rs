@@ -190,6 +190,14 @@ pub struct OutputPlan {
     pub reference_length: f64,
 }
 
+impl OutputPlan {
+    /// Whether a save point writes files under `fields/` (NPY or VTK); with
+    /// pictures alone it writes none, and no `fields/` directory is made.
+    pub fn writes_field_files(&self) -> bool {
+        self.formats.iter().any(|f| matches!(f, Format::Npy | Format::Vtk))
+    }
+}
+
 /// What an output plan needs to know of the rest of the case.
 #[derive(Clone, Copy, Debug)]
 pub struct CaseFrame {

@@ -167,13 +167,15 @@ fn a_too_fast_cell_is_reported_with_its_speed() {
     }
 }
 
+/// The finest level first (a coarse cell under a patch holds the patch's
+/// restriction, so a blow-up there shows on both), then patch, then cell.
 #[test]
-fn the_first_problem_wins_in_level_then_patch_then_cell_order() {
+fn the_first_problem_wins_in_finest_level_then_patch_then_cell_order() {
     let stepper = refined();
     let l1p0_early = Cell::new(1, 0, [1, 5]);
     let l1p0_late = Cell::new(1, 0, [5, 5]);
     let mut spoiled = vec![
-        (Cell::new(2, 0, [0, 0]), NAN),
+        (Cell::new(0, 0, [30, 31]), NAN),
         (Cell::new(1, 1, [0, 0]), fast(0.9, 0.0)),
         (l1p0_late, NAN),
         (l1p0_early, fast(0.0, 0.8)),
@@ -185,10 +187,10 @@ fn the_first_problem_wins_in_level_then_patch_then_cell_order() {
     initialize_with(&stepper, &spoiled);
     let want = l1p0_late.report(&stepper, HealthProblem::NonFinite);
     assert_eq!(stepper.check_health(diverged()).unwrap(), Some(want));
-    let base = Cell::new(0, 0, [30, 31]);
-    spoiled.push((base, NAN));
+    let finest = Cell::new(2, 0, [23, 31]);
+    spoiled.push((finest, NAN));
     initialize_with(&stepper, &spoiled);
-    let want = base.report(&stepper, HealthProblem::NonFinite);
+    let want = finest.report(&stepper, HealthProblem::NonFinite);
     assert_eq!(stepper.check_health(diverged()).unwrap(), Some(want));
 }
 
@@ -214,10 +216,10 @@ fn a_sound_run_is_healthy_and_a_lower_limit_finds_its_flow() {
     assert_eq!(stepper.check_health(diverged()).unwrap(), None, "at rest");
     stepper.step(40).unwrap();
     assert_eq!(stepper.check_health(diverged()).unwrap(), None, "after 40 steps");
-    // The body force drives a flow everywhere on level 0, so with a limit
-    // below its speed the first fluid cell is too fast.
+    // The body force drives a flow everywhere, so with a limit below its
+    // speed the first fluid cell of the finest level is too fast.
     let found = stepper.check_health(1e-9).unwrap().expect("the flow moves");
-    assert_eq!((found.level, found.patch, found.cell), (0, 0, [0, 0]), "{found}");
+    assert_eq!((found.level, found.patch, found.cell), (2, 0, [0, 0]), "{found}");
     assert!(
         matches!(found.problem, HealthProblem::TooFast { speed } if speed > 1e-9),
         "{found}"

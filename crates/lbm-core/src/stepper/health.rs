@@ -77,14 +77,19 @@ pub(super) fn check_health<D: Driver>(
     let n_patches = state.hierarchy.patches().count();
     let mut words = vec![0u32; n_patches * HEALTH_WORDS];
     driver.download(state.resources.health, 0, bytemuck::cast_slice_mut(&mut words))?;
-    let found = state
+    // The finest level first: a coarse cell under a patch holds the patch's
+    // restriction, so a blow-up on the patch shows there too, where it is
+    // smaller and less plain than on the patch itself.
+    let mut by_patch: Vec<_> = state
         .hierarchy
         .patches()
         .zip(words.chunks_exact(HEALTH_WORDS))
-        .find_map(|(patch, w)| {
-            let cell = w[0].min(w[1]);
-            (cell != NO_CELL).then_some((patch.level, patch.index, cell, cell == w[0]))
-        });
+        .collect();
+    by_patch.sort_by_key(|(patch, _)| std::cmp::Reverse(patch.level));
+    let found = by_patch.into_iter().find_map(|(patch, w)| {
+        let cell = w[0].min(w[1]);
+        (cell != NO_CELL).then_some((patch.level, patch.index, cell, cell == w[0]))
+    });
     let Some((level, index, cell, non_finite)) = found else {
         return Ok(None);
     };
