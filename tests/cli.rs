@@ -605,6 +605,41 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A straight edge off the cell faces is warned about, naming the body,
+/// the edge and the spacing to put it on; the shipped square has its edges
+/// on faces, and a circle has no straight edge.
+#[test]
+fn check_warns_of_a_straight_edge_off_the_cell_faces() {
+    let dir = scratch("edges");
+    std::fs::create_dir_all(&dir).unwrap();
+    let square = std::fs::read_to_string(workspace().join("cases/square-obstacle.toml")).unwrap();
+    let checked = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let report = lbm(&["check", &path.display().to_string()]);
+        assert!(report.status.success(), "{}", stderr(&report));
+        String::from_utf8_lossy(&report.stdout).into_owned()
+    };
+    let warning = "warning: bodies[0] has a straight edge along x at y = ";
+    assert!(!checked("faces.toml", &square).contains(warning));
+    // 0.195 m is 62.4 level-1 cells of 3.125 mm.
+    let off = square.replace("min = [0.45, 0.19375]", "min = [0.45, 0.195]");
+    assert_ne!(off, square);
+    let printed = checked("off.toml", &off);
+    assert!(
+        printed.contains(&format!(
+            "{warning}0.195 m, 0.40 of a level-1 cell from the nearest cell face"
+        )) && printed.contains("dx = 0.003125 m on level 1"),
+        "{printed}"
+    );
+    // Turned by a right angle the rectangle's edges still lie along the axes.
+    let turned = off.replace("max = [0.55, 0.29375]", "max = [0.55, 0.29375]\nrotation = 90.0");
+    assert!(checked("turned.toml", &turned).contains("bodies[0] has a straight edge along"));
+    let dfg = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    assert!(!checked("circle.toml", &dfg).contains("straight edge"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// A periodic array of cylinders driven by a body force: only the body
 /// holds the flow, at a speed no estimate before the run gives. `lbm check`
 /// and `lbm run` warn instead of refusing; a force too large for it runs

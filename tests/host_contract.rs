@@ -613,13 +613,15 @@ fn a_health_check_reads_the_current_buffers_and_waits_once() {
         handle.clear_log();
     }
     handle.set_download_fill(0);
+    // Every patch reads as bad: the finest level's first names it.
     let found = stepper.check_health(DIVERGED).unwrap();
-    let base = stepper.hierarchy().levels[0][0].clone();
+    let finest = stepper.hierarchy().levels.len() - 1;
+    let patch = stepper.hierarchy().levels[finest][0].clone();
     let want = Unhealthy {
-        level: 0,
+        level: finest,
         patch: 0,
         cell: [0, 0],
-        position: [base.origin[0] as f64 + 0.5, base.origin[1] as f64 + 0.5],
+        position: lbm_core::domain::geometry::cell_center(&patch, patch.active.x0, patch.active.y0),
         problem: HealthProblem::NonFinite,
     };
     assert_eq!(found, Some(want));

@@ -672,9 +672,9 @@ impl<D: Driver> Split<D> {
     }
 
     /// [`Stepper::check_health`] of every slab, in the whole domain's
-    /// numbering: the first finding in level, patch and cell order, as one
-    /// device finds it (each slab's first is its own; a base-grid cell's
-    /// row-major order spans the slabs).
+    /// numbering: the first finding in finest-level, patch and cell order,
+    /// as one device finds it (each slab's first is its own; a base-grid
+    /// cell's row-major order spans the slabs).
     pub fn check_health(&self, speed_limit: f64) -> Result<Option<Unhealthy>> {
         let mut first: Option<Unhealthy> = None;
         for (s, slab) in self.slabs.iter().enumerate() {
@@ -683,7 +683,7 @@ impl<D: Driver> Split<D> {
                     found.cell[0] += self.decomposition.slabs[s].x0;
                 }
                 found.patch = self.whole_index[s][found.level][found.patch];
-                let order = |u: &Unhealthy| (u.level, u.patch, u.cell[1], u.cell[0]);
+                let order = |u: &Unhealthy| (std::cmp::Reverse(u.level), u.patch, u.cell[1], u.cell[0]);
                 if first.as_ref().is_none_or(|f| order(&found) < order(f)) {
                     first = Some(found);
                 }

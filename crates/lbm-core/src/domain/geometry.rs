@@ -60,6 +60,15 @@ impl Shape {
             }
             Shape::Rectangle { min, max } => p[0] >= min[0] && p[0] <= max[0] && p[1] >= min[1] && p[1] <= max[1],
             Shape::Polygon { points } => {
+                // A point on the outline is inside, as for a rectangle or a
+                // circle: with the even-odd rule alone a cell centre on an
+                // edge went in on the left and bottom edges and out on the
+                // right and top, so a square turned by 0 or 90 degrees lost
+                // one row of cells on one side and took a spurious lift.
+                let scale = p[0].abs().max(p[1].abs()).max(1.0);
+                if edges(points).any(|(a, b)| point_to_segment(p, a, b) <= ON_OUTLINE * scale) {
+                    return true;
+                }
                 // Even-odd rule by a ray towards +x.
                 let mut inside = false;
                 for (a, b) in edges(points) {
@@ -217,6 +226,22 @@ impl Shape {
         }
     }
 
+    /// The outline's edges along an axis: (0, x) for an edge along y at x,
+    /// (1, y) for one along x at y (a circle has none; a turned rectangle's
+    /// count when the turn leaves them along an axis to round-off).
+    pub fn axis_edges(&self) -> Vec<(usize, f64)> {
+        edges(&self.outline())
+            .filter_map(|(a, b)| {
+                let tolerance = ON_OUTLINE * a[0].abs().max(a[1].abs()).max(1.0);
+                match ((a[0] - b[0]).abs() <= tolerance, (a[1] - b[1]).abs() <= tolerance) {
+                    (true, false) => Some((0, 0.5 * (a[0] + b[0]))),
+                    (false, true) => Some((1, 0.5 * (a[1] + b[1]))),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
     /// The corners of a rectangle or polygon, in order (none for a circle).
     fn outline(&self) -> Vec<[f64; 2]> {
         match self {
@@ -226,6 +251,10 @@ impl Shape {
         }
     }
 }
+
+/// How near a point must lie to an outline, relative to its coordinates
+/// (base cells), to count as on it: round-off of a turn by a right angle.
+const ON_OUTLINE: f64 = 1e-12;
 
 fn sub(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
     [a[0] - b[0], a[1] - b[1]]
@@ -403,6 +432,50 @@ mod tests {
         assert!((triangle.crossing([1.5, 1.5], [-1.0, -1.0]).unwrap() - 0.5).abs() < 1e-12);
         let c = triangle.center();
         assert!((c[0] - 2.0 / 3.0).abs() < 1e-12 && (c[1] - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    /// A point on a polygon's outline is inside, on every edge, as on a
+    /// rectangle's: a square whose edges lie on cell centres keeps the same
+    /// cells turned by 0, 90 or 180 degrees (the even-odd rule alone put the
+    /// left and bottom edges' centres in and the right and top ones out).
+    #[test]
+    fn a_polygon_holds_its_outline_as_a_rectangle_does() {
+        let rectangle = Shape::Rectangle {
+            min: [2.5, 3.5],
+            max: [6.5, 7.5],
+        };
+        let turned = |degrees: f64| {
+            let (sin, cos) = degrees.to_radians().sin_cos();
+            let [cx, cy] = [4.5, 5.5];
+            Shape::Polygon {
+                points: [[2.5, 3.5], [6.5, 3.5], [6.5, 7.5], [2.5, 7.5]]
+                    .iter()
+                    .map(|[x, y]| {
+                        [
+                            cx + (x - cx) * cos - (y - cy) * sin,
+                            cy + (x - cx) * sin + (y - cy) * cos,
+                        ]
+                    })
+                    .collect(),
+            }
+        };
+        let cells = |shape: &Shape| -> Vec<(u32, u32)> {
+            (0..10)
+                .flat_map(|y| (0..10).map(move |x| (x, y)))
+                .filter(|&(x, y)| shape.contains([x as f64 + 0.5, y as f64 + 0.5]))
+                .collect()
+        };
+        let want = cells(&rectangle);
+        assert_eq!(want.len(), 25, "5 x 5 centres, the edges' included");
+        for degrees in [0.0, 90.0, 180.0, 270.0] {
+            assert_eq!(cells(&turned(degrees)), want, "turned by {degrees}");
+        }
+        assert!(turned(0.0).contains([2.5, 5.0]) && !turned(0.0).contains([2.4999, 5.0]));
+        assert_eq!(rectangle.axis_edges(), [(1, 3.5), (0, 6.5), (1, 7.5), (0, 2.5)]);
+        let mut edges = turned(90.0).axis_edges();
+        edges.iter_mut().for_each(|e| e.1 = (e.1 * 1e9).round() / 1e9);
+        assert_eq!(edges, [(0, 6.5), (1, 7.5), (0, 2.5), (1, 3.5)]);
+        assert!(turned(30.0).axis_edges().is_empty());
     }
 
     /// Every link's q is the one the wall-distance table gives its cell and
