@@ -88,7 +88,7 @@ fn assert_complete(dir: &Path) {
                 .filter_map(|v| v.trim().parse().ok())
                 .collect();
             assert_eq!(bytes.len() - 10 - header, 4 * shape.iter().product::<usize>(), "{name}");
-        } else if name.ends_with(".vti") || name.ends_with(".vthb") || name.ends_with(".pvd") {
+        } else if [".vti", ".vthb", ".vtm", ".pvd"].iter().any(|e| name.ends_with(e)) {
             assert!(
                 String::from_utf8_lossy(&bytes).trim_end().ends_with("</VTKFile>"),
                 "{name}"

@@ -111,6 +111,39 @@ def main(run):
                 fail(f"{dataset.get('file')}: level {level} spacing {block.GetSpacing()} vs {spacing}")
             if block.GetCellData().GetArray("vtkGhostType") is None:
                 fail(f"{dataset.get('file')}: level {level} lost vtkGhostType")
+    # The same series as multiblock files (what pyvista reads): each save
+    # point's .vtm holds every patch's .vti, by level, with the NPY values.
+    blocks = ET.parse(run / "patches.pvd").getroot().find("Collection").findall("DataSet")
+    if [float(d.get("timestep")) for d in blocks] != times:
+        fail("patches.pvd: its timesteps are not fields.pvd's")
+    for dataset in blocks:
+        reader = vtk.vtkXMLMultiBlockDataReader()
+        reader.SetFileName(str(run / dataset.get("file")))
+        reader.Update()
+        tree = reader.GetOutput()
+        stamp = Path(dataset.get("file")).stem
+        entries = [e for e in index if e["file"].startswith(stamp + "/")]
+        levels = sorted({e["level"] for e in entries})
+        if tree.GetNumberOfBlocks() != len(levels):
+            fail(f"{dataset.get('file')}: {tree.GetNumberOfBlocks()} level blocks, the index has {len(levels)}")
+        for level in levels:
+            block = tree.GetBlock(level)
+            name = tree.GetMetaData(level).Get(vtk.vtkCompositeDataSet.NAME())
+            if name != f"level {level}":
+                fail(f"{dataset.get('file')}: block {level} is named {name!r}")
+            patches = sorted({e["patch"] for e in entries if e["level"] == level})
+            if block.GetNumberOfBlocks() != len(patches):
+                fail(f"{dataset.get('file')}: level {level} has {block.GetNumberOfBlocks()} patches, not {len(patches)}")
+            for k in patches:
+                image = block.GetBlock(k)
+                pressure = [e for e in entries if e["level"] == level and e["patch"] == k and e["field"] == "pressure"]
+                if image is None or not pressure:
+                    continue
+                values = vtk_to_numpy(image.GetCellData().GetArray("pressure [Pa]"))
+                want = np.load(run / "fields" / pressure[0]["file"]).ravel()
+                if not np.array_equal(values, want, equal_nan=True):
+                    fail(f"{dataset.get('file')}: L{level}_p{k} pressure differs from its NPY")
+        summary.setdefault("multiblock", []).append(dataset.get("file"))
     for picture in sorted((run / "pictures").glob("*.png")) if (run / "pictures").exists() else []:
         png = vtk.vtkPNGReader()
         png.SetFileName(str(picture))

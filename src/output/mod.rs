@@ -1,6 +1,7 @@
 //! What a run writes into its output directory besides the manifest and the
 //! summary: fields at the save points (`fields/`, as NPY with `index.json`
-//! and VTK XML with `fields.pvd`), `forces.csv`, and `probes/NAME.csv`.
+//! and VTK XML with `fields.pvd` and `patches.pvd`), `forces.csv`, and
+//! `probes/NAME.csv`.
 //!
 //! Whole files are written to a temporary name and renamed, so a reader never
 //! sees half a file; the CSV files grow a line per sample and are flushed at
@@ -484,9 +485,21 @@ impl Writer {
             let path = self.out.join("fields").join(format!("{stamp}.vthb"));
             write_atomic(&path, amr.as_bytes())?;
             self.state.written.files.push(relative(&self.out, &path));
+            let blocks = vtk::multiblock(patches, |p| format!("{stamp}/{}.vti", name(p)));
+            let path = self.out.join("fields").join(format!("{stamp}.vtm"));
+            write_atomic(&path, blocks.as_bytes())?;
+            self.state.written.files.push(relative(&self.out, &path));
             self.state.series.push((time, format!("fields/{stamp}.vthb")));
             let pvd = self.out.join("fields.pvd");
             write_atomic(&pvd, vtk::collection(&self.state.series).as_bytes())?;
+            // The same series over the multiblock files.
+            let multiblock: Vec<(f64, String)> = self
+                .state
+                .series
+                .iter()
+                .map(|(t, file)| (*t, file.replace(".vthb", ".vtm")))
+                .collect();
+            write_atomic(&self.out.join("patches.pvd"), vtk::collection(&multiblock).as_bytes())?;
         }
         if self.plan.formats.contains(&Format::Png) {
             let finest = patches.iter().map(|p| p.spacing).fold(f64::INFINITY, f64::min);
@@ -617,6 +630,7 @@ impl Writer {
         }
         if !self.state.series.is_empty() {
             self.state.written.files.push("fields.pvd".into());
+            self.state.written.files.push("patches.pvd".into());
         }
         Ok(self.state.written.clone())
     }

@@ -1,7 +1,8 @@
 //! VTK XML for ParaView: one `.vti` image block per patch (cell data, raw
 //! appended binary), one `.vthb` overlapping-AMR file per save point listing
 //! every level's blocks with their spacing and AMR boxes, and a `.pvd` time
-//! series over the save points.
+//! series over the save points; for readers without overlapping AMR, the
+//! same blocks as a `.vtm` multiblock file and its own `.pvd`.
 //!
 //! Cells a finer patch covers carry `vtkGhostType` REFINEDCELL (8) and solid
 //! cells HIDDENCELL (32), so ParaView shows each place once and hides bodies;
@@ -137,6 +138,38 @@ pub fn overlapping_amr(patches: &[PatchFields], file: impl Fn(&PatchFields) -> S
         let _ = writeln!(xml, r#"    </Block>"#);
     }
     let _ = writeln!(xml, r#"  </vtkOverlappingAMR>"#);
+    let _ = writeln!(xml, r#"</VTKFile>"#);
+    xml
+}
+
+/// The same blocks as [`overlapping_amr`] in a `vtkMultiBlockDataSet`: a
+/// block per level, named `level L`, of datasets named `Lℓ_pk`. Readers
+/// without overlapping AMR (pyvista, meshio's VTK path) read this one; the
+/// coarse cells a finer patch covers keep their `vtkGhostType` REFINEDCELL
+/// mark, which such a reader leaves to the user.
+pub fn multiblock(patches: &[PatchFields], file: impl Fn(&PatchFields) -> String) -> String {
+    let mut xml = String::new();
+    let _ = writeln!(xml, r#"<?xml version="1.0"?>"#);
+    let _ = writeln!(
+        xml,
+        r#"<VTKFile type="vtkMultiBlockDataSet" version="1.0" byte_order="LittleEndian">"#
+    );
+    let _ = writeln!(xml, r#"  <vtkMultiBlockDataSet>"#);
+    let levels = patches.iter().map(|p| p.level).max().map_or(0, |l| l + 1);
+    for level in 0..levels {
+        let _ = writeln!(xml, r#"    <Block index="{level}" name="level {level}">"#);
+        for (index, p) in patches.iter().filter(|p| p.level == level).enumerate() {
+            let _ = writeln!(
+                xml,
+                r#"      <DataSet index="{index}" name="L{}_p{}" file="{}"/>"#,
+                p.level,
+                p.patch,
+                file(p)
+            );
+        }
+        let _ = writeln!(xml, r#"    </Block>"#);
+    }
+    let _ = writeln!(xml, r#"  </vtkMultiBlockDataSet>"#);
     let _ = writeln!(xml, r#"</VTKFile>"#);
     xml
 }
