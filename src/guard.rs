@@ -1,7 +1,7 @@
-//! What watches a run from outside its loop: SIGINT and SIGTERM, and the
-//! watchdog that ends a run whose intervals stop completing.
+//! What watches a run from outside its loop: SIGINT, SIGTERM and SIGHUP,
+//! and the watchdog that ends a run whose intervals stop completing.
 //!
-//! A first SIGINT or SIGTERM only raises a flag: the run finishes the chunk
+//! A first SIGINT, SIGTERM or SIGHUP only raises a flag: the run finishes the chunk
 //! in flight, checkpoints and ends "interrupted". A second one exits at once
 //! with 130, leaving the last checkpoint. The watchdog is a thread that, when
 //! no interval has completed for its period, writes the summary it was last
@@ -21,24 +21,41 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// The exit code of a run that failed after it started.
 pub const EXIT_FAILED: u8 = 3;
 
-/// Whether SIGINT or SIGTERM arrived since [`Signals::install`].
+/// Whether SIGINT, SIGTERM or SIGHUP arrived since [`Signals::install`].
 #[derive(Clone)]
 pub struct Signals {
     raised: Arc<AtomicBool>,
 }
 
 impl Signals {
-    /// Installs the handlers; a second signal exits the process with 130.
+    /// Installs the handlers once per process (later calls return the same
+    /// flag); a second signal exits the process with 130. Installed when a
+    /// command starts, so that a signal during set-up ends the run at its
+    /// first chunk, with its summary and a checkpoint, rather than at once
+    /// with neither. SIGHUP (a closed terminal) counts as SIGTERM. SIGXFSZ (a
+    /// file-size limit reached) is caught and nothing more, so that the write
+    /// fails with EFBIG and the run ends "failed", naming the file, instead
+    /// of being killed without a word.
     pub fn install() -> Signals {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let raised = Arc::new(AtomicBool::new(false));
-        for signal in [SIGINT, SIGTERM] {
-            // Registered first, so it sees the flag as the previous signal
-            // left it: the second signal exits.
-            let _ = signal_hook::flag::register_conditional_shutdown(signal, EXIT_INTERRUPTED as i32, raised.clone());
-            let _ = signal_hook::flag::register(signal, raised.clone());
-        }
-        Signals { raised }
+        static INSTALLED: std::sync::OnceLock<Signals> = std::sync::OnceLock::new();
+        INSTALLED
+            .get_or_init(|| {
+                use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGXFSZ};
+                let raised = Arc::new(AtomicBool::new(false));
+                for signal in [SIGINT, SIGTERM, SIGHUP] {
+                    // Registered first, so it sees the flag as the previous
+                    // signal left it: the second signal exits.
+                    let _ = signal_hook::flag::register_conditional_shutdown(
+                        signal,
+                        EXIT_INTERRUPTED as i32,
+                        raised.clone(),
+                    );
+                    let _ = signal_hook::flag::register(signal, raised.clone());
+                }
+                let _ = signal_hook::flag::register(SIGXFSZ, Arc::new(AtomicBool::new(false)));
+                Signals { raised }
+            })
+            .clone()
     }
 
     pub fn raised(&self) -> bool {

@@ -252,6 +252,9 @@ macro_rules! say {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Check { .. } | Command::Info) {
+        lbm::guard::Signals::install();
+    }
     let result = match cli.command {
         Command::Check { case, devices } => {
             return match lbm::check::check(&case, devices) {
@@ -513,12 +516,23 @@ fn report(summary: &Summary) {
                 Ending::WallLimit => "stopped at the wall limit",
                 _ => "interrupted",
             };
+            let way_on = match (&summary.resume, summary.pilot.is_some()) {
+                (Some(_), _) => format!("continue with: {}", lbm::run::resume_command(&summary.out)),
+                // A pilot is short and resumes nothing: it runs again.
+                (None, true) => format!(
+                    "a pilot does not resume: run it again with --out into a new directory, or after emptying {}",
+                    summary.out.display()
+                ),
+                (None, false) => format!(
+                    "no checkpoint to continue from; what ran is in {}",
+                    summary.out.display()
+                ),
+            };
             say!(
-                "{why} after interval {} of {}; checkpoint {}; continue with: {}",
+                "{why} after interval {} of {}; checkpoint {}; {way_on}",
                 summary.completed_intervals,
                 summary.steps,
                 summary.checkpoint.as_deref().unwrap_or("none"),
-                lbm::run::resume_command(&summary.out)
             );
         }
     }

@@ -1360,12 +1360,25 @@ fn finish(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
 fn write_results(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
     write_atomic(&out.join("sweep.csv"), csv(record).as_bytes())?;
     let plots = out.join("plots");
-    for (name, image) in plots_of(record) {
+    let drawn = plots_of(record);
+    for (name, image) in &drawn {
         std::fs::create_dir_all(&plots).map_err(|source| AppError::Write {
             path: plots.display().to_string(),
             source,
         })?;
         write_atomic(&plots.join(format!("{name}.png")), &image.png())?;
+    }
+    // A plot drawn from results that have since changed (a sweep stopped
+    // and resumed: a quantity some member had before and none has now)
+    // would show values sweep.csv no longer holds.
+    if let Ok(entries) = std::fs::read_dir(&plots) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let current = drawn.iter().any(|(plot, _)| format!("{plot}.png") == name);
+            if name.ends_with(".png") && !current {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
     write_json(&out.join("sweep.json"), record)
 }

@@ -169,13 +169,21 @@ fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// SIGINT, and SIGHUP (a closed terminal) as SIGTERM: a checkpoint, the
+/// summary, and a resume to the straight run's files.
 #[test]
 fn sigint_checkpoints_and_says_interrupted() {
-    let (root, case, out) = setup("sigint");
+    for signal in ["-INT", "-HUP"] {
+        interrupted_by(signal);
+    }
+}
+
+fn interrupted_by(signal: &str) {
+    let (root, case, out) = setup(&format!("signal{signal}"));
     let mut child = spawn_run(&case, &out, &[]);
     wait_for_checkpoint(&out, 20, &mut child);
     let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([signal, &child.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
@@ -193,6 +201,39 @@ fn sigint_checkpoints_and_says_interrupted() {
     let again = resume(&out, &[]);
     assert_eq!(again.status.code(), Some(2));
     assert!(stderr(&again).contains("nothing to resume"), "{}", stderr(&again));
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// A file-size limit (`ulimit -f`) reached: the write fails (SIGXFSZ is
+/// caught), the run ends failed naming the file and where its outputs are,
+/// and once the limit is lifted it resumes to the straight run's files.
+#[test]
+fn a_file_size_limit_fails_the_run_with_a_message_and_it_resumes() {
+    let (root, case, out) = setup("file-size");
+    // 1500 blocks of 512 bytes: past the first checkpoint (about 0.3 MB),
+    // short of the run's largest files.
+    let mut command = run_command(&case, &out, &[]);
+    let line = format!(
+        "ulimit -f 1500 && exec {}",
+        std::iter::once(command.get_program())
+            .chain(command.get_args())
+            .map(|a| format!("'{}'", a.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    command = Command::new("sh");
+    let output = command.args(["-c", &line]).output().unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(stderr(&output).contains("File too large"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(&out.display().to_string()),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(summary(&out)["ended"], "failed");
+    let resumed = resume(&out, &[]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert_identical(straight(), &out);
     std::fs::remove_dir_all(root).unwrap();
 }
 

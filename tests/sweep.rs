@@ -485,6 +485,16 @@ fn assert_same_results(out: &std::path::Path, whole: &std::path::Path, what: &st
         rows_but_speed(&whole.join("sweep.csv")),
         "{what}: and whole"
     );
+    // The same plots: none left over from the results before a resume.
+    let plots = |dir: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join("plots"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(plots(out), plots(whole), "{what}: plots");
     for member in ["members/000", "members/001"] {
         for file in ["forces.csv", "probes/wake.csv"] {
             assert_eq!(
@@ -546,6 +556,10 @@ fn a_sweep_stopped_at_its_wall_limit_or_killed_resumes_to_the_results_of_one_tha
             std::fs::write(&record, text.replace("\"wall limit\"", "\"running\"")).unwrap();
             std::fs::remove_file(out.join("sweep.csv")).unwrap();
         }
+        // A plot of a quantity the finished results lack (as a Strouhal
+        // number from a stopped member's short lift record was): the
+        // resumed sweep must not leave it.
+        std::fs::copy(out.join("plots/body0_cd.png"), out.join("plots/body7_strouhal.png")).unwrap();
         let output = resume_on_cpu(&out);
         assert!(output.status.success(), "{mode}: {}", stderr(&output));
         assert_same_results(&out, &whole, mode);
