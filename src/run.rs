@@ -1036,7 +1036,10 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
     }
     std::fs::create_dir_all(out).map_err(|e| refuse(format!("it cannot be created ({e})")))?;
     // A directory that exists but refuses files is found now, before any work.
-    let probe = out.join(".lbm-write-check");
+    // Named by the process, so that two runs started into one directory at
+    // once do not remove each other's (the loser said the directory was not
+    // writable; the lock now names the other process).
+    let probe = out.join(format!(".lbm-write-check-{}", std::process::id()));
     std::fs::write(&probe, b"")
         .and_then(|()| std::fs::remove_file(&probe))
         .map_err(|e| refuse(format!("it is not writable ({e})")))
