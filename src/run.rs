@@ -754,10 +754,14 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
         reason,
     };
     let manifest: serde_json::Value = std::fs::read_to_string(dir.join("manifest.json"))
-        .map_err(|e| {
-            refuse(format!(
+        .map_err(|e| match failed_before_manifest(dir) {
+            Some(why) => refuse(format!(
+                "the run failed before it wrote its manifest.json ({why}), so there is nothing to continue: \
+                 empty the directory and run the case again"
+            )),
+            None => refuse(format!(
                 "it has no readable manifest.json ({e}): it is not a run directory"
-            ))
+            )),
         })
         .and_then(|t| serde_json::from_str(&t).map_err(|e| refuse(format!("its manifest.json is damaged ({e})"))))?;
     if !manifest["pilot"].is_null() {
@@ -779,6 +783,18 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
         }
     }
     Ok(manifest)
+}
+
+/// The error of a run that failed before its manifest.json was written
+/// (a full disk as it set out), from the summary.json it left: such a
+/// directory is neither empty nor resumable.
+fn failed_before_manifest(dir: &Path) -> Option<String> {
+    if dir.join("manifest.json").exists() {
+        return None;
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).ok()?).ok()?;
+    (summary["ended"] == "failed").then(|| summary["error"].as_str().unwrap_or("no error recorded").to_owned())
 }
 
 /// Where a run directory continues from: its newest checkpoint that reads
@@ -1017,6 +1033,11 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
                 // Named for what it is now: a resume would be refused too.
                 _ if busy => {
                     ": another lbm process is writing into it (a run, sweep or resume that has not ended)".to_owned()
+                }
+                _ if failed_before_manifest(out).is_some() => {
+                    ": it holds a run that failed before it wrote its manifest.json (its summary.json says why), \
+                     which nothing continues: empty it, or choose another directory"
+                        .to_owned()
                 }
                 (true, _) => format!(
                     ": it holds a run that did not complete, which `{}` continues",

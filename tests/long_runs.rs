@@ -511,6 +511,33 @@ fn resume_refuses_a_directory_without_a_whole_checkpoint() {
         "{}",
         stderr(&not_a_run)
     );
+    // What a run that failed before its manifest leaves (a full disk as it
+    // set out): its case and a failed summary. Neither a resume nor a run
+    // into it goes on; both say so and what to do.
+    let early = root.join("early");
+    std::fs::create_dir_all(&early).unwrap();
+    std::fs::copy(&case, early.join("case.toml")).unwrap();
+    let error = "cannot write early/manifest.json: No space left on device (os error 28)";
+    std::fs::write(
+        early.join("summary.json"),
+        serde_json::json!({ "ended": "failed", "error": error }).to_string(),
+    )
+    .unwrap();
+    let resumed = resume(&early, &[]);
+    assert_eq!(resumed.status.code(), Some(2));
+    assert!(
+        stderr(&resumed).contains(&format!("the run failed before it wrote its manifest.json ({error})"))
+            && stderr(&resumed).contains("empty the directory and run the case again"),
+        "{}",
+        stderr(&resumed)
+    );
+    let again = run_command(&case, &early, &[]).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        stderr(&again).contains("it holds a run that failed before it wrote its manifest.json"),
+        "{}",
+        stderr(&again)
+    );
     std::fs::remove_dir_all(root).unwrap();
 }
 
