@@ -70,6 +70,13 @@ pub enum AppError {
     #[error("cannot write {path}: {source}")]
     Write { path: String, source: std::io::Error },
 
+    /// Files the run wrote are gone from its directory at its end.
+    #[error(
+        "{path} was written during the run and is gone, and {others} more of its {total} files with it: something \
+         removed them from the output directory"
+    )]
+    FilesGone { path: String, others: usize, total: usize },
+
     #[error("the CUDA backend was requested but is unavailable: {reason}")]
     NoCuda { reason: String },
 

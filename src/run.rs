@@ -1267,6 +1267,17 @@ impl<D: Driver> Session<'_, D> {
         }
         let mass = self.engine.total_mass()?;
         let written = self.writer.finish()?;
+        // A file removed under the run (its directory deleted or renamed, a
+        // file deleted) would be listed as written by a run that says it
+        // completed.
+        let missing: Vec<&PathBuf> = written.files.iter().filter(|f| !self.out.join(f).exists()).collect();
+        if let Some(first) = missing.first() {
+            return Err(AppError::FilesGone {
+                path: self.out.join(first).display().to_string(),
+                others: missing.len() - 1,
+                total: written.files.len(),
+            });
+        }
         self.written = written.clone();
         let mut summary = self.summary(ending, None, Some(mass));
         summary.written = written;

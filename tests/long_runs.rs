@@ -204,6 +204,27 @@ fn interrupted_by(signal: &str) {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// A file the run wrote, removed under it: the run does not say it
+/// completed, and names the file.
+#[test]
+fn a_file_removed_under_the_run_fails_it() {
+    let (root, case, out) = setup("removed");
+    let mut child = spawn_run(&case, &out, &[]);
+    wait_for_checkpoint(&out, 20, &mut child);
+    std::fs::remove_file(out.join("forces.csv")).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let gone = format!(
+        "{} was written during the run and is gone",
+        out.join("forces.csv").display()
+    );
+    assert!(stderr(&output).contains(&gone), "{}", stderr(&output));
+    let s = summary(&out);
+    assert_eq!(s["ended"], "failed");
+    assert!(s["error"].as_str().unwrap().contains(&gone), "{s}");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 /// A file-size limit (`ulimit -f`) reached: the write fails (SIGXFSZ is
 /// caught), the run ends failed naming the file and where its outputs are,
 /// and once the limit is lifted it resumes to the straight run's files.
