@@ -553,7 +553,7 @@ const OUTFLOW_BGK_CELL_RE: f64 = 24.0;
 /// The cell Reynolds number of the inlet's peak on level 0 above which
 /// `lbm check` warns a TRT case whose inlet meets a wall: measured in a
 /// channel 20 cells high, it held at 10 and diverged at 11.5.
-const INLET_TRT_CELL_RE: f64 = 10.0;
+pub const INLET_TRT_CELL_RE: f64 = 10.0;
 
 /// How far (in cells of its level) a body's straight edge along an axis may
 /// lie from a cell face before `lbm check` warns: its links' wall distance q
@@ -569,18 +569,31 @@ const HIGH_TAU: f64 = 1.5;
 /// refused, since a flow through an array of bodies settles at a speed no
 /// estimate before the run gives, and the user learns what to watch.
 pub fn held_by_bodies(resolved: &Resolved) -> Option<String> {
-    let (axis, free) = resolved.lattice.forced_speed(resolved.steps).held_by_bodies?;
+    let held = resolved.lattice.forced_speed(resolved.steps).held_by_bodies?;
     let limit = lbm_core::config::MAX_MACH / 3f64.sqrt();
     let limit_m_s = limit * resolved.units.dx / resolved.units.dt;
     Some(format!(
-        "flow.acceleration along {}: no wall or inlet across that periodic axis, so only the bodies hold the flow, \
-         and how fast it settles is not known before the run (free acceleration would reach Mach {:.2} within it); \
-         Mach 0.3 is {} m/s here: if summary.json's written.field_ranges show the velocity beyond it, \
-         compressibility errors grow as Mach^2, so lower flow.acceleration",
-        ["x", "y"][axis],
-        free * 3f64.sqrt(),
+        "flow.acceleration along {}: no wall or inlet across {}, so only the bodies hold the flow, and how fast it \
+         settles is not known before the run (free acceleration would reach Mach {:.2} within it); Mach 0.3 is {} \
+         m/s here: if summary.json's written.field_ranges show the velocity beyond it, compressibility errors \
+         grow as Mach^2, so lower flow.acceleration",
+        held_axes(held.axes),
+        match held.axes {
+            [true, true] => "either periodic axis",
+            _ => "that periodic axis",
+        },
+        held.speed * 3f64.sqrt(),
         lbm_core::case::significant(limit_m_s, false),
     ))
+}
+
+/// "x", "y" or "x and y".
+pub fn held_axes(axes: [bool; 2]) -> &'static str {
+    match axes {
+        [true, true] => "x and y",
+        [true, false] => "x",
+        _ => "y",
+    }
 }
 
 /// What is legal but doubtful: τ near ½ or above [`HIGH_TAU`], a Mach number
@@ -645,14 +658,17 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         let scale = 2f64.powi(body.level as i32);
         // How far each straight edge along an axis lies from the nearest
         // cell face of the body's level, in its cells.
+        // Edges within a tenth of a cell of an axis over their length count
+        // (a turn by a hair leaves them on the same rows of centres).
+        let off_face = |at: f64| (at * scale - (at * scale).round()).abs();
         let worst = body
             .shape
-            .axis_edges()
+            .axis_edges(EDGE_OFF_FACE / scale)
             .into_iter()
-            .map(|(axis, at)| (axis, at, (at * scale - (at * scale).round()).abs()))
+            .flat_map(|(axis, a, b)| [(axis, a, off_face(a)), (axis, b, off_face(b))])
             .max_by(|p, q| p.2.total_cmp(&q.2));
         if let Some((axis, at, off)) = worst
-            && off > EDGE_OFF_FACE
+            && off > EDGE_OFF_FACE + 1e-9
         {
             let dx = resolved.units.dx / scale;
             out.push(format!(

@@ -350,12 +350,32 @@ pub fn refined_trt_tau_minus(resolved: &Resolved, levels: &[lbm_core::case::Leve
 
 /// What to change in a case that diverged.
 pub fn divergence_advice(resolved: &Resolved) -> String {
-    if let Some((axis, _)) = resolved.lattice.forced_speed(resolved.steps).held_by_bodies {
+    if let Some(held) = resolved.lattice.forced_speed(resolved.steps).held_by_bodies {
         return format!(
             "only the bodies hold the body force's flow along {}: lower flow.acceleration (lbm check shows what \
              free acceleration would reach)",
-            ["x", "y"][axis]
+            crate::check::held_axes(held.axes)
         );
+    }
+    let lattice = &resolved.lattice;
+    let trt = matches!(lattice.collision, lbm_core::lattice::Collision::Trt { .. });
+    let walled = [2, 3]
+        .iter()
+        .any(|&s| lattice.boundaries[s] == lbm_core::Boundary::Wall);
+    if let Some(inlet) = &lattice.inlet
+        && trt
+        && walled
+    {
+        // Level 0's cell Reynolds number of the inlet's peak: U dx / nu.
+        let cell_reynolds = inlet.velocity.abs() * inlet.amplitude.peak() / ((lattice.tau - 0.5) / 3.0);
+        if cell_reynolds > crate::check::INLET_TRT_CELL_RE {
+            return format!(
+                "the inlet's peak is at cell Re {cell_reynolds:.1} on level 0 with TRT, above {} where channels \
+                 diverged from the inlet's corners: collision = {{ model = \"bgk\" }} holds there, or a finer \
+                 domain.resolution lowers the cell Reynolds number (lbm check shows it)",
+                crate::check::INLET_TRT_CELL_RE
+            );
+        }
     }
     let levels = resolved.levels().unwrap_or_default();
     if let Some(tau_minus) = refined_trt_tau_minus(resolved, &levels) {
@@ -1235,6 +1255,11 @@ impl<D: Driver> Session<'_, D> {
                 self.resolved.steps,
                 self.out.display()
             );
+        }
+        // A failure a resume gets past (a full disk freed, a device back)
+        // names it, as summary.json does.
+        if summary.resume.is_some() && ending == Ending::Failed {
+            after += &format!("; once the cause is fixed, continue with: {}", resume_command(self.out));
         }
         (
             AppError::Failed {

@@ -648,6 +648,19 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .collect();
     let drivers = open_drivers(&chosen, options.mode, options.backend, options.device)?;
     prepare_output(&options.out)?;
+    // The warning lbm run gives, once, with the members it concerns.
+    let held: Vec<(usize, String)> = chosen
+        .iter()
+        .filter_map(|m| crate::check::held_by_bodies(&m.resolved).map(|w| (m.index, w)))
+        .collect();
+    if let Some((_, warning)) = held.first() {
+        let which: Vec<String> = held.iter().map(|(k, _)| k.to_string()).collect();
+        let members = match which.len() {
+            1 => format!("member {}", which[0]),
+            _ => format!("members {} (the figures member {}'s)", which.join(", "), which[0]),
+        };
+        tell!("warning: {members}: {warning}");
+    }
     let _lock = crate::run::lock_directory(&options.out).map_err(|reason| AppError::OutputDir {
         path: options.out.display().to_string(),
         reason,
@@ -1370,13 +1383,13 @@ fn write_results(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
     }
     // A plot drawn from results that have since changed (a sweep stopped
     // and resumed: a quantity some member had before and none has now)
-    // would show values sweep.csv no longer holds.
-    if let Ok(entries) = std::fs::read_dir(&plots) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let current = drawn.iter().any(|(plot, _)| format!("{plot}.png") == name);
-            if name.ends_with(".png") && !current {
-                let _ = std::fs::remove_file(entry.path());
+    // would show values sweep.csv no longer holds. Only the sweep's own
+    // quantities' plots go; any other file stays.
+    for (name, _) in quantities(record) {
+        if !drawn.iter().any(|(plot, _)| *plot == name) {
+            let stale = plots.join(format!("{name}.png"));
+            if stale.is_file() {
+                let _ = std::fs::remove_file(stale);
             }
         }
     }

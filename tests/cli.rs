@@ -632,9 +632,20 @@ fn check_warns_of_a_straight_edge_off_the_cell_faces() {
         )) && printed.contains("dx = 0.003125 m on level 1"),
         "{printed}"
     );
-    // Turned by a right angle the rectangle's edges still lie along the axes.
-    let turned = off.replace("max = [0.55, 0.29375]", "max = [0.55, 0.29375]\nrotation = 90.0");
-    assert!(checked("turned.toml", &turned).contains("bodies[0] has a straight edge along"));
+    // Turned by a right angle, or by a hair (a sweep over the angle from
+    // 0), the rectangle's edges still lie along the axes.
+    for rotation in ["90.0", "0.01", "-1e-6"] {
+        let turned = off.replace(
+            "max = [0.55, 0.29375]",
+            &format!("max = [0.55, 0.29375]\nrotation = {rotation}"),
+        );
+        assert!(
+            checked("turned.toml", &turned).contains("bodies[0] has a straight edge along"),
+            "{rotation}"
+        );
+    }
+    let slanted = off.replace("max = [0.55, 0.29375]", "max = [0.55, 0.29375]\nrotation = 5.0");
+    assert!(!checked("slanted.toml", &slanted).contains("straight edge"));
     let dfg = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
     assert!(!checked("circle.toml", &dfg).contains("straight edge"));
     std::fs::remove_dir_all(dir).unwrap();
@@ -715,6 +726,28 @@ fn a_body_force_only_the_bodies_hold_is_warned_about_not_refused() {
     let drag: f64 = last.split(',').nth(1).unwrap().parse().unwrap();
     let driving = 5e-4 * (1.0 - std::f64::consts::PI * 0.04);
     assert!((drag / driving - 1.0).abs() < 0.02, "drag {drag} against {driving}");
+    // A sweep warns once, naming the members.
+    let out = dir.join("swept");
+    let sweep = lbm(&[
+        "sweep",
+        &gentle,
+        "--set",
+        "flow.acceleration=[6e-4, 0.0],[7e-4, 0.0]",
+        "--steps",
+        "3000",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(sweep.status.success(), "{}", stderr(&sweep));
+    assert_eq!(
+        stderr(&sweep).matches("warning: members 0, 1").count(),
+        1,
+        "{}",
+        stderr(&sweep)
+    );
     let out = dir.join("strong");
     let run = lbm(&[
         "run",

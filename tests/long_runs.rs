@@ -251,7 +251,15 @@ fn a_file_size_limit_fails_the_run_with_a_message_and_it_resumes() {
         "{}",
         stderr(&output)
     );
-    assert_eq!(summary(&out)["ended"], "failed");
+    let s = summary(&out);
+    assert_eq!(s["ended"], "failed");
+    // With a checkpoint to continue from, the message names the resume.
+    assert_eq!(
+        stderr(&output).contains("once the cause is fixed, continue with: lbm resume"),
+        s["resume"].is_string(),
+        "{}",
+        stderr(&output)
+    );
     let resumed = resume(&out, &[]);
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert_identical(straight(), &out);

@@ -556,12 +556,18 @@ fn a_sweep_stopped_at_its_wall_limit_or_killed_resumes_to_the_results_of_one_tha
             std::fs::write(&record, text.replace("\"wall limit\"", "\"running\"")).unwrap();
             std::fs::remove_file(out.join("sweep.csv")).unwrap();
         }
-        // A plot of a quantity the finished results lack (as a Strouhal
-        // number from a stopped member's short lift record was): the
-        // resumed sweep must not leave it.
-        std::fs::copy(out.join("plots/body0_cd.png"), out.join("plots/body7_strouhal.png")).unwrap();
+        // A plot of a quantity the finished results lack (a Strouhal number
+        // from a stopped member's short lift record): the resumed sweep
+        // must not leave it, and must leave a file of the user's.
+        let strouhal = out.join("plots/body0_strouhal.png");
+        if !whole.join("plots/body0_strouhal.png").exists() {
+            std::fs::copy(out.join("plots/body0_cd.png"), &strouhal).unwrap();
+        }
+        std::fs::write(out.join("plots/mine.png"), b"a user's figure").unwrap();
         let output = resume_on_cpu(&out);
         assert!(output.status.success(), "{mode}: {}", stderr(&output));
+        assert_eq!(std::fs::read(out.join("plots/mine.png")).unwrap(), b"a user's figure");
+        std::fs::remove_file(out.join("plots/mine.png")).unwrap();
         assert_same_results(&out, &whole, mode);
         for member in ["members/000", "members/001"] {
             let manifest = std::fs::read_to_string(out.join(member).join("manifest.json")).unwrap();

@@ -1458,20 +1458,38 @@ mod tests {
         let resolved = Case::from_toml(&array).unwrap().resolve().unwrap();
         let forced = resolved.lattice.forced_speed(resolved.steps);
         assert_eq!(forced.speed, 0.0);
-        let (axis, free) = forced.held_by_bodies.unwrap();
-        assert_eq!(axis, 0);
-        assert!((free - resolved.lattice.force[0] * long as f64).abs() < 1e-9 * free);
+        let held = forced.held_by_bodies.unwrap();
+        assert_eq!(held.axes, [true, false]);
+        let free = resolved.lattice.force[0] * long as f64;
+        assert!((held.speed - free).abs() < 1e-9 * free);
         // Walls across the axis still bound it, body or not.
         let walled = array
             .replace("y_min = \"periodic\"", "y_min = \"wall\"")
             .replace("y_max = \"periodic\"", "y_max = \"wall\"");
         refused(&walled, &["`flow.acceleration`", "Poiseuille peak"]);
-        // A run too short to get that fast is bounded by F t, body or not.
+        // A run too short to get that fast: nothing to warn of.
         let short = array.replace(&format!("steps = {long}"), "steps = 100");
         let resolved = Case::from_toml(&short).unwrap().resolve().unwrap();
-        let forced = resolved.lattice.forced_speed(resolved.steps);
-        assert_eq!(forced.held_by_bodies, None);
-        assert!((forced.speed - resolved.lattice.force[0] * 100.0).abs() < 1e-12);
+        assert_eq!(resolved.lattice.forced_speed(resolved.steps).held_by_bodies, None);
+        // Along both axes the whole speed decides (each axis alone below the
+        // limit, together above it), and both axes are named; a stronger
+        // force is never refused where a weaker one passed.
+        let per_axis = 0.25 / 3f64.sqrt() / long as f64 / resolved.lattice.force[0] * 1.1 * limit;
+        for factor in [1.0, 1.7] {
+            let g = per_axis * factor;
+            let both = array.replace(
+                &format!("acceleration = [{}, 0.0]", 1.1 * limit),
+                &format!("acceleration = [{g}, {g}]"),
+            );
+            assert_ne!(both, array);
+            let resolved = Case::from_toml(&both).unwrap().resolve().unwrap();
+            let held = resolved.lattice.forced_speed(resolved.steps).held_by_bodies.unwrap();
+            assert_eq!(held.axes, [true, true]);
+            assert!(
+                (held.speed * 3f64.sqrt() - 0.25 * 2f64.sqrt() * factor).abs() < 1e-6,
+                "{held:?}"
+            );
+        }
     }
 
     #[test]

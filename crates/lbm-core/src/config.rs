@@ -276,10 +276,19 @@ pub struct ForcedSpeed {
     pub speed: f64,
     /// How the larger axis was bounded, in words.
     pub bound: &'static str,
-    /// An axis (0 for x) along which only the bodies hold the flow and free
-    /// acceleration over the run (F t, given) would pass [`MAX_MACH`]: no
-    /// bound before the run, so not refused; `lbm check` warns.
-    pub held_by_bodies: Option<(usize, f64)>,
+    /// Present when only bodies hold the flow along an axis and the speed
+    /// the force could reach within the run passes [`MAX_MACH`]: no bound
+    /// before the run, so not refused; `lbm check` warns.
+    pub held_by_bodies: Option<HeldByBodies>,
+}
+
+/// The axes only bodies hold (x, y), and the speed the force could reach
+/// within the run, lattice units: F t along those axes, the bound along the
+/// others.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeldByBodies {
+    pub axes: [bool; 2],
+    pub speed: f64,
 }
 
 impl LatticeConfig {
@@ -334,14 +343,15 @@ impl LatticeConfig {
     ///   slips (free-slip or outflow); with no no-slip side only the bodies
     ///   can hold it, and how fast a flow through them gets (a periodic array
     ///   of cylinders: its permeability) is not known before the run, so that
-    ///   axis goes to [`ForcedSpeed::held_by_bodies`] when F t passes the
-    ///   Mach limit; otherwise, or with no body, the run's length bounds it;
+    ///   axis is left out of the bound and goes to
+    ///   [`ForcedSpeed::held_by_bodies`]; with no body the run's length
+    ///   bounds it;
     /// - along a closed or open axis (walls, inlet, outflow), the pressure,
     ///   once sound has crossed the length L: F L / c_s.
     pub fn forced_speed(&self, intervals: u64) -> ForcedSpeed {
         let nu = (self.tau - 0.5) / 3.0;
         let free_reason = "F t: nothing holds the flow along that axis within the run";
-        // (bound, why, whether only bodies hold it)
+        // (bound, why, whether only bodies hold it: then the bound is F t)
         let axis = |k: usize| -> (f64, &'static str, bool) {
             let force = self.force[k].abs();
             let free = force * intervals as f64;
@@ -368,11 +378,7 @@ impl LatticeConfig {
                         force * height * height / (2.0 * nu),
                         "the Poiseuille peak of a channel twice as wide (one side slips)",
                     ),
-                    // F t still bounds it when that is slow enough.
-                    _ if !self.bodies.is_empty() && free * 3f64.sqrt() > MAX_MACH => {
-                        return (free, free_reason, true);
-                    }
-                    _ => (free, free_reason),
+                    _ => return (free, free_reason, !self.bodies.is_empty()),
                 }
             } else {
                 (
@@ -384,14 +390,19 @@ impl LatticeConfig {
             (speed, why, false)
         };
         let [x, y] = [axis(0), axis(1)];
+        // The axes only bodies hold stay out of what is refused; with them
+        // the estimate (F t along them) decides whether to warn, on the
+        // whole speed, so that a stronger force never passes where a
+        // weaker one was refused.
         let bounded = |a: (f64, &'static str, bool)| if a.2 { (0.0, "no force") } else { (a.0, a.1) };
         let ((ux, why_x), (uy, why_y)) = (bounded(x), bounded(y));
-        let held_by_bodies = [x, y]
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.2)
-            .map(|(k, a)| (k, a.0))
-            .max_by(|p, q| p.1.total_cmp(&q.1));
+        let estimate = x.0.hypot(y.0);
+        let held_by_bodies = (x.2 || y.2)
+            .then_some(HeldByBodies {
+                axes: [x.2, y.2],
+                speed: estimate,
+            })
+            .filter(|_| estimate * 3f64.sqrt() > MAX_MACH);
         ForcedSpeed {
             speed: ux.hypot(uy),
             bound: if ux >= uy { why_x } else { why_y },

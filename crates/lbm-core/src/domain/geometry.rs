@@ -173,7 +173,12 @@ impl Shape {
                     let w = [a[0] - from[0], a[1] - from[1]];
                     let t = (w[0] * e[1] - w[1] * e[0]) / denom;
                     let u = (w[0] * step[1] - w[1] * step[0]) / denom;
-                    (hits(t) && (0.0..=1.0).contains(&u)).then_some(t.clamp(0.0, 1.0))
+                    // An end of the edge within round-off counts: a link
+                    // to a cell centred on a corner met neither edge once
+                    // the corner was turned by a right angle (q fell back to
+                    // 1/2 there, and the turned square took a lift).
+                    let on_edge = (-ON_EDGE..=1.0 + ON_EDGE).contains(&u);
+                    (hits(t) && on_edge).then_some(t.clamp(0.0, 1.0))
                 })
                 .reduce(f64::min),
         }
@@ -226,16 +231,16 @@ impl Shape {
         }
     }
 
-    /// The outline's edges along an axis: (0, x) for an edge along y at x,
-    /// (1, y) for one along x at y (a circle has none; a turned rectangle's
-    /// count when the turn leaves them along an axis to round-off).
-    pub fn axis_edges(&self) -> Vec<(usize, f64)> {
+    /// The outline's edges along an axis, or within `across` of one over
+    /// their length: (0, x at one end, x at the other) for an edge along y,
+    /// (1, y, y) for one along x (a circle has none).
+    pub fn axis_edges(&self, across: f64) -> Vec<(usize, f64, f64)> {
         edges(&self.outline())
             .filter_map(|(a, b)| {
-                let tolerance = ON_OUTLINE * a[0].abs().max(a[1].abs()).max(1.0);
-                match ((a[0] - b[0]).abs() <= tolerance, (a[1] - b[1]).abs() <= tolerance) {
-                    (true, false) => Some((0, 0.5 * (a[0] + b[0]))),
-                    (false, true) => Some((1, 0.5 * (a[1] + b[1]))),
+                let (dx, dy) = ((a[0] - b[0]).abs(), (a[1] - b[1]).abs());
+                match (dx <= across && dy > dx, dy <= across && dx > dy) {
+                    (true, _) => Some((0, a[0], b[0])),
+                    (_, true) => Some((1, a[1], b[1])),
                     _ => None,
                 }
             })
@@ -255,6 +260,10 @@ impl Shape {
 /// How near a point must lie to an outline, relative to its coordinates
 /// (base cells), to count as on it: round-off of a turn by a right angle.
 const ON_OUTLINE: f64 = 1e-12;
+
+/// How far past an end of an edge, as a fraction of the edge, a link still
+/// meets it.
+const ON_EDGE: f64 = 1e-9;
 
 fn sub(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
     [a[0] - b[0], a[1] - b[1]]
@@ -471,11 +480,27 @@ mod tests {
             assert_eq!(cells(&turned(degrees)), want, "turned by {degrees}");
         }
         assert!(turned(0.0).contains([2.5, 5.0]) && !turned(0.0).contains([2.4999, 5.0]));
-        assert_eq!(rectangle.axis_edges(), [(1, 3.5), (0, 6.5), (1, 7.5), (0, 2.5)]);
-        let mut edges = turned(90.0).axis_edges();
-        edges.iter_mut().for_each(|e| e.1 = (e.1 * 1e9).round() / 1e9);
-        assert_eq!(edges, [(0, 6.5), (1, 7.5), (0, 2.5), (1, 3.5)]);
-        assert!(turned(30.0).axis_edges().is_empty());
+        assert_eq!(
+            rectangle.axis_edges(0.0),
+            [(1, 3.5, 3.5), (0, 6.5, 6.5), (1, 7.5, 7.5), (0, 2.5, 2.5)]
+        );
+        let round = |v: f64| (v * 1e9).round() / 1e9;
+        let edges: Vec<_> = turned(90.0)
+            .axis_edges(1e-9)
+            .into_iter()
+            .map(|(axis, a, b)| (axis, round(a), round(b)))
+            .collect();
+        assert_eq!(edges, [(0, 6.5, 6.5), (1, 7.5, 7.5), (0, 2.5, 2.5), (1, 3.5, 3.5)]);
+        assert!(turned(30.0).axis_edges(0.1).is_empty());
+        // Turned by a hair the edges are along the axes to within 0.1.
+        assert_eq!(turned(0.5).axis_edges(0.1).len(), 4);
+        assert!(turned(2.0).axis_edges(0.1).is_empty());
+        // A link to a cell centred on a turned corner meets the outline at
+        // its end (it fell back to q = 1/2 with no crossing found).
+        for degrees in [90.0, 180.0, 270.0] {
+            let q = turned(degrees).crossing([1.5, 2.5], [1.0, 1.0]).unwrap();
+            assert!((q - 1.0).abs() < 1e-9, "turned by {degrees}: {q}");
+        }
     }
 
     /// Every link's q is the one the wall-distance table gives its cell and
