@@ -71,12 +71,7 @@ pub fn image(patch: &PatchFields, fields: &[FieldName]) -> Vec<u8> {
     let [ox, oy] = patch.origin;
     let h = patch.spacing;
     let extent = format!("0 {nx} 0 {ny} 0 0");
-    let mut xml = String::new();
-    let _ = writeln!(xml, r#"<?xml version="1.0"?>"#);
-    let _ = writeln!(
-        xml,
-        r#"<VTKFile type="ImageData" version="1.0" byte_order="LittleEndian" header_type="UInt64">"#
-    );
+    let mut xml = document(r#"type="ImageData" version="1.0" byte_order="LittleEndian" header_type="UInt64""#);
     let _ = writeln!(
         xml,
         r#"  <ImageData WholeExtent="{extent}" Origin="{ox:e} {oy:e} 0" Spacing="{h:e} {h:e} {h:e}">"#
@@ -106,16 +101,16 @@ pub fn image(patch: &PatchFields, fields: &[FieldName]) -> Vec<u8> {
     out
 }
 
+/// The XML declaration and the opening `VTKFile` tag with `attributes`.
+fn document(attributes: &str) -> String {
+    format!("<?xml version=\"1.0\"?>\n<VTKFile {attributes}>\n")
+}
+
 /// The `.vthb` of one save point: every patch's block, by level, with its AMR
 /// box in that level's cell indices; `file(patch)` names its `.vti` relative
 /// to the `.vthb`.
 pub fn overlapping_amr(patches: &[PatchFields], file: impl Fn(&PatchFields) -> String) -> String {
-    let mut xml = String::new();
-    let _ = writeln!(xml, r#"<?xml version="1.0"?>"#);
-    let _ = writeln!(
-        xml,
-        r#"<VTKFile type="vtkOverlappingAMR" version="1.1" byte_order="LittleEndian" header_type="UInt64">"#
-    );
+    let mut xml = document(r#"type="vtkOverlappingAMR" version="1.1" byte_order="LittleEndian" header_type="UInt64""#);
     let _ = writeln!(xml, r#"  <vtkOverlappingAMR origin="0 0 0" grid_description="XY">"#);
     let levels = patches.iter().map(|p| p.level).max().map_or(0, |l| l + 1);
     for level in 0..levels {
@@ -148,12 +143,7 @@ pub fn overlapping_amr(patches: &[PatchFields], file: impl Fn(&PatchFields) -> S
 /// coarse cells a finer patch covers keep their `vtkGhostType` REFINEDCELL
 /// mark, which such a reader leaves to the user.
 pub fn multiblock(patches: &[PatchFields], file: impl Fn(&PatchFields) -> String) -> String {
-    let mut xml = String::new();
-    let _ = writeln!(xml, r#"<?xml version="1.0"?>"#);
-    let _ = writeln!(
-        xml,
-        r#"<VTKFile type="vtkMultiBlockDataSet" version="1.0" byte_order="LittleEndian">"#
-    );
+    let mut xml = document(r#"type="vtkMultiBlockDataSet" version="1.0" byte_order="LittleEndian""#);
     let _ = writeln!(xml, r#"  <vtkMultiBlockDataSet>"#);
     let levels = patches.iter().map(|p| p.level).max().map_or(0, |l| l + 1);
     for level in 0..levels {
@@ -176,12 +166,7 @@ pub fn multiblock(patches: &[PatchFields], file: impl Fn(&PatchFields) -> String
 
 /// The `.pvd` time series over `(time, file)` pairs.
 pub fn collection(steps: &[(f64, String)]) -> String {
-    let mut xml = String::new();
-    let _ = writeln!(xml, r#"<?xml version="1.0"?>"#);
-    let _ = writeln!(
-        xml,
-        r#"<VTKFile type="Collection" version="1.0" byte_order="LittleEndian">"#
-    );
+    let mut xml = document(r#"type="Collection" version="1.0" byte_order="LittleEndian""#);
     let _ = writeln!(xml, r#"  <Collection>"#);
     for (time, file) in steps {
         let _ = writeln!(
