@@ -233,19 +233,27 @@ fn flag(value: &str, accepted: &str) -> AppError {
 /// sweep's record and table hold them all.
 const MAX_MEMBERS: usize = 10_000;
 
-/// `s` split at commas outside brackets, braces and quotes.
+/// `s` split at commas outside brackets, braces and TOML strings (basic,
+/// where a backslash escapes the next character, and literal).
 fn split_values(s: &str) -> Vec<String> {
-    let (mut out, mut current, mut depth, mut quoted) = (Vec::new(), String::new(), 0i32, false);
+    let (mut out, mut current, mut depth) = (Vec::new(), String::new(), 0i32);
+    // The quote of the string the scan is in, and whether the last
+    // character was an escaping backslash.
+    let (mut quote, mut escaped): (Option<char>, bool) = (None, false);
     for c in s.chars() {
-        match c {
-            '"' => quoted = !quoted,
-            '[' | '{' if !quoted => depth += 1,
-            ']' | '}' if !quoted => depth -= 1,
-            ',' if !quoted && depth == 0 => {
+        match (quote, c) {
+            (Some('"'), _) if escaped => escaped = false,
+            (Some('"'), '\\') => escaped = true,
+            (Some(q), _) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '[' | '{') => depth += 1,
+            (None, ']' | '}') => depth -= 1,
+            (None, ',') if depth == 0 => {
                 out.push(std::mem::take(&mut current).trim().to_owned());
                 continue;
             }
-            _ => {}
+            (None, _) => {}
         }
         current.push(c);
     }
@@ -1731,6 +1739,17 @@ mod tests {
 
     /// A CSV reader gets a swept string as the string (pandas read
     /// `"constant"` with its quotes before), other values as written.
+    /// Commas inside strings, escaped quotes and literal strings do not
+    /// split a list of values.
+    #[test]
+    fn values_split_at_commas_outside_strings_and_brackets() {
+        assert_eq!(
+            split_values(r#""it\"s, here","x", 'a,b' , [1, 2],{ r = 1, s = 2 }"#),
+            [r#""it\"s, here""#, r#""x""#, "'a,b'", "[1, 2]", "{ r = 1, s = 2 }"]
+        );
+        assert_eq!(split_values(r#""a\\",b"#), [r#""a\\""#, "b"]);
+    }
+
     #[test]
     fn swept_strings_reach_the_csv_without_their_toml_quotes() {
         assert_eq!(unquoted("\"constant\""), "constant");
