@@ -531,7 +531,8 @@ fn report(summary: &Summary) {
             say!(
                 "{why} after interval {} of {}; checkpoint {}; {way_on}",
                 summary.completed_intervals,
-                summary.steps,
+                // A pilot runs its own intervals of the plan's.
+                summary.pilot.as_ref().map_or(summary.steps, |p| p.intervals),
                 summary.checkpoint.as_deref().unwrap_or("none"),
             );
         }

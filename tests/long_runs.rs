@@ -204,6 +204,32 @@ fn interrupted_by(signal: &str) {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// A signal that comes during set-up ends the run at its first chunk, with
+/// its summary; an interrupted pilot counts its own intervals and says to
+/// run it again (it does not resume).
+#[test]
+fn an_interrupted_pilot_says_to_run_it_again() {
+    let (root, case, out) = setup("pilot-signal");
+    // Shorter than the run, so that the count told is the pilot's own.
+    let pilot = (steps() * 5 / 6).to_string();
+    let child = spawn_run(&case, &out, &["--pilot", "--pilot-intervals", &pilot]);
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.contains(&format!(" of {pilot}; checkpoint none; a pilot does not resume")),
+        "{said}"
+    );
+    assert_eq!(summary(&out)["ended"], "interrupted");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 /// A file the run wrote, removed under it: the run does not say it
 /// completed, and names the file.
 #[test]
