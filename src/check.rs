@@ -553,12 +553,28 @@ const OUTFLOW_BGK_CELL_RE: f64 = 24.0;
 /// The cell Reynolds number of the inlet's peak on level 0 above which
 /// `lbm check` warns a TRT case whose inlet meets a wall: measured in a
 /// channel 20 cells high, it held at 10 and diverged at 11.5.
-pub const INLET_TRT_CELL_RE: f64 = 10.0;
+const INLET_TRT_CELL_RE: f64 = 10.0;
 
 /// How far (in cells of its level) a body's straight edge along an axis may
 /// lie from a cell face before `lbm check` warns: its links' wall distance q
 /// is then outside 0.4 to 0.6.
 const EDGE_OFF_FACE: f64 = 0.1;
+
+/// Level 0's cell Reynolds number of the inlet's peak (U dx / nu, at the
+/// amplitude's peak factor) when a TRT case's inlet meets a wall and it is
+/// above [`INLET_TRT_CELL_RE`]: what `lbm check` warns of and a divergence's
+/// advice names.
+pub fn inlet_trt_cell_reynolds(resolved: &Resolved) -> Option<f64> {
+    let lattice = &resolved.lattice;
+    let inlet = lattice.inlet.as_ref()?;
+    let trt = matches!(lattice.collision, lbm_core::lattice::Collision::Trt { .. });
+    // A moving wall is a wall here, with its velocity.
+    let walled = [2, 3]
+        .iter()
+        .any(|&s| lattice.boundaries[s] == lbm_core::Boundary::Wall);
+    let cell_reynolds = inlet.velocity.abs() * inlet.amplitude.peak() / ((lattice.tau - 0.5) / 3.0);
+    (trt && walled && cell_reynolds > INLET_TRT_CELL_RE).then_some(cell_reynolds)
+}
 
 /// τ⁺ above which `lbm check` warns: a band below the refusal at
 /// [`lbm_core::config::MAX_TAU`].
@@ -657,9 +673,9 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
     for (b, body) in resolved.lattice.bodies.iter().enumerate() {
         let scale = 2f64.powi(body.level as i32);
         // How far each straight edge along an axis lies from the nearest
-        // cell face of the body's level, in its cells.
-        // Edges within a tenth of a cell of an axis over their length count
-        // (a turn by a hair leaves them on the same rows of centres).
+        // cell face of the body's level, in its cells, at both ends; an edge
+        // within a tenth of a cell of an axis over its length counts (a turn
+        // by a hair leaves it on the same rows of centres).
         let off_face = |at: f64| (at * scale - (at * scale).round()).abs();
         let worst = body
             .shape
@@ -702,24 +718,14 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         ));
     }
     if let BoundarySpec::Inlet(inlet) = &case.boundaries.x_min {
-        let walled = [&case.boundaries.y_min, &case.boundaries.y_max]
-            .iter()
-            .any(|side| matches!(side, BoundarySpec::Wall | BoundarySpec::MovingWall(_)));
-        let trt = matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Trt { .. });
-        if let Some(l) = levels.first()
-            && trt
-            && walled
-        {
-            let cell_reynolds = cell_reynolds(case, l, inlet.velocity);
-            if cell_reynolds > INLET_TRT_CELL_RE {
-                out.push(format!(
-                    "the inlet's peak is at cell Re {cell_reynolds:.1} on level 0 (U dx / nu) with TRT: where the inlet \
+        if let Some(cell_reynolds) = inlet_trt_cell_reynolds(resolved) {
+            out.push(format!(
+                "the inlet's peak is at cell Re {cell_reynolds:.1} on level 0 (U dx / nu) with TRT: where the inlet \
                      meets a wall its odd non-equilibrium barely relaxes, and channels diverged from the inlet's \
                      corners above cell Re {INLET_TRT_CELL_RE} (a uniform inlet at 11.5, a parabolic one at 12.5; \
                      BGK held at 15): collision = {{ model = \"bgk\" }} holds there, or a finer domain.resolution \
                      lowers the cell Reynolds number"
-                ));
-            }
+            ));
         }
         let outflow = case.boundaries.x_max == BoundarySpec::Outflow;
         if outflow && inlet.amplitude.reverses() {

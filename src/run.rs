@@ -313,8 +313,7 @@ fn spread(patches: &[fields::PatchFields]) -> String {
         _ => format!(
             " (by then {bad} of the {fluid} fluid cells of all levels are not finite; the device names the first \
              cell it finds in storage order on the finest level that has one, which need not be where the blow-up \
-             began; the saved fields show the \
-             rest)"
+             began; the saved fields show the rest)"
         ),
     }
 }
@@ -357,25 +356,12 @@ pub fn divergence_advice(resolved: &Resolved) -> String {
             crate::check::held_axes(held.axes)
         );
     }
-    let lattice = &resolved.lattice;
-    let trt = matches!(lattice.collision, lbm_core::lattice::Collision::Trt { .. });
-    let walled = [2, 3]
-        .iter()
-        .any(|&s| lattice.boundaries[s] == lbm_core::Boundary::Wall);
-    if let Some(inlet) = &lattice.inlet
-        && trt
-        && walled
-    {
-        // Level 0's cell Reynolds number of the inlet's peak: U dx / nu.
-        let cell_reynolds = inlet.velocity.abs() * inlet.amplitude.peak() / ((lattice.tau - 0.5) / 3.0);
-        if cell_reynolds > crate::check::INLET_TRT_CELL_RE {
-            return format!(
-                "the inlet's peak is at cell Re {cell_reynolds:.1} on level 0 with TRT, above {} where channels \
-                 diverged from the inlet's corners: collision = {{ model = \"bgk\" }} holds there, or a finer \
-                 domain.resolution lowers the cell Reynolds number (lbm check shows it)",
-                crate::check::INLET_TRT_CELL_RE
-            );
-        }
+    if let Some(cell_reynolds) = crate::check::inlet_trt_cell_reynolds(resolved) {
+        return format!(
+            "the inlet's peak is at cell Re {cell_reynolds:.1} on level 0 with TRT, where channels diverged from \
+             the inlet's corners: collision = {{ model = \"bgk\" }} holds there, or a finer domain.resolution \
+             lowers the cell Reynolds number (lbm check shows it)"
+        );
     }
     let levels = resolved.levels().unwrap_or_default();
     if let Some(tau_minus) = refined_trt_tau_minus(resolved, &levels) {

@@ -1475,12 +1475,9 @@ fn quantities(record: &SweepRecord) -> Vec<(String, Read)> {
 /// A swept value as a CSV reader should see it: a TOML string without its
 /// quotes (`constant`, not `"constant"`), anything else as written.
 fn unquoted(value: &str) -> String {
-    match toml::from_str::<toml::Table>(&format!("v = {value}")) {
-        Ok(table) => match table.get("v") {
-            Some(toml::Value::String(text)) => text.clone(),
-            _ => value.to_owned(),
-        },
-        Err(_) => value.to_owned(),
+    match toml_value(value) {
+        Ok(toml::Value::String(text)) => text,
+        _ => value.to_owned(),
     }
 }
 
@@ -1737,8 +1734,6 @@ fn relative_path(from: &Path, target: &Path) -> String {
 mod tests {
     use super::*;
 
-    /// A CSV reader gets a swept string as the string (pandas read
-    /// `"constant"` with its quotes before), other values as written.
     /// Commas inside strings, escaped quotes and literal strings do not
     /// split a list of values.
     #[test]
@@ -1750,6 +1745,8 @@ mod tests {
         assert_eq!(split_values(r#""a\\",b"#), [r#""a\\""#, "b"]);
     }
 
+    /// A CSV reader gets a swept string as the string (pandas read
+    /// `"constant"` with its quotes before), other values as written.
     #[test]
     fn swept_strings_reach_the_csv_without_their_toml_quotes() {
         assert_eq!(unquoted("\"constant\""), "constant");

@@ -48,6 +48,19 @@ fn wait_for_checkpoint(out: &Path, step: u64, child: &mut std::process::Child) {
 }
 
 /// `output` is a refusal of a directory another lbm is writing into.
+/// Sends `signal` (as `kill` takes it) to `child` and waits for it: an
+/// interrupted run's exit, 130, and what it said.
+fn signalled(child: std::process::Child, signal: &str) -> std::process::Output {
+    let killed = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    output
+}
+
 fn assert_busy(output: &std::process::Output) {
     assert_eq!(output.status.code(), Some(2), "{}", stderr(output));
     assert!(
@@ -182,13 +195,7 @@ fn interrupted_by(signal: &str) {
     let (root, case, out) = setup(&format!("signal{signal}"));
     let mut child = spawn_run(&case, &out, &[]);
     wait_for_checkpoint(&out, 20, &mut child);
-    let killed = Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    signalled(child, signal);
     let s = summary(&out);
     assert_eq!(s["ended"], "interrupted");
     let done = s["completed_intervals"].as_u64().unwrap();
@@ -214,13 +221,7 @@ fn an_interrupted_pilot_says_to_run_it_again() {
     let pilot = (steps() * 5 / 6).to_string();
     let child = spawn_run(&case, &out, &["--pilot", "--pilot-intervals", &pilot]);
     std::thread::sleep(Duration::from_millis(500));
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let output = signalled(child, "-TERM");
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(
         said.contains(&format!(" of {pilot}; checkpoint none; a pilot does not resume")),
@@ -320,13 +321,7 @@ fn a_signal_ends_a_validation_with_its_series_written() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(500));
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let output = signalled(child, "-TERM");
     assert!(
         stderr(&output).contains("interrupted by a signal"),
         "{}",
@@ -436,13 +431,7 @@ fn a_damaged_checkpoint_falls_back_to_the_one_before() {
     // a wall limit would leave one checkpoint on a loaded host.
     let mut child = spawn_run(&case, &out, &[]);
     wait_for_checkpoint(&out, 40, &mut child);
-    let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    signalled(child, "-INT");
     let mut files: Vec<PathBuf> = std::fs::read_dir(out.join("checkpoints"))
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -497,7 +497,7 @@ impl Writer {
                 .state
                 .series
                 .iter()
-                .map(|(t, file)| (*t, file.replace(".vthb", ".vtm")))
+                .map(|(t, file)| (*t, Path::new(file).with_extension("vtm").display().to_string()))
                 .collect();
             write_atomic(&self.out.join("patches.pvd"), vtk::collection(&multiblock).as_bytes())?;
         }

@@ -453,20 +453,14 @@ mod tests {
             min: [2.5, 3.5],
             max: [6.5, 7.5],
         };
+        // Turned as a case file's `rotation` turns it, about its centre.
         let turned = |degrees: f64| {
-            let (sin, cos) = degrees.to_radians().sin_cos();
-            let [cx, cy] = [4.5, 5.5];
-            Shape::Polygon {
-                points: [[2.5, 3.5], [6.5, 3.5], [6.5, 7.5], [2.5, 7.5]]
-                    .iter()
-                    .map(|[x, y]| {
-                        [
-                            cx + (x - cx) * cos - (y - cy) * sin,
-                            cy + (x - cx) * sin + (y - cy) * cos,
-                        ]
-                    })
-                    .collect(),
+            crate::case::BodyTable {
+                rotation: Some(degrees),
+                ..crate::case::BodyTable::from(rectangle.clone())
             }
+            .placed(0)
+            .unwrap()
         };
         let cells = |shape: &Shape| -> Vec<(u32, u32)> {
             (0..10)
