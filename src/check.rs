@@ -562,7 +562,7 @@ const EDGE_OFF_FACE: f64 = 0.1;
 
 /// Level 0's cell Reynolds number of the inlet's peak (U dx / nu, at the
 /// amplitude's peak factor) when a TRT case's inlet meets a wall and it is
-/// above [`INLET_TRT_CELL_RE`]: what `lbm check` warns of and a divergence's
+/// above `INLET_TRT_CELL_RE` (10): what `lbm check` warns of and a divergence's
 /// advice names.
 pub fn inlet_trt_cell_reynolds(resolved: &Resolved) -> Option<f64> {
     let lattice = &resolved.lattice;
