@@ -41,12 +41,29 @@ const CUDA_LAUNCH_S: f64 = 10e-6;
 /// says otherwise (`run.require_pilot`).
 const PILOT_ABOVE_S: f64 = 60.0;
 
-/// The text of the case file at `path`.
-fn read_case_text(path: &Path) -> Result<String, AppError> {
-    std::fs::read_to_string(path).map_err(|source| AppError::ReadCase {
+/// The largest case file read: cases are a few kB, and a path to an endless
+/// device (`/dev/zero`) would otherwise be read until memory runs out.
+const MAX_CASE_BYTES: u64 = 16 << 20;
+
+/// The text of the case file at `path` (a pipe too: `<(sed ... case.toml)`),
+/// refused past [`MAX_CASE_BYTES`].
+pub(crate) fn read_case_text(path: &Path) -> Result<String, AppError> {
+    use std::io::Read as _;
+    let refuse = |source| AppError::ReadCase {
         path: path.display().to_string(),
         source,
-    })
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_CASE_BYTES + 1).read_to_string(&mut text))
+        .map_err(refuse)?;
+    if text.len() as u64 > MAX_CASE_BYTES {
+        return Err(refuse(std::io::Error::other(format!(
+            "it is longer than {} MiB, which no case file is",
+            MAX_CASE_BYTES >> 20
+        ))));
+    }
+    Ok(text)
 }
 
 /// The case at `path` as written (one read, so that what a run keeps is
@@ -116,13 +133,16 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
     let per_level: Vec<String> = (0..hierarchy.n_levels())
         .map(|l| format!("level {l} {}", human_bytes(need.device.level(l))))
         .collect();
-    let cells: u64 = levels.iter().map(|l| l.cells).sum();
+    let cells: u64 = levels.iter().map(|l| l.cells).sum::<u64>().max(1);
+    let ring = need.device.entries.get(RING_LABEL).copied().unwrap_or(0);
     let _ = writeln!(
         out,
-        "device memory: about {} ({}), {:.1} bytes per cell",
+        "device memory: about {} ({}, the output ring {}), {:.1} bytes per cell and the ring's {:.1}",
         human_bytes(need.device.total()),
         per_level.join(", "),
-        need.device.total() as f64 / cells.max(1) as f64
+        human_bytes(ring),
+        (need.device.total() - ring) as f64 / cells as f64,
+        ring as f64 / cells as f64
     );
     let available = host_available_memory();
     let _ = writeln!(
@@ -298,6 +318,17 @@ pub fn pilot_required_for(
     })
 }
 
+/// How far a period in s may move when rounded to whole base intervals
+/// before `lbm check` warns (a share of the period).
+const PERIOD_ROUNDING: f64 = 0.01;
+
+/// The output ring's share of [`MemoryNeed::device`].
+pub const RING_LABEL: &str = "output.ring";
+
+/// The program itself: its code, its threads' stacks and the small
+/// allocations no estimate itemises.
+const PROCESS_BYTES: u64 = 32 << 20;
+
 /// What a run needs in memory, found before anything is allocated: its device
 /// buffers (lbm-core's estimate, the same ledger the stepper keeps) and the
 /// host's working memory at its two peaks.
@@ -316,21 +347,32 @@ pub struct MemoryNeed {
     /// writer (an NPY array and its file, a VTK block and its file, a
     /// picture's values, pixels and PNG).
     pub working: u64,
+    /// A checkpoint's state, downloaded whole and streamed to its file (and
+    /// read back the same way by `lbm resume`): both population sets of
+    /// every patch and the ledgers beside them.
+    pub checkpoint: u64,
+    /// The output ring's pinned staging, held for the whole run.
+    pub staging: u64,
 }
 
 impl MemoryNeed {
-    /// The host's peak, bytes: the setup or a save point.
+    /// The host's peak, bytes: the setup, a save point or a checkpoint
+    /// (the run writes a save point's fields before it downloads a
+    /// checkpoint's state).
     pub fn host(&self) -> u64 {
-        self.setup.max(self.fields + self.working)
+        PROCESS_BYTES + self.staging + self.setup.max(self.fields + self.working).max(self.checkpoint)
     }
 
     /// The host's parts in words.
     pub fn host_parts(&self) -> String {
         format!(
-            "setup {}; a save point's fields {} and working copies {}",
+            "the program {}, the output ring's staging {} and the largest of: setup {}; a save point's fields {} and working copies {}; a checkpoint {}",
+            human_bytes(PROCESS_BYTES),
+            human_bytes(self.staging),
             human_bytes(self.setup),
             human_bytes(self.fields),
-            human_bytes(self.working)
+            human_bytes(self.working),
+            human_bytes(self.checkpoint)
         )
     }
 }
@@ -418,11 +460,32 @@ fn memory_need_of(
         })
         .max()
         .unwrap_or(0);
+    let checkpoint = device.state();
+    // The output ring's arena and ring beside the stepper's buffers, sized
+    // by each patch's plane (its active cells and the ghost band around
+    // them, an upper bound that holds for a slab's own share too).
+    let planes: Vec<usize> = device
+        .entries
+        .iter()
+        .filter(|(label, _)| label.ends_with(".f.a"))
+        .map(|(_, bytes)| *bytes as usize / (Q * f32_bytes as usize))
+        .collect();
+    let windows: Vec<u64> = device
+        .entries
+        .iter()
+        .filter(|(label, _)| label.ends_with(".exchange.window"))
+        .map(|(_, bytes)| *bytes)
+        .collect();
+    let (ring, staging) = crate::output::ring::ring_memory(&planes, plan.probes.len(), &windows);
+    let mut device = device;
+    device.add(RING_LABEL, ring);
     Ok(MemoryNeed {
         device,
         setup,
         fields,
         working: gather.max(writers),
+        checkpoint,
+        staging,
     })
 }
 
@@ -531,6 +594,50 @@ pub fn check_batch_memory<D: Driver + ?Sized>(needs: &[MemoryNeed], levels: usiz
     Ok(())
 }
 
+/// Files the program holds open besides its CSV files: the standard
+/// streams, the output lock, the file being written by the writer thread, a
+/// device's driver handles.
+const OTHER_OPEN_FILES: u64 = 64;
+
+/// Refuses, before any output is written, members (one for a run) whose CSV
+/// files, open for the whole run, would pass the process's limit on open
+/// files once raised as far as it may be: `forces.csv` (with bodies), one
+/// per point probe and one per line.
+pub fn check_open_files<'a>(members: impl IntoIterator<Item = &'a Resolved>) -> Result<(), AppError> {
+    let (mut members_n, mut files) = (0u64, 0u64);
+    let mut parts = Vec::new();
+    for resolved in members {
+        let plan = &resolved.output;
+        let csv = u64::from(!resolved.lattice.bodies.is_empty()) + (plan.probes.len() + plan.lines.len()) as u64;
+        if members_n == 0 {
+            parts.push(format!(
+                "{}, {}{}",
+                plural(plan.probes.len(), "point probe"),
+                plural(plan.lines.len(), "line"),
+                if resolved.lattice.bodies.is_empty() {
+                    ""
+                } else {
+                    " and forces.csv"
+                }
+            ));
+        }
+        members_n += 1;
+        files += csv;
+    }
+    if members_n > 1 {
+        parts.push(format!("over {members_n} members at once"));
+    }
+    let wanted = files + OTHER_OPEN_FILES;
+    match lbm_core::cpu::raise_open_file_limit(wanted) {
+        Some(limit) if limit < wanted => Err(AppError::OpenFiles {
+            needed: files,
+            limit,
+            parts: parts.join(", "),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// `bytes` in MiB or GiB, as a reader wants them.
 pub fn human_bytes(bytes: u64) -> String {
     match bytes as f64 / (1u64 << 30) as f64 {
@@ -631,6 +738,26 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
             ));
         }
     }
+    // Periods in s become whole base intervals: one far from a whole number
+    // of them samples at another rate than the case asks.
+    let dt = resolved.units.dt;
+    for (key, asked) in [
+        ("output.every", case.output.every),
+        ("output.forces_every", case.output.forces_every),
+    ] {
+        if let Some(asked) = asked {
+            let intervals = ((asked / dt).round()).max(1.0);
+            if (intervals * dt / asked - 1.0).abs() > PERIOD_ROUNDING {
+                out.push(format!(
+                    "{key} = {asked} s is {:.3} base intervals of {dt:.4e} s and is taken as {intervals}, {:.4e} s \
+                     ({:+.1}%); choose a whole number of intervals",
+                    asked / dt,
+                    intervals * dt,
+                    (intervals * dt / asked - 1.0) * 100.0
+                ));
+            }
+        }
+    }
     for l in levels {
         if l.tau_plus - 0.5 < 0.02 {
             out.push(format!(
@@ -728,16 +855,25 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
             ));
         }
         let outflow = case.boundaries.x_max == BoundarySpec::Outflow;
-        if outflow && inlet.amplitude.reverses() {
-            out.push(
-                "boundaries.x_min.inlet.amplitude turns negative (a sine's second half-period, a table's negative \
-                 rows): the flow then enters through the outflow at x_max, which the pressure outlet does not hold \
-                 (such runs can diverge at modest Reynolds numbers, at any resolution); a wall at x_max, or factors \
-                 of one sign, keep the flow leaving through it"
-                    .into(),
-            );
+        let negative = inlet.velocity < 0.0;
+        let reverses = negative || inlet.amplitude.reverses();
+        if outflow && reverses {
+            let what = match negative {
+                true => "boundaries.x_min.inlet.velocity is negative (the inlet draws fluid out of the domain)",
+                false => {
+                    "boundaries.x_min.inlet.amplitude turns negative (a sine's second half-period, a table's \
+                     negative rows)"
+                }
+            };
+            out.push(format!(
+                "{what}: the flow then enters through the outflow at x_max, which the pressure outlet does not \
+                 hold (such runs can diverge at modest Reynolds numbers, at any resolution); a wall at x_max, or \
+                 an inflow of one sign, keep the flow leaving through it"
+            ));
         }
-        if !outflow && !inlet.amplitude.reverses() {
+        if inlet.velocity == 0.0 {
+            out.push("boundaries.x_min.inlet.velocity is 0: no fluid enters, and the inlet is a resting wall".into());
+        } else if !outflow && !reverses {
             out.push(format!(
                 "boundaries.x_min is an inlet but boundaries.x_max is {}: the fluid the inlet brings has nowhere to \
                  go, so the density and pressure rise as long as it runs; make x_max an outflow",
@@ -893,9 +1029,22 @@ mod tests {
             observe_window_exchange: true,
             ..ExecConfig::default()
         };
-        let stepper = lbm_core::Stepper::new(MockDriver::new(), resolved.lattice.clone(), exec).unwrap();
-        let allocated = stepper.memory_ledger().total() as f64;
-        assert!((need.device.total() as f64 / allocated - 1.0).abs() < 0.001);
+        let mock = MockDriver::new();
+        mock.handle().set_capacity(1 << 40);
+        let stepper = lbm_core::Stepper::new(mock, resolved.lattice.clone(), exec).unwrap();
+        let free = || stepper.with_device(|driver, _| driver.free_memory()).unwrap();
+        let allocated = stepper.memory_ledger().total();
+        let ring_estimate = need.device.entries[RING_LABEL];
+        assert!(((need.device.total() - ring_estimate) as f64 / allocated as f64 - 1.0).abs() < 0.001);
+        // The output ring: an upper bound (it counts each patch's ghost
+        // band), within 10%.
+        let before = free();
+        let _ring = crate::output::ring::OutputRing::new(&stepper, None, &[]).unwrap();
+        let ring = before - free();
+        assert!(
+            ring <= ring_estimate && (ring_estimate as f64) < 1.1 * ring as f64,
+            "{ring} {ring_estimate}"
+        );
         driver.handle().set_capacity(need.device.total() - 1);
         match check_memory(&resolved, &driver, None) {
             Err(AppError::Memory {

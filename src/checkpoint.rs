@@ -20,6 +20,7 @@
 //! two are kept: a crash while writing leaves the previous one whole, and a
 //! damaged newest one falls back to the one before.
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -28,7 +29,7 @@ use sha2::{Digest, Sha256};
 use lbm_core::Snapshot;
 
 use crate::AppError;
-use crate::output::write_atomic;
+use crate::output::write_atomic_with;
 use crate::plan::Plan;
 
 pub const FORMAT_VERSION: u32 = 1;
@@ -53,6 +54,32 @@ pub struct Checkpoint<S> {
     pub plan: Plan,
     pub snapshot: Snapshot,
     pub run: S,
+}
+
+/// A reader or writer that hashes what passes through it.
+struct Hashed<'a, W> {
+    file: &'a mut W,
+    sum: Sha256,
+}
+
+impl<R: Read> Read for Hashed<'_, R> {
+    fn read(&mut self, bytes: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(bytes)?;
+        self.sum.update(&bytes[..n]);
+        Ok(n)
+    }
+}
+
+impl<W: Write> Write for Hashed<'_, W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(bytes)?;
+        self.sum.update(&bytes[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }
 
 pub fn dir(out: &Path) -> PathBuf {
@@ -89,26 +116,32 @@ pub fn write<S: Serialize>(out: &Path, plan: &Plan, snapshot: &Snapshot, run: &S
     };
     let json = serde_json::to_vec(&meta).expect("plain data serialises");
     let binary: u64 = snapshot.buffers.iter().map(|(_, b)| b.len() as u64).sum();
-    let mut bytes = Vec::with_capacity(HEADER + json.len() + binary as usize + 32);
-    bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    bytes.extend_from_slice(&unhex(&plan.sha256));
-    bytes.extend_from_slice(&snapshot.step_count.to_le_bytes());
-    bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(&binary.to_le_bytes());
-    bytes.extend_from_slice(&json);
-    for (_, b) in &snapshot.buffers {
-        bytes.extend_from_slice(b);
-    }
-    let sum = Sha256::digest(&bytes);
-    bytes.extend_from_slice(&sum);
     let dir = dir(out);
     std::fs::create_dir_all(&dir).map_err(|source| AppError::Write {
         path: dir.display().to_string(),
         source,
     })?;
     let path = dir.join(file_name(snapshot.step_count));
-    write_atomic(&path, &bytes)?;
+    // Streamed through the hash: the state is as large as the device's
+    // populations, and a second copy of it would double the host's peak.
+    write_atomic_with(&path, |file| {
+        let mut hashed = Hashed {
+            file,
+            sum: Sha256::new(),
+        };
+        hashed.write_all(MAGIC)?;
+        hashed.write_all(&FORMAT_VERSION.to_le_bytes())?;
+        hashed.write_all(&unhex(&plan.sha256))?;
+        hashed.write_all(&snapshot.step_count.to_le_bytes())?;
+        hashed.write_all(&(json.len() as u64).to_le_bytes())?;
+        hashed.write_all(&binary.to_le_bytes())?;
+        hashed.write_all(&json)?;
+        for (_, b) in &snapshot.buffers {
+            hashed.write_all(b)?;
+        }
+        let sum = hashed.sum.finalize();
+        hashed.file.write_all(&sum)
+    })?;
     let mut all = list(out);
     all.retain(|p| *p != path);
     for old in all.iter().skip(KEPT - 1) {
@@ -134,19 +167,27 @@ pub fn list(out: &Path) -> Vec<PathBuf> {
 }
 
 /// Reads and checks one checkpoint file; the error says what is wrong with it.
+/// Each state buffer is read straight into its own vector, so the host holds
+/// the state once, as when it was written.
 pub fn read<S: for<'de> Deserialize<'de>>(path: &Path) -> Result<Checkpoint<S>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("it cannot be read ({e})"))?;
-    if bytes.len() < HEADER + 32 {
-        return Err(format!(
-            "it is truncated: {} bytes, shorter than the header",
-            bytes.len()
-        ));
+    let unreadable = |e: std::io::Error| format!("it cannot be read ({e})");
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let len = file.metadata().map_err(unreadable)?.len();
+    if len < (HEADER + 32) as u64 {
+        return Err(format!("it is truncated: {len} bytes, shorter than the header"));
     }
-    if &bytes[..8] != MAGIC {
+    let mut reader = std::io::BufReader::new(file);
+    let mut hashed = Hashed {
+        file: &mut reader,
+        sum: Sha256::new(),
+    };
+    let mut header = [0u8; HEADER];
+    hashed.read_exact(&mut header).map_err(unreadable)?;
+    if &header[..8] != MAGIC {
         return Err("it is not an lbm checkpoint (wrong magic bytes)".into());
     }
-    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+    let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
     if version != FORMAT_VERSION {
         return Err(format!(
             "its format version is {version}; this lbm reads version {FORMAT_VERSION}"
@@ -158,35 +199,49 @@ pub fn read<S: for<'de> Deserialize<'de>>(path: &Path) -> Result<Checkpoint<S>, 
         .checked_add(json_len)
         .and_then(|n| n.checked_add(binary_len))
         .and_then(|n| n.checked_add(32));
-    if expected != Some(bytes.len() as u64) {
+    if expected != Some(len) {
         return Err(format!(
-            "it is truncated or padded: {} bytes where its header says {}",
-            bytes.len(),
+            "it is truncated or padded: {len} bytes where its header says {}",
             expected.map_or("more than 2^64".into(), |n| n.to_string())
         ));
     }
-    let body = bytes.len() - 32;
-    if Sha256::digest(&bytes[..body]).as_slice() != &bytes[body..] {
+    let mut json = vec![0u8; json_len as usize];
+    hashed.read_exact(&mut json).map_err(unreadable)?;
+    // The record is judged only after the checksum, so that a damaged file
+    // is called damaged whichever byte was hit.
+    let meta = serde_json::from_slice::<Meta<S>>(&json);
+    let sizes = meta
+        .as_ref()
+        .ok()
+        .map(|m| m.buffers.iter().map(|(_, n)| *n).collect::<Vec<_>>())
+        .filter(|sizes| sizes.iter().try_fold(0u64, |sum, n| sum.checked_add(*n)) == Some(binary_len));
+    let mut buffers = Vec::new();
+    match &sizes {
+        Some(sizes) => {
+            for n in sizes {
+                let mut bytes = vec![0u8; *n as usize];
+                hashed.read_exact(&mut bytes).map_err(unreadable)?;
+                buffers.push(bytes);
+            }
+        }
+        None => {
+            std::io::copy(&mut (&mut hashed).take(binary_len), &mut std::io::sink()).map_err(unreadable)?;
+        }
+    }
+    let sum = hashed.sum.finalize();
+    let mut stored = [0u8; 32];
+    reader.read_exact(&mut stored).map_err(unreadable)?;
+    if sum.as_slice() != stored {
         return Err("its checksum does not match: the file is damaged".into());
     }
-    let json_end = HEADER + json_len as usize;
-    let meta: Meta<S> = serde_json::from_slice(&bytes[HEADER..json_end])
-        .map_err(|e| format!("its state record is unreadable ({e})"))?;
-    if unhex(&meta.plan.sha256) != bytes[12..44] {
+    let meta = meta.map_err(|e| format!("its state record is unreadable ({e})"))?;
+    if unhex(&meta.plan.sha256) != header[12..44] {
         return Err("its header and its state record name different plans".into());
     }
-    let mut at = json_end;
-    let mut buffers = Vec::with_capacity(meta.buffers.len());
-    for (label, len) in &meta.buffers {
-        let end = at + *len as usize;
-        if end > body {
-            return Err(format!("its buffer `{label}` runs past the end of the file"));
-        }
-        buffers.push((label.clone(), bytes[at..end].to_vec()));
-        at = end;
-    }
-    if at != body {
-        return Err("its buffers do not fill its binary part".into());
+    if sizes.is_none() {
+        return Err(format!(
+            "its buffers' sizes do not add up to its binary part of {binary_len} bytes"
+        ));
     }
     Ok(Checkpoint {
         path: path.to_owned(),
@@ -194,7 +249,7 @@ pub fn read<S: for<'de> Deserialize<'de>>(path: &Path) -> Result<Checkpoint<S>, 
         snapshot: Snapshot {
             step_count: step,
             window_start: meta.window_start,
-            buffers,
+            buffers: meta.buffers.into_iter().map(|(label, _)| label).zip(buffers).collect(),
         },
         run: meta.run,
     })

@@ -110,6 +110,14 @@ pub enum AppError {
         parts: String,
     },
 
+    /// A run that would hold more files open than the process may.
+    #[error(
+        "the run keeps {needed} files open ({parts}), and with what the program itself opens that is more \
+         than this process may open ({limit}, `ulimit -n`; its hard limit is reached too); sample fewer \
+         output.probes or output.lines, run fewer sweep members at once (--shard K/N), or raise the limit"
+    )]
+    OpenFiles { needed: u64, limit: u64, parts: String },
+
     #[error("{source}; what was measured until then is in {kept}")]
     Interrupted { source: Box<AppError>, kept: String },
 
@@ -209,7 +217,8 @@ impl AppError {
             | AppError::Resume { .. }
             | AppError::SweepMember { .. }
             | AppError::SweepMerge { .. }
-            | AppError::Memory { .. } => 2,
+            | AppError::Memory { .. }
+            | AppError::OpenFiles { .. } => 2,
             AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
             AppError::Interrupted { source, .. } | AppError::Failed { source, .. } => source.exit_code(),
             AppError::Signalled { .. } => crate::guard::EXIT_INTERRUPTED,

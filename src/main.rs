@@ -251,6 +251,7 @@ macro_rules! say {
 }
 
 fn main() -> ExitCode {
+    lbm_core::cpu::return_large_blocks();
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Check { .. } | Command::Info) {
         lbm::guard::Signals::install();
@@ -517,6 +518,10 @@ fn report(summary: &Summary) {
                 _ => "interrupted",
             };
             let way_on = match (&summary.resume, summary.pilot.is_some()) {
+                (Some(_), _) if summary.checkpoint.is_none() => format!(
+                    "no checkpoint yet: {} runs it again from the start in its directory",
+                    lbm::run::resume_command(&summary.out)
+                ),
                 (Some(_), _) => format!("continue with: {}", lbm::run::resume_command(&summary.out)),
                 // A pilot is short and resumes nothing: it runs again.
                 (None, true) => format!(

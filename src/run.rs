@@ -96,6 +96,9 @@ pub struct Limits {
     pub watchdog_seconds: f64,
 }
 
+/// A `--watchdog-seconds` below this is warned about.
+const SHORT_WATCHDOG_SECONDS: f64 = 1.0;
+
 impl Limits {
     pub fn check(&self) -> Result<(), AppError> {
         let positive = |flag: &'static str, s: f64| match s > 0.0 && s.is_finite() {
@@ -109,7 +112,16 @@ impl Limits {
         if let Some(s) = self.max_wall_seconds {
             positive("--max-wall-seconds", s)?;
         }
-        positive("--watchdog-seconds", self.watchdog_seconds)
+        positive("--watchdog-seconds", self.watchdog_seconds)?;
+        // Shorter, it can end a healthy run between two chunks as hung.
+        if self.watchdog_seconds < SHORT_WATCHDOG_SECONDS {
+            tell!(
+                "warning: --watchdog-seconds {} ends the run as stalled when no interval completes for that \
+                 long, and a chunk of intervals can take longer (the default is 600)",
+                self.watchdog_seconds
+            );
+        }
+        Ok(())
     }
 }
 
@@ -223,6 +235,9 @@ pub struct Summary {
     pub ring: RingStats,
     /// Times this segment waited for the writer thread's queue.
     pub writer_waits: u64,
+    /// The most memory this segment's process held (its peak resident
+    /// set; unknown off Linux): against `lbm check`'s estimate.
+    pub host_peak_bytes: Option<u64>,
     pub written: Written,
     #[serde(skip)]
     pub out: PathBuf,
@@ -580,6 +595,7 @@ fn open_admitted(
     };
     let opened = backend.open_split(device, request.devices, request.device_list.as_deref())?;
     crate::check::check_split_memory(resolved, &opened, split.as_ref(), request.picture_width)?;
+    crate::check::check_open_files([resolved])?;
     Ok(opened)
 }
 
@@ -714,7 +730,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
     // The run starts again only as the run it was: an edited case.toml is
     // another run, which another directory is for.
     let started_as: Option<Plan> = serde_json::from_value(manifest["plan"].clone()).ok();
-    let point = resume_point(dir, manifest, &plan)?;
+    let point = resume_point(dir, manifest, &plan, "run the case again into another directory")?;
     if point.is_none()
         && let Some(started_as) = started_as
         && started_as.case_sha256 != plan.case_sha256
@@ -818,10 +834,14 @@ impl ResumePoint {
     }
 }
 
+/// The checkpoint `lbm resume` continues `dir` from (`None`: there is none
+/// and the run starts again), or the refusal, whose advice is `again` (what
+/// starts the run afresh).
 pub(crate) fn resume_point(
     dir: &Path,
     manifest: serde_json::Value,
     plan: &Plan,
+    again: &str,
 ) -> Result<Option<ResumePoint>, AppError> {
     let (found, passed_over) = checkpoint::latest::<Checkpointed>(dir);
     for reason in &passed_over {
@@ -837,7 +857,7 @@ pub(crate) fn resume_point(
         return match passed_over.is_empty() {
             true => Ok(None),
             false => Err(refuse(format!(
-                "no checkpoint reads back whole: {}; run the case again into another directory",
+                "no checkpoint reads back whole: {}; {again}",
                 passed_over.join("; ")
             ))),
         };
@@ -846,6 +866,19 @@ pub(crate) fn resume_point(
         return Err(refuse(format!(
             "{} is of another plan than this lbm computes for its case.toml: {what}",
             found.path.display()
+        )));
+    }
+    // Before any work: the run would end refusing to call itself complete.
+    let written = &found.run.writer.written().files;
+    let missing: Vec<&PathBuf> = written.iter().filter(|f| !dir.join(f).exists()).collect();
+    if let Some(first) = missing.first() {
+        return Err(refuse(format!(
+            "{} was written before {} and is gone, and {} more of its {} files with it, so the run cannot be \
+             continued whole; {again}",
+            dir.join(first).display(),
+            found.path.display(),
+            missing.len() - 1,
+            written.len()
         )));
     }
     Ok(Some(ResumePoint { manifest, found }))
@@ -1225,7 +1258,11 @@ impl<D: Driver> Session<'_, D> {
                 Err(second) => later.push(second.to_string()),
             }
         }
-        let summary = self.summary(ending, Some(e.to_string()), None);
+        let mut summary = self.summary(ending, Some(e.to_string()), None);
+        if matches!(e, AppError::FilesGone { .. }) {
+            // What a checkpoint says was written is not there to continue.
+            summary.resume = None;
+        }
         if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
             later.push(second.to_string());
         }
@@ -1245,7 +1282,13 @@ impl<D: Driver> Session<'_, D> {
         // A failure a resume gets past (a full disk freed, a device back)
         // names it, as summary.json does.
         if summary.resume.is_some() && ending == Ending::Failed {
-            after += &format!("; once the cause is fixed, continue with: {}", resume_command(self.out));
+            after += &match summary.checkpoint {
+                Some(_) => format!("; once the cause is fixed, continue with: {}", resume_command(self.out)),
+                None => format!(
+                    "; once the cause is fixed, {} runs it again from the start in its directory",
+                    resume_command(self.out)
+                ),
+            };
         }
         (
             AppError::Failed {
@@ -1420,7 +1463,10 @@ impl<D: Driver> Session<'_, D> {
                 })
             })
             .collect();
-        let resumable = self.pilot.is_none() && self.last_checkpoint.is_some() && ended != Ending::Completed;
+        // As `lbm resume` decides: a run without a checkpoint starts again
+        // in its directory; a divergence would come back, so it is not
+        // resumable.
+        let resumable = self.pilot.is_none() && !matches!(ended, Ending::Completed | Ending::Diverged);
         Summary {
             case: self.case.name.clone(),
             ended,
@@ -1455,6 +1501,7 @@ impl<D: Driver> Session<'_, D> {
             }),
             ring: self.rings.stats(),
             writer_waits: self.writer.waits(),
+            host_peak_bytes: lbm_core::cpu::host_peak_memory(),
             written: self.written.clone(),
             out: self.out.to_owned(),
         }
@@ -1463,10 +1510,12 @@ impl<D: Driver> Session<'_, D> {
     /// Writes a checkpoint of the state now.
     fn checkpoint(&mut self) -> Result<(), AppError> {
         let start = Instant::now();
+        // The writer first: a save point's fields are written and dropped
+        // before the state is downloaded beside them (`check::MemoryNeed`).
+        let writer = self.writer.state()?;
         let snapshot = self.engine.snapshot()?;
         let mut run = self.state.clone();
         run.wall_seconds += self.started.elapsed().as_secs_f64();
-        let writer = self.writer.state()?;
         self.written = writer.written().clone();
         let state = Checkpointed { run, writer };
         let path = checkpoint::write(self.out, self.plan, &snapshot, &state)?;
@@ -1792,15 +1841,15 @@ impl<D: Driver> Session<'_, D> {
         }
         if !self.resolved.lattice.bodies.is_empty() {
             let coefficients = self.force_scale.coefficients(&records);
+            // The loads in N, torque included, not their coefficients: a
+            // coefficient's scale is the user's choice of reference.
+            let unbounded = records
+                .iter()
+                .position(|r| !self.force_scale.load(r)[..3].iter().all(|v| v.is_finite()));
             self.writer.forces(time, records)?;
             self.state.history.push((step, coefficients.clone()));
             self.state.coefficients = coefficients;
-            if let Some(b) = self
-                .state
-                .coefficients
-                .iter()
-                .position(|c| !c.iter().all(|v| v.is_finite()))
-            {
+            if let Some(b) = unbounded {
                 self.diverging = Some(Diverging {
                     step,
                     what: format!("the force on body {b} is not finite"),

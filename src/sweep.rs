@@ -67,6 +67,9 @@ use crate::run::{
     open_resumed, open_session, prepare_output, resume_point, write_json,
 };
 
+/// What `lbm resume` of a sweep does with a member that cannot continue.
+const AGAIN: &str = "the sweep runs the member again from the start in its directory";
+
 /// How the members advance.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -399,6 +402,22 @@ fn describe(parameters: &Parameters) -> String {
         .join(", ")
 }
 
+/// The parameters of member `index` of the cartesian product of `sweeps`
+/// (the first key varies slowest).
+fn parameters_of(sweeps: &[Sweep], index: usize) -> Parameters {
+    let mut rest = index;
+    let mut picks = vec![0; sweeps.len()];
+    for (k, s) in sweeps.iter().enumerate().rev() {
+        picks[k] = rest % s.values.len();
+        rest /= s.values.len();
+    }
+    sweeps
+        .iter()
+        .zip(&picks)
+        .map(|(s, &p)| (s.key.clone(), s.values[p].clone()))
+        .collect()
+}
+
 /// Every member of the cartesian product (the first key varies slowest),
 /// each read, resolved and compared with member 0, or the first refusal.
 fn members(base: &str, sweeps: &[Sweep], steps: Option<u64>) -> Result<Vec<Member>, AppError> {
@@ -408,17 +427,7 @@ fn members(base: &str, sweeps: &[Sweep], steps: Option<u64>) -> Result<Vec<Membe
     let mut out: Vec<Member> = Vec::with_capacity(total);
     let mut first_identity: Option<(MemberIdentity, Vec<u64>, u64)> = None;
     for index in 0..total {
-        let mut rest = index;
-        let mut picks = vec![0; sweeps.len()];
-        for (k, s) in sweeps.iter().enumerate().rev() {
-            picks[k] = rest % s.values.len();
-            rest /= s.values.len();
-        }
-        let parameters: Parameters = sweeps
-            .iter()
-            .zip(&picks)
-            .map(|(s, &p)| (s.key.clone(), s.values[p].clone()))
-            .collect();
+        let parameters = parameters_of(sweeps, index);
         let refuse = |reason: String| AppError::SweepMember {
             member: index,
             parameters: describe(&parameters),
@@ -780,18 +789,21 @@ pub fn resume(
             Some(result) => kept.push(result),
             None => {
                 let point = match crate::run::read_manifest(&out)
-                    .and_then(|manifest| resume_point(&out, manifest, &member.plan))
+                    .and_then(|manifest| resume_point(&out, manifest, &member.plan, AGAIN))
                 {
                     Ok(Some(point)) => Some(point),
                     Ok(None) => {
-                        tell!(
-                            "member {}: no checkpoint to continue from; it runs again from the start",
-                            member.index
-                        );
+                        tell!("member {}: no checkpoint to continue from; {AGAIN}", member.index);
                         None
                     }
                     Err(e) => {
-                        tell!("member {}: {e}; it runs again from the start", member.index);
+                        // A refusal of the checkpoints already ends in what
+                        // happens next.
+                        let e = e.to_string();
+                        match e.ends_with(AGAIN) {
+                            true => tell!("member {}: {e}", member.index),
+                            false => tell!("member {}: {e}; {AGAIN}", member.index),
+                        }
                         None
                     }
                 };
@@ -966,6 +978,7 @@ fn open_drivers(
         .collect::<Result<Vec<_>, _>>()?;
     let levels = chosen[0].resolved.lattice.hierarchy.levels.len() + 1;
     crate::check::check_batch_memory(&needs, levels, &drivers[0].0)?;
+    crate::check::check_open_files(chosen.iter().map(|m| &m.resolved))?;
     Ok(drivers)
 }
 
@@ -1626,7 +1639,31 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
                 record.sweep_sha256, m.sweep_sha256
             )));
         }
+        // The hash covers the sweep, not each member's row: a row is what
+        // the sweep made it, or the shard was edited.
+        let members: usize = record.sweeps.iter().map(|s| s.values.len()).product();
+        if record.members != members {
+            return Err(refuse(format!(
+                "its sweep.json says {} members where its sweeps make {members}",
+                record.members
+            )));
+        }
         for r in &record.results {
+            if r.index >= members || r.parameters != parameters_of(&record.sweeps, r.index) {
+                return Err(refuse(format!(
+                    "its sweep.json's row of member {} ({}) is not a member of its sweep (edited?)",
+                    r.index,
+                    describe(&r.parameters)
+                )));
+            }
+            if r.out != member_dir(r.index, members) {
+                return Err(refuse(format!(
+                    "its sweep.json puts member {} in {} where the sweep wrote {} (edited?)",
+                    r.index,
+                    r.out,
+                    member_dir(r.index, members)
+                )));
+            }
             if ["running", "wall limit", "interrupted", "stalled"].contains(&r.ended.as_str()) {
                 return Err(refuse(format!(
                     "its member {} has not ended ({}): `{}` first",

@@ -295,10 +295,7 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
     let resolution = options.resolution.unwrap_or(DEFAULT_RESOLUTION);
     let mut case = match &options.case {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| AppError::ReadCase {
-                path: path.display().to_string(),
-                source,
-            })?;
+            let text = crate::check::read_case_text(path)?;
             let case = Case::from_toml(&text).map_err(|source| AppError::Case {
                 path: path.display().to_string(),
                 source,

@@ -226,6 +226,148 @@ fn bad_input_is_named_before_any_work() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A refined cavity of 1.3 M cells writing every format and a checkpoint:
+/// the process's peak resident set, which `summary.json` reports, stays
+/// within `lbm check`'s estimate (device buffers and the host's peak; on the
+/// CPU backend both are host memory), and the estimate is not loose either.
+/// Before, the checkpoint's second copy of the state, the output ring and a
+/// VTK file's growing buffer were left out: such runs held twice the
+/// estimate.
+#[test]
+fn a_run_stays_within_the_memory_lbm_check_estimates() {
+    let dir = scratch("memory-peak");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(case_path())
+        .unwrap()
+        .replace("resolution = 64 ", "resolution = 800 ")
+        .replace("viscosity = 0.01 ", "viscosity = 1e-4 ");
+    let case = dir.join("cavity.toml");
+    std::fs::write(&case, &text).unwrap();
+    let resolved = lbm_core::case::Case::from_toml(&text).unwrap().resolve().unwrap();
+    let need = lbm::check::memory_need(&resolved, None).unwrap();
+    let estimate = need.device.total() + need.host();
+    let out = dir.join("out");
+    let output = lbm(&[
+        "run",
+        &case.display().to_string(),
+        "--backend",
+        "cpu",
+        "--out",
+        &out.display().to_string(),
+        "--steps",
+        "1",
+        "--no-pilot",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert!(summary["checkpoint"].is_string(), "{summary}");
+    let peak = summary["host_peak_bytes"].as_u64().expect("Linux reports the peak");
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    assert!(
+        peak <= estimate && peak as f64 > 0.6 * estimate as f64,
+        "peak {:.1} MiB, estimate {:.1} MiB",
+        mib(peak),
+        mib(estimate)
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A case with 300 point probes keeps 300 CSV files open: under a soft
+/// limit of 100 open files the run raises it and completes; where the hard
+/// limit is 200 it is refused before any work, naming the probes and the
+/// limit (it failed at its 1018th probe file with exit 3 before).
+#[test]
+fn a_run_that_would_pass_the_open_file_limit_is_refused_before_any_work() {
+    let dir = scratch("open-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let probes: Vec<String> = (0..300)
+        .map(|k| {
+            format!(
+                "{{ name = \"p{k}\", point = [{:.4}, 0.5] }}",
+                0.1 + 0.8 * k as f64 / 300.0
+            )
+        })
+        .collect();
+    let text = std::fs::read_to_string(case_path()).unwrap().replace(
+        r#"probes = [{ name = "centre", point = [0.5, 0.5] }]"#,
+        &format!("probes = [{}]", probes.join(", ")),
+    );
+    let case = dir.join("probes.toml");
+    std::fs::write(&case, text).unwrap();
+    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+    let run = |limits: &str, out: &std::path::Path| {
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "{limits} && exec \"$0\" run \"$1\" --backend cpu --out \"$2\" --steps 2 --no-pilot"
+            ))
+            .arg(&binary)
+            .arg(&case)
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let raised = dir.join("raised");
+    let output = run("ulimit -Sn 100", &raised);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(raised.join("probes/p299.csv").exists());
+    let refused = dir.join("refused");
+    let output = run("ulimit -n 200", &refused);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    for part in [
+        "keeps 301 files open (300 point probes, 1 line)",
+        "(200, `ulimit -n`",
+        "output.probes",
+    ] {
+        assert!(message.contains(part), "`{part}` in {message}");
+    }
+    assert!(!refused.exists(), "refused before the output directory is made");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Legal but suspicious values get a warning from `lbm check`: an inlet
+/// that draws fluid out beside an outflow (a negative table factor was
+/// warned about, a negative velocity was not), an inlet of no speed, and
+/// a save period that rounding to whole intervals moves by more than 1%.
+#[test]
+fn check_warns_about_a_reversed_inlet_and_a_rounded_period() {
+    let dir = scratch("warnings");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
+    let inlet = "parabolic\", velocity = 0.3";
+    assert!(text.contains(inlet));
+    for (edit, expect) in [
+        (
+            text.replace(inlet, "parabolic\", velocity = -0.3"),
+            "boundaries.x_min.inlet.velocity is negative",
+        ),
+        (
+            text.replace(inlet, "parabolic\", velocity = 0.0"),
+            "boundaries.x_min.inlet.velocity is 0",
+        ),
+        (
+            text.replace("[output]\n", "[output]\nforces_every = 0.0025\n"),
+            "output.forces_every = 0.0025 s is 1.500 base intervals",
+        ),
+    ] {
+        let case = dir.join("case.toml");
+        std::fs::write(&case, edit).unwrap();
+        let output = lbm(&["check", &case.display().to_string()]);
+        let report = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(report.contains(&format!("warning: {expect}")), "{expect}: {report}");
+    }
+    let output = lbm(&["check", &workspace().join("cases/dfg-2d1.toml").display().to_string()]);
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !report.contains("inlet.velocity is") && !report.contains("is taken as"),
+        "the shipped case: {report}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// A cavity at 63000 base cells per metre with two refined levels: about
 /// 3 TB, which no machine here has; refused with the estimate before the
 /// output directory is made.

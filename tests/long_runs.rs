@@ -280,13 +280,15 @@ fn a_file_size_limit_fails_the_run_with_a_message_and_it_resumes() {
     );
     let s = summary(&out);
     assert_eq!(s["ended"], "failed");
-    // With a checkpoint to continue from, the message names the resume.
-    assert_eq!(
-        stderr(&output).contains("once the cause is fixed, continue with: lbm resume"),
-        s["resume"].is_string(),
-        "{}",
-        stderr(&output)
-    );
+    // The message names the resume, as the summary does: from the
+    // checkpoint, or from the start where the first one could not be
+    // written (the summary said no resume then).
+    assert!(s["resume"].is_string(), "{s}");
+    let way_on = match s["checkpoint"].is_string() {
+        true => "once the cause is fixed, continue with: lbm resume",
+        false => "runs it again from the start in its directory",
+    };
+    assert!(stderr(&output).contains(way_on), "{}", stderr(&output));
     let resumed = resume(&out, &[]);
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert_identical(straight(), &out);
@@ -514,6 +516,38 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// A field file the newest checkpoint lists as written, gone: `lbm resume`
+/// refuses before any work (exit 2), naming it, and leaves the manifest as
+/// it was. It ran every remaining interval and then failed, and its advice
+/// to resume failed again the same way.
+#[test]
+fn resume_refuses_a_run_whose_written_files_are_gone() {
+    let (root, case, out) = setup("files-gone");
+    let mut child = spawn_run(&case, &out, &[]);
+    wait_for_checkpoint(&out, 40, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let manifest = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    let saved = out.join("fields/t000000030");
+    let removed = std::fs::read_dir(&saved)
+        .unwrap_or_else(|e| panic!("{}: {e}", saved.display()))
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "npy"))
+        .expect("the save point at interval 30 holds NPY files");
+    std::fs::remove_file(&removed).unwrap();
+    let refused = resume(&out, &[]);
+    let message = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{message}");
+    assert!(
+        message.contains(&removed.display().to_string())
+            && message.contains("is gone")
+            && message.contains("run the case again into another directory"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read_to_string(out.join("manifest.json")).unwrap(), manifest);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 #[test]
 fn resume_refuses_a_directory_without_a_whole_checkpoint() {
     let (root, case, out) = setup("no-checkpoint");
@@ -528,7 +562,7 @@ fn resume_refuses_a_directory_without_a_whole_checkpoint() {
     let missing = resume(&out, &[]);
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
     assert!(
-        stderr(&missing).contains("forces.csv") && stderr(&missing).contains("missing"),
+        stderr(&missing).contains("forces.csv") && stderr(&missing).contains("is gone"),
         "{}",
         stderr(&missing)
     );

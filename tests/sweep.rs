@@ -281,6 +281,40 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
         assert!(stderr(&output).contains(expect), "{}", stderr(&output));
         assert!(!target.join("sweep.csv").exists());
     }
+    // A shard whose sweep.json rows were edited outside what its hash
+    // covers (a member's parameters, its directory, the member count).
+    let record = shards[0].join("sweep.json");
+    let original = std::fs::read_to_string(&record).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&original).unwrap();
+    for (expect, pointer, value) in [
+        (
+            "is not a member of its sweep",
+            "/results/0/parameters/0/1",
+            serde_json::json!("999"),
+        ),
+        (
+            "where the sweep wrote members/000",
+            "/results/0/out",
+            serde_json::json!("/etc"),
+        ),
+        ("members where its sweeps make", "/members", serde_json::json!(5)),
+    ] {
+        let mut edited = json.clone();
+        *edited.pointer_mut(pointer).unwrap() = value;
+        std::fs::write(&record, edited.to_string()).unwrap();
+        let target = scratch("sweep-edited-merge");
+        let output = lbm(&[
+            "sweep",
+            "--merge",
+            &target.display().to_string(),
+            &shards[0].display().to_string(),
+            &shards[1].display().to_string(),
+        ]);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(expect), "{expect}: {}", stderr(&output));
+        assert!(!target.join("sweep.csv").exists());
+    }
+    std::fs::write(&record, original).unwrap();
     // A merge runs nothing: a run's flags beside it are refused, not ignored.
     for flag in [
         &["--out", "elsewhere"][..],

@@ -251,6 +251,9 @@ pub struct ProbeCells {
 }
 
 impl ProbeCells {
+    /// The most cells a probe reads: the four centres around its point.
+    pub const MAX_CELLS: usize = 4;
+
     /// The cells physical `point` reads in `hierarchy`, or `None` where no
     /// patch holds it; the patch is [`finest_at`]'s and the corners
     /// [`PatchFields::sample`]'s.

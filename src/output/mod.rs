@@ -32,11 +32,26 @@ use fields::{PatchFields, finest_at};
 /// into place: a reader, a crash or a full disk never leaves half a file
 /// under `path`, and what was there before stays until the new one is whole.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AppError> {
+    write_atomic_with(path, |file| file.write_all(bytes))
+}
+
+/// [`write_atomic`] of what `write` puts into the file: a large file goes to
+/// disk without a second copy of it in memory.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<(), AppError> {
     let tmp = path.with_extension(format!(
         "{}.tmp",
         path.extension().and_then(|e| e.to_str()).unwrap_or_default()
     ));
-    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    let written = std::fs::File::create(&tmp)
+        .and_then(|file| {
+            let mut file = std::io::BufWriter::new(file);
+            write(&mut file)?;
+            file.into_inner().map(drop).map_err(|e| e.into_error())
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
     thread::WRITTEN.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     written.map_err(|source| {
         // The partial file helps nobody and may hold the space that ran out.

@@ -32,13 +32,14 @@ use serde::Serialize;
 
 use lbm_core::device::{EventId, StagingId, StreamId};
 use lbm_core::domain::hierarchy::Rect;
-use lbm_core::kernels::moments::SaveMoments;
+use lbm_core::kernels::moments::{MOMENT_PLANES, SaveMoments};
 use lbm_core::kernels::producer::record_bytes;
 use lbm_core::ledger::ExchangeRecord;
 use lbm_core::stepper::{DeviceView, Fields};
 use lbm_core::{BufferId, CoveredCells, Driver, Stepper, WindowBuffer};
 use ring_producer::{Ring, RingError, parse_records};
 
+use super::fields::ProbeCells;
 use crate::AppError;
 
 /// Record kinds: the high half says what, the low half which one.
@@ -105,6 +106,35 @@ fn floats(payload: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// Bytes a region of `cells` cells takes in the arena: 16-byte aligned
+/// records copy in 16-byte words.
+fn arena_slot(cells: usize) -> usize {
+    (MOMENT_PLANES * cells * 4).next_multiple_of(16)
+}
+
+/// Bytes of one observation's records: the moments of regions of `cells`
+/// cells each, and exchange windows of `windows` bytes each. A ring made
+/// with no capacity holds one.
+fn observation_bytes(cells: impl Iterator<Item = usize>, windows: impl Iterator<Item = u64>) -> u64 {
+    cells
+        .map(|c| (MOMENT_PLANES * c * 4) as u64)
+        .chain(windows)
+        .map(|b| record_bytes(b).expect("a record of a patch fits u64"))
+        .sum()
+}
+
+/// What a run's ring takes, as [`OutputRing::new`] allocates it with no
+/// capacity given, for patches of `cells` cells each, `probes` point probes
+/// and exchange windows of `windows` bytes each: the device's bytes (the
+/// arena and the ring) and the host's pinned staging.
+pub fn ring_memory(cells: &[usize], probes: usize, windows: &[u64]) -> (u64, u64) {
+    let probe = ProbeCells::MAX_CELLS;
+    let arena: usize = cells.iter().map(|c| arena_slot(*c)).sum::<usize>() + probes * arena_slot(probe);
+    let regions = cells.iter().copied().chain(std::iter::repeat_n(probe, probes));
+    let observation = observation_bytes(regions, windows.iter().copied());
+    (arena.max(16) as u64 + observation, observation)
+}
+
 fn ring_error(e: RingError) -> AppError {
     AppError::Ring { source: e }
 }
@@ -125,26 +155,20 @@ impl OutputRing {
         let mut arena_bytes = 0usize;
         for a in &actives {
             offsets.push(arena_bytes);
-            // 16-byte aligned records copy in 16-byte words.
-            arena_bytes += SaveMoments::out_bytes(a).next_multiple_of(16);
+            arena_bytes += arena_slot(a.cells());
         }
         let probes: Vec<(usize, Rect, usize)> = probes
             .iter()
             .map(|(patch, rect)| {
                 let at = arena_bytes;
-                arena_bytes += SaveMoments::out_bytes(rect).next_multiple_of(16);
+                arena_bytes += arena_slot(rect.cells());
                 (*patch, *rect, at)
             })
             .collect();
         stepper.with_device(|driver, view| {
             let windows = view.windows();
-            let observation: u64 = actives
-                .iter()
-                .chain(probes.iter().map(|(_, r, _)| r))
-                .map(|a| SaveMoments::out_bytes(a) as u64)
-                .chain(windows.iter().map(|w| w.bytes as u64))
-                .map(|b| record_bytes(b).expect("a record of a patch fits u64"))
-                .sum();
+            let cells = actives.iter().chain(probes.iter().map(|(_, r, _)| r)).map(Rect::cells);
+            let observation = observation_bytes(cells, windows.iter().map(|w| w.bytes as u64));
             let capacity = capacity.unwrap_or(observation);
             let ring = Ring::new(driver, "output.ring", capacity).map_err(ring_error)?;
             let arena = driver.alloc("output.moments", arena_bytes.max(16))?;

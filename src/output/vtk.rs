@@ -39,14 +39,20 @@ pub fn image(patch: &PatchFields, fields: &[FieldName]) -> Vec<u8> {
         // are NaN in every component.
         let z = |v: f32| if v.is_nan() { f32::NAN } else { 0.0 };
         let (components, values) = match field {
-            FieldName::Velocity => (3, values.chunks(2).flat_map(|v| [v[0], v[1], z(v[0])]).collect()),
+            FieldName::Velocity => {
+                let mut vectors = Vec::with_capacity(values.len() / 2 * 3);
+                for v in values.chunks(2) {
+                    vectors.extend_from_slice(&[v[0], v[1], z(v[0])]);
+                }
+                (3, vectors)
+            }
             _ => (1, values),
         };
         arrays.push(DataArray {
             name: format!("{} [{}]", field.name(), field.unit()),
             kind: "Float32",
             components,
-            bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            bytes: le_bytes(&values),
         });
     }
     let cells = || (0..ny).flat_map(|y| (0..nx).map(move |x| (y, x)));
@@ -91,14 +97,27 @@ pub fn image(patch: &PatchFields, fields: &[FieldName]) -> Vec<u8> {
     let _ = writeln!(xml, r#"    </Piece>"#);
     let _ = writeln!(xml, r#"  </ImageData>"#);
     let _ = write!(xml, r#"  <AppendedData encoding="raw">"#);
-    let mut out = xml.into_bytes();
+    const TAIL: &[u8] = b"\n  </AppendedData>\n</VTKFile>\n";
+    // Sized up front: a growing vector holds twice a large block while it
+    // reallocates, more than `check::MemoryNeed` allows a writer.
+    let mut out = Vec::with_capacity(xml.len() + 1 + offset + TAIL.len());
+    out.extend_from_slice(xml.as_bytes());
     out.push(b'_');
     for a in &arrays {
         out.extend_from_slice(&(a.bytes.len() as u64).to_le_bytes());
         out.extend_from_slice(&a.bytes);
     }
-    out.extend_from_slice(b"\n  </AppendedData>\n</VTKFile>\n");
+    out.extend_from_slice(TAIL);
     out
+}
+
+/// `values` as little-endian bytes, in a vector of their exact size.
+fn le_bytes(values: &[f32]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(4 * values.len());
+    for v in values {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    bytes
 }
 
 /// The XML declaration and the opening `VTKFile` tag with `attributes`.

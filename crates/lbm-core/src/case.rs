@@ -262,6 +262,10 @@ impl Run {
 /// The longest case name: it titles pictures and plots.
 pub const MAX_CASE_NAME: usize = 200;
 
+/// The area below which an outline is flat, as a share of its perimeter
+/// squared (a square's is 1/16): points on one line, up to round-off.
+const FLAT_AREA: f64 = 1e-12;
+
 /// A rectangle whose min is not below its max on both axes.
 fn rectangle_error(b: usize, min: &[f64; 2], max: &[f64; 2]) -> Error {
     Error::parameter(
@@ -337,11 +341,21 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
                         .abs()
                 })
                 .sum();
-            let crossing = match points.len() >= 3 && spread > 0.0 {
+            // Areas against the outline's size: points on one line leave a
+            // round-off area (2.8e-17 m^2 for three on a diagonal), which
+            // gave a body with no inside and NaN torque.
+            let perimeter: f64 = (0..points.len())
+                .map(|i| {
+                    let (a, c) = (points[i], points[(i + 1) % points.len()]);
+                    (c[0] - a[0]).hypot(c[1] - a[1])
+                })
+                .sum();
+            let flat = FLAT_AREA * perimeter * perimeter;
+            let crossing = match points.len() >= 3 && spread > flat {
                 true => crossing_edges(points),
                 false => None,
             };
-            if crossing.is_none() && (points.len() < 3 || area.abs() <= 0.0) {
+            if crossing.is_none() && (points.len() < 3 || area.abs() <= flat) {
                 return Err(Error::parameter(
                     &format!("{key}.points"),
                     format!("{} points, area {area:e} m^2", points.len()),
@@ -438,7 +452,12 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
             )
         })
         .unwrap_or((None, None));
-    let key = span.and_then(|span| {
+    // A key missing from the top level is reported at an empty span at the
+    // document's start, where its first key is not the one at fault.
+    let whole = span
+        .as_ref()
+        .is_some_and(|s| s.start == 0 && s.end == 0 && e.message().starts_with("missing field"));
+    let key = span.filter(|_| !whole).and_then(|span| {
         let document = toml::de::DeTable::parse(text).ok()?;
         document
             .get_ref()
@@ -446,7 +465,7 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
             .find_map(|(k, v)| key_at(k, v, String::new(), span.start))
     });
     // The reader's words for types are Rust's; a case file's are TOML's.
-    let mut message = [
+    let message = [
         ("expected f64", "expected a number"),
         ("expected f32", "expected a number"),
         ("expected u32", "expected a whole number from 0"),
@@ -457,10 +476,14 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
     ]
     .iter()
     .fold(e.message().to_owned(), |m, (rust, toml)| m.replace(rust, toml));
+    let mut message = readable(&message);
     // A body's shape table lists its own keys; the keys every shape takes
     // sit beside it (`BodyTable`).
     if key.as_deref().is_some_and(|k| k.starts_with("bodies[")) && message.starts_with("unknown field") {
         message += ", or `rotation` or `pivot`, which every shape takes";
+    }
+    if let Some(near) = nearest_key(&message) {
+        message += &format!("; did you mean `{near}`?");
     }
     Error::CaseSyntax {
         line,
@@ -468,6 +491,70 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
         key,
         message,
     }
+}
+
+/// The TOML reader's message in a case file's words: Rust's type names
+/// (`struct Fluid`, `internally tagged enum Collision`) as tables, a whole
+/// number past 64 bits as what it is, and no number in 300 digits.
+fn readable(message: &str) -> String {
+    let mut out = message
+        .replace(
+            "as i128, expected any valid TOML value",
+            "beyond what TOML holds: whole numbers lie within ±9223372036854775807 (write a decimal, 1.8e19)",
+        )
+        .replace(", there are no fields", ": this table takes no other key");
+    for rust in ["internally tagged enum ", "struct ", "enum "] {
+        while let Some(at) = out.find(&format!("expected {rust}")) {
+            let name = at + "expected ".len() + rust.len();
+            let end = out[name..]
+                .find(|c: char| !c.is_alphanumeric() && c != '_')
+                .map_or(out.len(), |n| name + n);
+            out.replace_range(at..end, "expected a table (see docs/CASES.md)");
+        }
+    }
+    // Backticked numbers of more than 24 characters, in exponent form.
+    let mut parts: Vec<String> = out.split('`').map(str::to_owned).collect();
+    for part in parts.iter_mut().skip(1).step_by(2) {
+        if part.len() > 24
+            && let Ok(number) = part.parse::<f64>()
+        {
+            *part = format!("{number:e}");
+        }
+    }
+    parts.join("`")
+}
+
+/// The accepted key closest to the unknown one in an `unknown field `x`,
+/// expected ...` message, when it is a likely typo (a third of its letters
+/// or fewer differ).
+fn nearest_key(message: &str) -> Option<String> {
+    if !message.starts_with("unknown field") {
+        return None;
+    }
+    let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+    let (unknown, accepted) = quoted.split_first()?;
+    accepted
+        .iter()
+        .map(|k| (edit_distance(unknown, k), *k))
+        .filter(|(d, k)| *d > 0 && *d <= unknown.len().max(k.len()).div_ceil(3))
+        .min()
+        .map(|(_, k)| k.to_owned())
+}
+
+/// Levenshtein distance of `a` and `b`, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// The dotted key of the innermost key or value under `key = value` whose
@@ -577,13 +664,16 @@ impl Case {
     fn resolve_as_given(&self) -> Result<Resolved> {
         // The name titles the pictures and plots and heads the summaries.
         let blank = |c: char| c.is_whitespace() || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}');
-        let breaks = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+        // Direction overrides reorder what a terminal shows after them.
+        let breaks = |c: char| {
+            c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+        };
         if self.name.chars().all(blank) || self.name.chars().count() > MAX_CASE_NAME || self.name.chars().any(breaks) {
             return Err(Error::parameter(
                 "name",
                 format!("{:?}", self.name),
                 &format!(
-                    "1 to {MAX_CASE_NAME} characters, not all spaces, without control characters (line breaks, tabs, line separators)"
+                    "1 to {MAX_CASE_NAME} characters, not all spaces, without control characters (line breaks, tabs, line separators, text direction overrides)"
                 ),
             ));
         }
@@ -606,7 +696,8 @@ impl Case {
             return Err(Error::parameter("run.steps", 0, "at least 1 base interval"));
         }
         if let BoundarySpec::Inlet(side) = &self.boundaries.x_min {
-            side.amplitude.check("boundaries.x_min.inlet.amplitude", "s")?;
+            side.amplitude
+                .check("boundaries.x_min.inlet.amplitude", "s", units.dt)?;
         }
         let walls = self.boundaries.sides();
         for (side, spec) in walls.into_iter().enumerate() {
@@ -1068,6 +1159,73 @@ mod tests {
         steps = 10
     "#;
 
+    /// The TOML reader's messages in a case file's words: a typo gets the
+    /// nearest key, Rust's type names and 64-bit limits are not shown, a
+    /// number is not printed in 300 digits, a missing `name` is not blamed on
+    /// the first table, and a value of megabytes is shown by its start.
+    #[test]
+    fn the_readers_messages_are_in_a_case_files_words() {
+        let flow = "lattice_velocity = 0.1";
+        for (from, to, expect) in [
+            (
+                "viscosity = 0.01",
+                "viscosty = 0.01",
+                "`viscosty`, expected `viscosity` or `density`; did you mean `viscosity`?",
+            ),
+            (
+                flow,
+                "lattice_velocity = 0.1\ncollision = \"bgk\"",
+                "`flow.collision`: invalid type: string \"bgk\", expected a table (see docs/CASES.md)",
+            ),
+            (
+                flow,
+                "lattice_velocity = 0.1\ncollision = { model = \"bgk\", magic = 0.2 }",
+                "unknown field `magic`: this table takes no other key",
+            ),
+            (
+                "viscosity = 0.01",
+                "viscosity = 18446744073709551616",
+                "beyond what TOML holds",
+            ),
+            (
+                "steps = 10",
+                &format!("steps = 1{}.0", "0".repeat(300)),
+                "floating point `1e300`",
+            ),
+            ("name = \"cavity\"", "", "missing field `name`"),
+        ] {
+            let e = Case::from_toml(&CAVITY.replace(from, to)).unwrap_err().to_string();
+            assert!(e.contains(expect), "{e}");
+            for rust in [
+                "struct",
+                "enum",
+                "i128",
+                "any valid TOML value",
+                "no fields",
+                "`domain`",
+            ] {
+                assert!(!e.contains(rust), "{e}");
+            }
+            assert!(e.len() < 300, "{e}");
+        }
+        // Nothing near: no suggestion.
+        let e = Case::from_toml(&CAVITY.replace("viscosity = 0.01", "colour = 0.01"))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+        let long = "x".repeat(5_000_000);
+        let shown = Case::from_toml(&CAVITY.replace("name = \"cavity\"", &format!("name = \"{long}\"")))
+            .and_then(|c| c.resolve())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            shown.contains("… (5000002 characters)") && shown.len() < 500,
+            "{}",
+            &shown[..500.min(shown.len())]
+        );
+    }
+
     #[test]
     fn a_cavity_resolves_to_lattice_units() {
         let resolved = Case::from_toml(CAVITY).unwrap().resolve().unwrap();
@@ -1158,6 +1316,28 @@ mod tests {
         );
     }
 
+    /// A coefficient's reference far from the flow's scales gave cd = -inf
+    /// (½ ρ U² L underflowed), which the run took for a divergence.
+    #[test]
+    fn a_coefficient_reference_far_from_the_flow_is_refused() {
+        for (line, key) in [
+            ("reference_velocity = 1e-160", "`output.reference_velocity` = 1e-160"),
+            ("reference_velocity = 1e7", "`output.reference_velocity` = 10000000"),
+            ("reference_length = 5e-324", "`output.reference_length` = 5e-324"),
+        ] {
+            refused(
+                &format!("{CAVITY}\n[output]\n{line}\n"),
+                &[key, "within 1e-12 to 1e12 times the flow's"],
+            );
+        }
+        for line in ["reference_velocity = 0.5", "reference_length = 1e3"] {
+            Case::from_toml(&format!("{CAVITY}\n[output]\n{line}\n"))
+                .unwrap()
+                .resolve()
+                .unwrap();
+        }
+    }
+
     #[test]
     fn times_of_no_length_and_empty_tables_are_refused_with_the_key() {
         let amplitude = |a: &str| CHANNEL.replace("AMPLITUDE", a);
@@ -1168,8 +1348,22 @@ mod tests {
         let ramp = "`boundaries.x_min.inlet.amplitude.ramp.duration`";
         refused(
             &amplitude("{ ramp = { duration = 0.0 } }"),
-            &[ramp, "a time above 0, s"],
+            &[ramp, "a time above 0 s, up to 1e12 time steps"],
         );
+        // Beyond what f64 holds in time steps (it said `inlet.amplitude`,
+        // inf and base intervals), and a sine sampled less than twice a
+        // period.
+        refused(
+            &amplitude("{ ramp = { duration = 1e308 } }"),
+            &[&format!("{ramp} = 1e308"), "up to 1e12 time steps"],
+        );
+        let sine = "`boundaries.x_min.inlet.amplitude.sine.period`";
+        for period in ["1e-4", "5e-324", "1e308"] {
+            refused(
+                &amplitude(&format!("{{ sine = {{ period = {period} }} }}")),
+                &[sine, "a period of at least two time steps"],
+            );
+        }
         refused(&amplitude("{ ramp = { duration = -1.0 } }"), &[ramp, "= -1"]);
         refused(
             &amplitude("{ sine = { period = 0.0 } }"),
@@ -1233,6 +1427,11 @@ mod tests {
         refused(
             &polygon("[[0.4, 0.4], [0.6, 0.4], [0.6, 0.6], [0.6, 0.5], [0.4, 0.6]]"),
             &["edge from point 1 to 2 meets its edge from point 2 to 3"],
+        );
+        // Points on one line, whose area is round-off (2.8e-17 m^2 here).
+        refused(
+            &polygon("[[0.6, 0.4], [0.7, 0.5], [0.8, 0.6]]"),
+            &["`bodies[0].points`", "3 points", "at least 3 points enclosing an area"],
         );
         // Concave, clockwise, and closed by repeating the first point.
         assert!(resolves(
@@ -1763,6 +1962,7 @@ mod tests {
             r#""tab\there""#,
             r#""a\u2028b""#,
             r#""\u200b""#,
+            r#""evil\u202Eexe.txt""#,
         ] {
             let text = CAVITY.replacen("name = \"cavity\"", &format!("name = {bad}"), 1);
             assert_ne!(text, CAVITY);

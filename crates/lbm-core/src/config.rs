@@ -85,6 +85,10 @@ pub enum Amplitude {
     Table { points: Vec<[f64; 2]> },
 }
 
+/// The longest ramp or sine period, in base time steps: the device takes
+/// the time over it in f32, where a longer one would be a constant.
+pub const MAX_AMPLITUDE_STEPS: f64 = 1e12;
+
 impl Amplitude {
     /// The same amplitude with every time multiplied by `scale`.
     pub fn rescaled(&self, scale: f64) -> Amplitude {
@@ -100,22 +104,36 @@ impl Amplitude {
         }
     }
 
-    /// Refuses a ramp or a period of no length (a sine of period 0 divides by
-    /// zero on the device), an empty table and a table whose times go back,
-    /// naming `key` (the amplitude's dotted key) and `unit` (its times').
-    pub fn check(&self, key: &str, unit: &str) -> Result<()> {
-        let positive = |name: &str, value: f64| match value > 0.0 && value.is_finite() {
+    /// Refuses a ramp of no length, a sine period shorter than two time
+    /// steps (sampled less than twice a period, it is another, slower wave;
+    /// a period of 0 divides by zero on the device), either longer than
+    /// [`MAX_AMPLITUDE_STEPS`] time steps, an empty table and a table whose
+    /// times go back, naming `key` (the amplitude's dotted key) and `unit`
+    /// (its times', in which the base level's time step is `step`).
+    pub fn check(&self, key: &str, unit: &str, step: f64) -> Result<()> {
+        let within = |name: &str, value: f64, least: f64, what: &str| match value >= least * step
+            && value > 0.0
+            && value <= MAX_AMPLITUDE_STEPS * step
+        {
             true => Ok(()),
             false => Err(Error::parameter(
                 &format!("{key}.{name}"),
                 value,
-                &format!("a time above 0, {unit}"),
+                &format!(
+                    "{what} up to {MAX_AMPLITUDE_STEPS:e} time steps ({:e} {unit})",
+                    MAX_AMPLITUDE_STEPS * step
+                ),
             )),
         };
         match self {
             Amplitude::Constant => Ok(()),
-            Amplitude::Ramp { duration } => positive("ramp.duration", *duration),
-            Amplitude::Sine { period } => positive("sine.period", *period),
+            Amplitude::Ramp { duration } => within("ramp.duration", *duration, 0.0, &format!("a time above 0 {unit},")),
+            Amplitude::Sine { period } => within(
+                "sine.period",
+                *period,
+                2.0,
+                &format!("a period of at least two time steps ({:e} {unit}),", 2.0 * step),
+            ),
             Amplitude::Table { points } if points.is_empty() => Err(Error::parameter(
                 &format!("{key}.table.points"),
                 "[]",
@@ -701,7 +719,7 @@ impl LatticeConfig {
             ));
         }
         if let Some(inlet) = &self.inlet {
-            inlet.amplitude.check("inlet.amplitude", "base intervals")?;
+            inlet.amplitude.check("inlet.amplitude", "base intervals", 1.0)?;
         }
         for (axis, pair) in [("x", [0, 1]), ("y", [2, 3])] {
             let [a, b] = pair.map(|s| boundaries[s]);
@@ -847,14 +865,15 @@ mod tests {
     #[test]
     fn an_inlet_amplitude_of_no_length_is_refused_in_base_intervals() {
         assert!(channel(Amplitude::Sine { period: 40.0 }).check_boundaries().is_ok());
+        assert!(channel(Amplitude::Sine { period: 2.0 }).check_boundaries().is_ok());
         for (amplitude, expect) in [
             (
                 Amplitude::Ramp { duration: 0.0 },
-                "`inlet.amplitude.ramp.duration` = 0: a time above 0, base intervals",
+                "`inlet.amplitude.ramp.duration` = 0: a time above 0 base intervals, up to 1e12 time steps",
             ),
             (
                 Amplitude::Sine { period: -3.0 },
-                "`inlet.amplitude.sine.period` = -3: a time above 0, base intervals",
+                "`inlet.amplitude.sine.period` = -3: a period of at least two time steps (2e0 base intervals)",
             ),
             (
                 Amplitude::Table { points: vec![] },

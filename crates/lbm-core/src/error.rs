@@ -186,6 +186,9 @@ fn layout_patch(level: usize, index: usize, rect: Rect) -> String {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The most characters of a refused value an error shows.
+const MAX_SHOWN_VALUE: usize = 200;
+
 impl Error {
     pub fn parameter(key: &str, value: impl std::fmt::Display, accepted: &str) -> Self {
         let mut value = value.to_string();
@@ -195,6 +198,11 @@ impl Error {
             && let Ok(number) = value.parse::<f64>()
         {
             value = format!("{number:e}");
+        }
+        // A value of megabytes (a pasted file as a name) is shown by its start.
+        if value.chars().count() > MAX_SHOWN_VALUE {
+            let start: String = value.chars().take(MAX_SHOWN_VALUE).collect();
+            value = format!("{start}… ({} characters)", value.chars().count());
         }
         Error::Parameter {
             key: key.to_owned(),

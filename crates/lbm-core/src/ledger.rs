@@ -45,6 +45,22 @@ impl ExchangeRecord {
     }
 }
 
+/// Whether the buffer labelled `label` is one the plan writes as the run
+/// advances (populations, the exchange ledgers, interface fluxes, the inlet's
+/// clock), which a snapshot holds; the rest are built from the case.
+pub fn is_state_label(label: &str) -> bool {
+    label == "boundary.state"
+        || [
+            ".f.a",
+            ".f.b",
+            ".interface_flux",
+            ".exchange.interval",
+            ".exchange.window",
+        ]
+        .iter()
+        .any(|suffix| label.ends_with(suffix))
+}
+
 /// Device bytes by buffer name.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct MemoryLedger {
@@ -57,6 +73,15 @@ impl MemoryLedger {
     }
     pub fn total(&self) -> u64 {
         self.entries.values().sum()
+    }
+    /// Bytes of the state buffers (see [`is_state_label`]): what a
+    /// snapshot downloads.
+    pub fn state(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|(name, _)| is_state_label(name))
+            .map(|(_, bytes)| bytes)
+            .sum()
     }
     /// Bytes of the buffers of `level` (labels `L{level}.…`).
     pub fn level(&self, level: usize) -> u64 {

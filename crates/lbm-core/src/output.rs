@@ -230,6 +230,11 @@ fn intervals(key: &str, seconds: f64, units: &UnitSystem) -> Result<u64> {
     Ok(((seconds / units.dt).round() as u64).max(1))
 }
 
+/// How far the coefficients' reference (½ ρ U² L) may lie from the flow's
+/// own, either way: beyond it a coefficient of any real force is below
+/// 1e-12 or above 1e12 times its size in the flow's scales.
+const MAX_REFERENCE_RATIO: f64 = 1e12;
+
 impl OutputSpec {
     /// The plan for a run in `case`'s frame with `bodies` (base lattice
     /// units); refuses a save interval that is not
@@ -250,8 +255,28 @@ impl OutputSpec {
                 Some(v) => Err(Error::parameter(key, v, "a positive number")),
             }
         };
+        let flow = [reference_velocity, reference_length];
         let reference_velocity = positive("output.reference_velocity", self.reference_velocity, reference_velocity)?;
         let reference_length = positive("output.reference_length", self.reference_length, reference_length)?;
+        // A coefficient divides by ½ ρ U² L: a reference far from the
+        // flow's own scales makes every coefficient overflow or vanish.
+        let ratio = (reference_velocity / flow[0]).powi(2) * (reference_length / flow[1]);
+        if !(1.0 / MAX_REFERENCE_RATIO..=MAX_REFERENCE_RATIO).contains(&ratio) {
+            let (key, value) = match self.reference_velocity {
+                Some(v) => ("output.reference_velocity", v),
+                None => ("output.reference_length", reference_length),
+            };
+            return Err(Error::parameter(
+                key,
+                value,
+                &format!(
+                    "a reference whose dynamic force ½ ρ U² L (output.reference_velocity, \
+                     output.reference_length) lies within {:e} to {MAX_REFERENCE_RATIO:e} times the flow's \
+                     (flow.reference_velocity, domain.reference_length); it is {ratio:e} times it",
+                    1.0 / MAX_REFERENCE_RATIO
+                ),
+            ));
+        }
         let every = match (self.every, self.every_intervals) {
             (Some(_), Some(_)) => {
                 return Err(Error::parameter(

@@ -26,6 +26,9 @@ pub struct UnitSystem {
 const MIN_SCALE: f64 = 1e-30;
 const MAX_SCALE: f64 = 1e30;
 
+/// The lattice's speed of sound, 1/√3.
+const SOUND_SPEED: f64 = 0.577_350_269_189_625_8;
+
 impl UnitSystem {
     /// `cells_per_length` base cells span `reference_length`; `reference_velocity`
     /// (m/s) becomes `lattice_velocity` in lattice units.
@@ -40,8 +43,18 @@ impl UnitSystem {
         positive("domain.reference_length", reference_length)?;
         positive("domain.resolution", cells_per_length)?;
         positive("flow.reference_velocity", reference_velocity)?;
-        // Its upper bound is the Mach number's, checked with every other speed.
+        // Its upper bound is the Mach number's, checked with every other
+        // speed; beyond the lattice's speed of sound it is no flow at all,
+        // and the scales below would blame another key.
         positive("flow.lattice_velocity", lattice_velocity)?;
+        if lattice_velocity > SOUND_SPEED {
+            return Err(Error::parameter(
+                "flow.lattice_velocity",
+                lattice_velocity,
+                "a lattice speed above 0 and below the lattice's speed of sound, 0.5774 (at most 0.1732, Mach 0.3, \
+                 for a flow the method resolves)",
+            ));
+        }
         positive("fluid.density", density)?;
         // Fields are written as f32: a speed or pressure scale beyond what
         // f32 holds overflows the files (a "divergence" that is not one).
@@ -58,11 +71,16 @@ impl UnitSystem {
             ));
         }
         if !(MIN_SCALE..=MAX_SCALE).contains(&pressure) {
+            // The key far from its usual values is the one to name.
+            let (key, value) = match (1e-6..=1e6).contains(&density) {
+                true => ("flow.reference_velocity", reference_velocity),
+                false => ("fluid.density", density),
+            };
             return Err(Error::parameter(
-                "fluid.density",
-                density,
+                key,
+                value,
                 &format!(
-                    "a density whose pressure scale, fluid.density x (flow.reference_velocity / \
+                    "a value whose pressure scale, fluid.density x (flow.reference_velocity / \
                      flow.lattice_velocity)^2 = {pressure:e} Pa, lies within {MIN_SCALE:e} to {MAX_SCALE:e}, \
                      which f32 fields hold"
                 ),
@@ -138,6 +156,17 @@ mod tests {
         let e = UnitSystem::new(0.1, 20.0, 1e35, 0.05, 1.0).unwrap_err().to_string();
         assert!(
             e.contains("`flow.reference_velocity`") && e.contains("speed scale"),
+            "{e}"
+        );
+        // An ordinary density with a speed that makes the pressure scale
+        // overflow names the speed, not the density.
+        let e = UnitSystem::new(0.1, 20.0, 9.2e18, 0.1, 1.0).unwrap_err().to_string();
+        assert!(e.contains("`flow.reference_velocity` = 9200000000000000000"), "{e}");
+        // A lattice velocity past the speed of sound is named itself (it
+        // made a speed scale below 1e-30 that blamed the reference velocity).
+        let e = UnitSystem::new(0.1, 20.0, 1.0, 1e308, 1.0).unwrap_err().to_string();
+        assert!(
+            e.contains("`flow.lattice_velocity` = 1e308") && e.contains("speed of sound"),
             "{e}"
         );
         // Water and a slow micro-channel flow are well inside.

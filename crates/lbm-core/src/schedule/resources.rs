@@ -730,6 +730,16 @@ mod tests {
             }
             let mut resources = Resources::allocate(&mut driver, &hierarchy, &sides, &lattice, &exec).unwrap();
             let allocated = resources.memory.clone();
+            let mut state: Vec<&str> = resources.state.iter().map(|b| b.label.as_str()).collect();
+            let mut labelled: Vec<&str> = allocated.entries.keys().map(String::as_str).collect();
+            labelled.retain(|l| crate::ledger::is_state_label(l));
+            state.sort_unstable();
+            assert_eq!(state, labelled, "{name}: the state buffers by label");
+            assert_eq!(
+                estimated.state(),
+                resources.state.iter().map(|b| b.bytes as u64).sum::<u64>(),
+                "{name}"
+            );
             resources.release(&mut driver).unwrap();
             let names = |l: &MemoryLedger| l.entries.keys().cloned().collect::<Vec<_>>();
             assert_eq!(names(&estimated), names(&allocated), "{name}");
