@@ -204,7 +204,7 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
     },
-    /// Run a DFG cylinder benchmark to its criterion and write report.json and report.md.
+    /// Run a DFG cylinder benchmark to its criterion and write report.json, report.md and series.csv.
     Validate {
         benchmark: Benchmark,
         /// Cells per diameter on the finest level, a multiple of 10 x 2^levels

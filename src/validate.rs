@@ -575,8 +575,8 @@ fn steady<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Measu
     }
 }
 
-/// 2D-2: samples after the start-up until the lift period repeats.
-/// 2D-2, the samples after the start-up going to `series`.
+/// 2D-2: samples after the start-up until the lift period repeats, each
+/// going to `series`.
 fn periodic<D: Driver>(probe: &Probe<D>, series: &mut Vec<Sample>) -> Result<Measured, AppError> {
     let units = probe.units;
     let startup = 8.0;

@@ -502,7 +502,11 @@ fn readable(message: &str) -> String {
             "as i128, expected any valid TOML value",
             "beyond what TOML holds: whole numbers lie within ±9223372036854775807 (write a decimal, 1.8e19)",
         )
-        .replace(", there are no fields", ": this table takes no other key");
+        .replace(", there are no fields", ": this table takes no other key")
+        .replace(
+            "invalid type: unit variant, expected newtype variant",
+            "this kind takes a value: write it as an inline table, `{ kind = value }` (docs/CASES.md)",
+        );
     for rust in ["internally tagged enum ", "struct ", "enum "] {
         while let Some(at) = out.find(&format!("expected {rust}")) {
             let name = at + "expected ".len() + rust.len();
@@ -652,11 +656,19 @@ impl Case {
                     value,
                     accepted: format!(
                         "{accepted}; with every other key as it is, {} or {} resolves",
-                        within(self.resolution_range(), "domain.resolution"),
+                        within(self.resolution_range(), "domain.resolution")
+                            + " (base cells per domain.reference_length)",
                         within(self.lattice_velocity_range(), "flow.lattice_velocity"),
                     ),
                 }
             }
+            // The lattice names its own keys; a case file has the collision
+            // under [flow].
+            Error::Parameter { key, value, accepted } if key == "collision.magic" => Error::Parameter {
+                key: "flow.collision.magic".into(),
+                value,
+                accepted,
+            },
             e => e,
         }
     }
@@ -1193,6 +1205,11 @@ mod tests {
                 "floating point `1e300`",
             ),
             ("name = \"cavity\"", "", "missing field `name`"),
+            (
+                "y_max = { moving_wall = [1.0, 0.0] }",
+                "y_max = \"moving_wall\"",
+                "this kind takes a value",
+            ),
         ] {
             let e = Case::from_toml(&CAVITY.replace(from, to)).unwrap_err().to_string();
             assert!(e.contains(expect), "{e}");
@@ -1715,8 +1732,8 @@ mod tests {
                 // 2 / 2.016 cells, 0.1 x 2 / 2.016), tau0 - 1/2 = 1.008 at
                 // least 0.002 (0.1 x 0.002 / 1.008), and below 14.5 cells
                 // the patch no longer keeps 4 cells from the walls.
-                "with every other key as it is, `domain.resolution` from 14.51 to 31.74 or \
-                 `flow.lattice_velocity` from 0.0001985 to 0.0992 resolves",
+                "with every other key as it is, `domain.resolution` from 14.51 to 31.74 (base cells per \
+                 domain.reference_length) or `flow.lattice_velocity` from 0.0001985 to 0.0992 resolves",
             ],
         );
         assert!(
@@ -1730,7 +1747,7 @@ mod tests {
                 "lattice_velocity = 0.1",
                 "lattice_velocity = 0.1\ncollision = { model = \"trt\", magic = 0.0 }",
             ),
-            &["`collision.magic` = 0: above 0"],
+            &["`flow.collision.magic` = 0: above 0"],
         );
         let collision = |table: &str| {
             CAVITY.replace(
@@ -1740,7 +1757,7 @@ mod tests {
         };
         refused(
             &collision("{ model = \"trt\", magic = 1e12 }"),
-            &["`collision.magic` = 1000000000000: above 0 and at most 1"],
+            &["`flow.collision.magic` = 1000000000000: above 0 and at most 1"],
         );
         assert!(
             Case::from_toml(&collision("{ model = \"trt\", magic = 1.0 }"))
