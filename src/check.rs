@@ -322,6 +322,16 @@ pub fn pilot_required_for(
 /// before `lbm check` warns (a share of the period).
 const PERIOD_ROUNDING: f64 = 0.01;
 
+/// Bytes of one sampled number in a checkpoint's JSON: up to 17
+/// significant digits, a sign, an exponent and the separators.
+const JSON_BYTES_PER_NUMBER: u64 = 26;
+
+/// What one point of a line costs the host over a run: the resolved case
+/// holds it, the plan's canonical JSON and the manifest spell it out, and
+/// its last profile stays for the plot (a line of 100000 points took 66
+/// MiB).
+const LINE_POINT_BYTES: u64 = 1024;
+
 /// The output ring's share of [`MemoryNeed::device`].
 pub const RING_LABEL: &str = "output.ring";
 
@@ -349,10 +359,15 @@ pub struct MemoryNeed {
     pub working: u64,
     /// A checkpoint's state, downloaded whole and streamed to its file (and
     /// read back the same way by `lbm resume`): both population sets of
-    /// every patch and the ledgers beside them.
+    /// every patch and the ledgers beside them, and a copy of the histories
+    /// with their JSON.
     pub checkpoint: u64,
     /// The output ring's pinned staging, held for the whole run.
     pub staging: u64,
+    /// The force and probe histories at the run's end and the lines'
+    /// points and last profiles, held for the whole run (a checkpoint's copy and JSON of
+    /// them are in [`MemoryNeed::checkpoint`]).
+    pub histories: u64,
 }
 
 impl MemoryNeed {
@@ -360,15 +375,16 @@ impl MemoryNeed {
     /// (the run writes a save point's fields before it downloads a
     /// checkpoint's state).
     pub fn host(&self) -> u64 {
-        PROCESS_BYTES + self.staging + self.setup.max(self.fields + self.working).max(self.checkpoint)
+        PROCESS_BYTES + self.staging + self.histories + self.setup.max(self.fields + self.working).max(self.checkpoint)
     }
 
     /// The host's parts in words.
     pub fn host_parts(&self) -> String {
         format!(
-            "the program {}, the output ring's staging {} and the largest of: setup {}; a save point's fields {} and working copies {}; a checkpoint {}",
+            "the program {}, the output ring's staging {}, the samples' histories {} and the largest of: setup {}; a save point's fields {} and working copies {}; a checkpoint {}",
             human_bytes(PROCESS_BYTES),
             human_bytes(self.staging),
+            human_bytes(self.histories),
             human_bytes(self.setup),
             human_bytes(self.fields),
             human_bytes(self.working),
@@ -460,7 +476,21 @@ fn memory_need_of(
         })
         .max()
         .unwrap_or(0);
-    let checkpoint = device.state();
+    // What grows with the run: every force and probe sample stays in the
+    // run's histories (for the time averages and the plots), the last
+    // profile of each line with them, and a checkpoint holds a copy and
+    // their JSON (serde_json's growing buffer up to twice its length).
+    let bodies_n = lattice.bodies.len() as u64;
+    let probes_n = plan.probes.len() as u64;
+    let samples = match bodies_n + probes_n {
+        0 => 0,
+        _ => resolved.steps / plan.forces_every.max(1) + 1,
+    };
+    let line_points: u64 = plan.lines.iter().map(|l| l.points.len() as u64).sum();
+    let sampled = samples * (2 * (16 * bodies_n + 32) + 32 * probes_n + 32);
+    let histories = sampled + LINE_POINT_BYTES * line_points;
+    let numbers = samples * (4 * bodies_n + 3 * probes_n + 2) + 3 * line_points;
+    let checkpoint = device.state() + sampled + 2 * JSON_BYTES_PER_NUMBER * numbers;
     // The output ring's arena and ring beside the stepper's buffers, sized
     // by each patch's plane (its active cells and the ghost band around
     // them, an upper bound that holds for a slab's own share too).
@@ -486,6 +516,7 @@ fn memory_need_of(
         working: gather.max(writers),
         checkpoint,
         staging,
+        histories,
     })
 }
 
@@ -594,10 +625,14 @@ pub fn check_batch_memory<D: Driver + ?Sized>(needs: &[MemoryNeed], levels: usiz
     Ok(())
 }
 
-/// Files the program holds open besides its CSV files: the standard
-/// streams, the output lock, the file being written by the writer thread, a
-/// device's driver handles.
+/// Files the program holds open besides its runs' CSV files: the standard
+/// streams, a device's driver handles, a sweep's own files.
 const OTHER_OPEN_FILES: u64 = 64;
+
+/// Files each run (a sweep's member) holds besides its CSV files: its
+/// directory's lock, the file its writer thread is writing, a checkpoint
+/// or summary being written (a 60-member sweep failed with 1 each).
+const MEMBER_OPEN_FILES: u64 = 4;
 
 /// Refuses, before any output is written, members (one for a run) whose CSV
 /// files, open for the whole run, would pass the process's limit on open
@@ -627,12 +662,19 @@ pub fn check_open_files<'a>(members: impl IntoIterator<Item = &'a Resolved>) -> 
     if members_n > 1 {
         parts.push(format!("over {members_n} members at once"));
     }
-    let wanted = files + OTHER_OPEN_FILES;
+    let wanted = files + OTHER_OPEN_FILES + MEMBER_OPEN_FILES * members_n;
     match lbm_core::cpu::raise_open_file_limit(wanted) {
         Some(limit) if limit < wanted => Err(AppError::OpenFiles {
             needed: files,
             limit,
             parts: parts.join(", "),
+            remedy: match members_n {
+                1 => "sample fewer output.probes or output.lines, or raise the limit",
+                _ => {
+                    "sample fewer output.probes or output.lines, run fewer members at once (--shard K/N), or raise \
+                      the limit"
+                }
+            },
         }),
         _ => Ok(()),
     }
@@ -745,8 +787,10 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         ("output.every", case.output.every),
         ("output.forces_every", case.output.forces_every),
     ] {
-        if let Some(asked) = asked {
-            let intervals = ((asked / dt).round()).max(1.0);
+        // Shorter than an interval is the documented way to ask for every
+        // interval.
+        if let Some(asked) = asked.filter(|a| *a >= dt) {
+            let intervals = (asked / dt).round();
             if (intervals * dt / asked - 1.0).abs() > PERIOD_ROUNDING {
                 out.push(format!(
                     "{key} = {asked} s is {:.3} base intervals of {dt:.4e} s and is taken as {intervals}, {:.4e} s \
@@ -873,6 +917,12 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         }
         if inlet.velocity == 0.0 {
             out.push("boundaries.x_min.inlet.velocity is 0: no fluid enters, and the inlet is a resting wall".into());
+        } else if !outflow && negative && !inlet.amplitude.reverses() {
+            out.push(format!(
+                "boundaries.x_min.inlet.velocity is negative and boundaries.x_max is {}: the inlet draws fluid out \
+                 that nothing replaces, so the density and pressure fall as long as it runs; make x_max an outflow",
+                lbm_core::case::side_kind(&case.boundaries.x_max)
+            ));
         } else if !outflow && !reverses {
             out.push(format!(
                 "boundaries.x_min is an inlet but boundaries.x_max is {}: the fluid the inlet brings has nowhere to \

@@ -113,10 +113,14 @@ pub enum AppError {
     /// A run that would hold more files open than the process may.
     #[error(
         "the run keeps {needed} files open ({parts}), and with what the program itself opens that is more \
-         than this process may open ({limit}, `ulimit -n`; its hard limit is reached too); sample fewer \
-         output.probes or output.lines, run fewer sweep members at once (--shard K/N), or raise the limit"
+         than this process may open ({limit}, `ulimit -n`, raised to its hard limit); {remedy}"
     )]
-    OpenFiles { needed: u64, limit: u64, parts: String },
+    OpenFiles {
+        needed: u64,
+        limit: u64,
+        parts: String,
+        remedy: &'static str,
+    },
 
     #[error("{source}; what was measured until then is in {kept}")]
     Interrupted { source: Box<AppError>, kept: String },

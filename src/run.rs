@@ -116,7 +116,7 @@ impl Limits {
         // Shorter, it can end a healthy run between two chunks as hung.
         if self.watchdog_seconds < SHORT_WATCHDOG_SECONDS {
             tell!(
-                "warning: --watchdog-seconds {} ends the run as stalled when no interval completes for that \
+                "warning: --watchdog-seconds {:e} ends the run as stalled when no interval completes for that \
                  long, and a chunk of intervals can take longer (the default is 600)",
                 self.watchdog_seconds
             );
@@ -844,8 +844,11 @@ pub(crate) fn resume_point(
     again: &str,
 ) -> Result<Option<ResumePoint>, AppError> {
     let (found, passed_over) = checkpoint::latest::<Checkpointed>(dir);
-    for reason in &passed_over {
-        tell!("warning: {reason}; trying the one before");
+    // Without one to fall back on, the refusal below gives every reason.
+    if found.is_some() {
+        for reason in &passed_over {
+            tell!("warning: {reason}; the one before is used");
+        }
     }
     let refuse = |reason: String| AppError::Resume {
         dir: dir.display().to_string(),
@@ -1396,6 +1399,9 @@ impl<D: Driver> Session<'_, D> {
     /// body's exchange window and, when `probes`, the point probes' values
     /// sampled alone, through the output ring.
     fn observe(&mut self, fields: Option<CoveredCells>, probes: bool) -> Result<Observation, AppError> {
+        if fields.is_some() {
+            self.writer.wait_saves()?;
+        }
         let observed = self.rings.observe(&self.engine, fields, probes, self.state.done)?;
         let patches = match fields.is_some() {
             true => {

@@ -447,7 +447,7 @@ fn a_damaged_checkpoint_falls_back_to_the_one_before() {
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     let warning = stderr(&resumed);
     assert!(
-        warning.contains("truncated") && warning.contains("trying the one before"),
+        warning.contains("truncated") && warning.contains("the one before is used"),
         "{warning}"
     );
     assert_identical(straight(), &out);

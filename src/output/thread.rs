@@ -115,6 +115,17 @@ impl WriterThread {
         self.send(Job::Probes(time, values))
     }
 
+    /// Waits until every save point queued is written, so that the fields
+    /// of the next one are gathered beside none of them: the queue would
+    /// otherwise hold several save points' fields at once, which
+    /// `check::MemoryNeed` counts once.
+    pub fn wait_saves(&mut self) -> Result<(), AppError> {
+        match self.saves_done.load(Ordering::Acquire) < self.saves_queued {
+            true => self.wait(),
+            false => Ok(()),
+        }
+    }
+
     /// The fields of a save point.
     pub fn save(&mut self, step: u64, patches: Arc<Vec<PatchFields>>) -> Result<(), AppError> {
         self.send(Job::Save(step, patches))?;

@@ -540,7 +540,8 @@ fn nearest_key(message: &str) -> Option<String> {
     accepted
         .iter()
         .map(|k| (edit_distance(unknown, k), *k))
-        .filter(|(d, k)| *d > 0 && *d <= unknown.len().max(k.len()).div_ceil(3))
+        // One edit in a short key, a third of a longer one: `lid` is not `fluid`.
+        .filter(|(d, k)| *d > 0 && *d <= (unknown.len().max(k.len()) / 3).max(1))
         .min()
         .map(|(_, k)| k.to_owned())
 }
@@ -678,7 +679,8 @@ impl Case {
         let blank = |c: char| c.is_whitespace() || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}');
         // Direction overrides reorder what a terminal shows after them.
         let breaks = |c: char| {
-            c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+            c.is_control()
+                || matches!(c, '\u{2028}' | '\u{2029}' | '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
         };
         if self.name.chars().all(blank) || self.name.chars().count() > MAX_CASE_NAME || self.name.chars().any(breaks) {
             return Err(Error::parameter(
@@ -1226,10 +1228,12 @@ mod tests {
             assert!(e.len() < 300, "{e}");
         }
         // Nothing near: no suggestion.
-        let e = Case::from_toml(&CAVITY.replace("viscosity = 0.01", "colour = 0.01"))
-            .unwrap_err()
-            .to_string();
-        assert!(!e.contains("did you mean"), "{e}");
+        for typo in ["colour = 0.01", "visc = 0.01"] {
+            let e = Case::from_toml(&CAVITY.replace("viscosity = 0.01", typo))
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains("did you mean"), "{e}");
+        }
         let long = "x".repeat(5_000_000);
         let shown = Case::from_toml(&CAVITY.replace("name = \"cavity\"", &format!("name = \"{long}\"")))
             .and_then(|c| c.resolve())
@@ -1980,6 +1984,7 @@ mod tests {
             r#""a\u2028b""#,
             r#""\u200b""#,
             r#""evil\u202Eexe.txt""#,
+            r#""mark\u200Fhere""#,
         ] {
             let text = CAVITY.replacen("name = \"cavity\"", &format!("name = {bad}"), 1);
             assert_ne!(text, CAVITY);

@@ -111,7 +111,9 @@ impl Amplitude {
     /// times go back, naming `key` (the amplitude's dotted key) and `unit`
     /// (its times', in which the base level's time step is `step`).
     pub fn check(&self, key: &str, unit: &str, step: f64) -> Result<()> {
-        let within = |name: &str, value: f64, least: f64, what: &str| match value >= least * step
+        // Round-off in the time step (1.25e-3 s came out 1.2500000000000002e-3)
+        // does not refuse a period of exactly two steps.
+        let within = |name: &str, value: f64, least: f64, what: &str| match value >= least * step * (1.0 - 1e-12)
             && value > 0.0
             && value <= MAX_AMPLITUDE_STEPS * step
         {

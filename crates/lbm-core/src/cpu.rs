@@ -45,8 +45,8 @@ pub fn host_peak_memory() -> Option<u64> {
 }
 
 /// Raises this process's limit on open files (`RLIMIT_NOFILE`'s soft limit)
-/// towards `wanted`, as far as its hard limit allows, and returns the limit
-/// then in force; `None` where it cannot be read (not Linux with glibc).
+/// to its hard limit when it is below `wanted`, and returns the limit then
+/// in force; `None` where it cannot be read (not Linux with glibc).
 pub fn raise_open_file_limit(wanted: u64) -> Option<u64> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -63,7 +63,7 @@ pub fn raise_open_file_limit(wanted: u64) -> Option<u64> {
             }
             if limit.rlim_cur < wanted {
                 let raised = libc::rlimit {
-                    rlim_cur: wanted.min(limit.rlim_max),
+                    rlim_cur: limit.rlim_max,
                     rlim_max: limit.rlim_max,
                 };
                 if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
