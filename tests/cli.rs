@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{case_path, lbm, scratch, stderr, validate_on_cpu, workspace};
+use common::{case_path, check_report, lbm, run_on_cpu, scratch, stderr, validate_on_cpu, workspace};
 
 #[test]
 fn run_writes_a_summary_and_refuses_to_overwrite_it() {
@@ -275,17 +275,7 @@ fn a_run_stays_within_the_memory_lbm_check_estimates() {
         let need = lbm::check::memory_need(&resolved, None).unwrap();
         let estimate = need.device.total() + need.host();
         let out = dir.join(name);
-        let output = lbm(&[
-            "run",
-            &case.display().to_string(),
-            "--backend",
-            "cpu",
-            "--out",
-            &out.display().to_string(),
-            "--steps",
-            steps,
-            "--no-pilot",
-        ]);
+        let output = run_on_cpu(&case, &out, steps, &["--no-pilot"]);
         assert!(output.status.success(), "{}", stderr(&output));
         let summary: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
@@ -386,11 +376,7 @@ fn check_warns_about_a_reversed_inlet_and_a_rounded_period() {
             "boundaries.x_min.inlet.velocity is negative and boundaries.x_max is wall",
         ),
     ] {
-        let case = dir.join("case.toml");
-        std::fs::write(&case, edit).unwrap();
-        let output = lbm(&["check", &case.display().to_string()]);
-        let report = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "{}", stderr(&output));
+        let report = check_report(&dir.join("case.toml"), &edit);
         assert!(report.contains(&format!("warning: {expect}")), "{expect}: {report}");
     }
     // The shipped case, and a period under one interval (the documented way
@@ -796,13 +782,7 @@ fn check_warns_of_a_straight_edge_off_the_cell_faces() {
     let dir = scratch("edges");
     std::fs::create_dir_all(&dir).unwrap();
     let square = std::fs::read_to_string(workspace().join("cases/square-obstacle.toml")).unwrap();
-    let checked = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        let report = lbm(&["check", &path.display().to_string()]);
-        assert!(report.status.success(), "{}", stderr(&report));
-        String::from_utf8_lossy(&report.stdout).into_owned()
-    };
+    let checked = |name: &str, text: &str| check_report(&dir.join(name), text);
     let warning = "warning: bodies[0] has a straight edge along x at y = ";
     assert!(!checked("faces.toml", &square).contains(warning));
     // 0.195 m is 62.4 level-1 cells of 3.125 mm.

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{lbm, scratch, stderr, workspace};
+use common::{lbm, run_on_cpu, scratch, stderr, workspace};
 use lbm_core::case::Case;
 use lbm_core::{CpuDriver, ExecConfig, Stepper};
 
@@ -31,16 +31,7 @@ fn run(case_text: &str, name: &str, steps: &str) -> (std::path::PathBuf, std::pr
     let case = dir.join("case.toml");
     std::fs::write(&case, case_text).unwrap();
     let out = dir.join("out");
-    let output = lbm(&[
-        "run",
-        &case.display().to_string(),
-        "--backend",
-        "cpu",
-        "--out",
-        &out.display().to_string(),
-        "--steps",
-        steps,
-    ]);
+    let output = run_on_cpu(&case, &out, steps, &[]);
     (out, output)
 }
 

@@ -15,6 +15,24 @@ pub fn lbm(args: &[&str]) -> Output {
     Command::new(binary).args(args).output().expect("the binary runs")
 }
 
+/// `lbm run CASE --backend cpu --out OUT --steps STEPS EXTRA...`.
+pub fn run_on_cpu(case: &std::path::Path, out: &std::path::Path, steps: &str, extra: &[&str]) -> Output {
+    let (case, out) = (case.display().to_string(), out.display().to_string());
+    lbm(&[
+        &["run", &case, "--backend", "cpu", "--out", &out, "--steps", steps][..],
+        extra,
+    ]
+    .concat())
+}
+
+/// What `lbm check` prints of `text` written to `path`; the check must pass.
+pub fn check_report(path: &std::path::Path, text: &str) -> String {
+    std::fs::write(path, text).unwrap();
+    let report = lbm(&["check", &path.display().to_string()]);
+    assert!(report.status.success(), "{}", stderr(&report));
+    String::from_utf8_lossy(&report.stdout).into_owned()
+}
+
 /// `lbm validate ARGS --backend cpu --out OUT`.
 pub fn validate_on_cpu(args: &[&str], out: &std::path::Path) -> Output {
     let out = out.display().to_string();

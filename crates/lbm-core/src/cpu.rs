@@ -24,10 +24,15 @@ pub const BACKEND: &str = "cpu";
 /// The host memory available to new allocations (`MemAvailable` of
 /// `/proc/meminfo`), or `None` where that cannot be read (not Linux).
 pub fn host_available_memory() -> Option<u64> {
-    std::fs::read_to_string("/proc/meminfo")
+    proc_bytes("/proc/meminfo", "MemAvailable:")
+}
+
+/// The kB figure after `key` in the `/proc` file `path`, in bytes.
+fn proc_bytes(path: &str, key: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
         .ok()?
         .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map(|kib| kib * 1024)
 }
@@ -36,12 +41,7 @@ pub fn host_available_memory() -> Option<u64> {
 /// `/proc/self/status`: its peak resident set), or `None` where that cannot
 /// be read (not Linux).
 pub fn host_peak_memory() -> Option<u64> {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kib| kib * 1024)
+    proc_bytes("/proc/self/status", "VmHWM:")
 }
 
 /// Raises this process's limit on open files (`RLIMIT_NOFILE`'s soft limit)
