@@ -1639,6 +1639,15 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
                 record.sweep_sha256, m.sweep_sha256
             )));
         }
+        // A shard's record holds its case: its hash says the keys and
+        // values are the ones it ran.
+        if let Some(base) = &record.case_text
+            && sweep_sha256(base, &record.sweeps, record.steps) != record.sweep_sha256
+        {
+            return Err(refuse(
+                "its sweep.json is damaged: the case and keys do not give its sweep_sha256 (edited?)".into(),
+            ));
+        }
         // The hash covers the sweep, not each member's row: a row is what
         // the sweep made it, or the shard was edited.
         let members: usize = record.sweeps.iter().map(|s| s.values.len()).product();

@@ -281,26 +281,32 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
         assert!(stderr(&output).contains(expect), "{}", stderr(&output));
         assert!(!target.join("sweep.csv").exists());
     }
-    // A shard whose sweep.json rows were edited outside what its hash
-    // covers (a member's parameters, its directory, the member count).
+    // A shard whose sweep.json was edited: a row outside what its hash
+    // covers (a member's parameters, its directory, the member count), or
+    // a swept value and its rows alike, which its hash no longer gives.
     let record = shards[0].join("sweep.json");
     let original = std::fs::read_to_string(&record).unwrap();
     let json: serde_json::Value = serde_json::from_str(&original).unwrap();
-    for (expect, pointer, value) in [
-        (
-            "is not a member of its sweep",
-            "/results/0/parameters/0/1",
-            serde_json::json!("999"),
-        ),
+    let (param, value, rows) = ("/results/0/parameters/0/1", "/sweeps/0/values/0", "/members");
+    for (expect, edits) in [
+        ("is not a member of its sweep", vec![(param, serde_json::json!("999"))]),
         (
             "where the sweep wrote members/000",
-            "/results/0/out",
-            serde_json::json!("/etc"),
+            vec![("/results/0/out", serde_json::json!("/etc"))],
         ),
-        ("members where its sweeps make", "/members", serde_json::json!(5)),
+        ("members where its sweeps make", vec![(rows, serde_json::json!(5))]),
+        (
+            "do not give its sweep_sha256",
+            vec![
+                (value, serde_json::json!("1.5e-3")),
+                (param, serde_json::json!("1.5e-3")),
+            ],
+        ),
     ] {
         let mut edited = json.clone();
-        *edited.pointer_mut(pointer).unwrap() = value;
+        for (pointer, v) in edits {
+            *edited.pointer_mut(pointer).unwrap() = v;
+        }
         std::fs::write(&record, edited.to_string()).unwrap();
         let target = scratch("sweep-edited-merge");
         let output = lbm(&[
