@@ -733,12 +733,17 @@ impl Case {
             }
         }
         let [width, height] = self.domain.size;
+        // A size of 1e308 m printed in 309 digits.
+        let short = |v: f64| match v.to_string() {
+            long if long.len() > 12 => format!("{v:e}"),
+            plain => plain,
+        };
         let nx = units.length_to_lattice(width).round();
         let ny = units.length_to_lattice(height).round();
         if !(nx >= 1.0 && ny >= 1.0) {
             return Err(Error::parameter(
                 "domain.size",
-                format!("{width} x {height} m ({nx} x {ny} cells)"),
+                format!("{} x {} m ({nx} x {ny} cells)", short(width), short(height)),
                 "at least one base cell each way",
             ));
         }
@@ -747,8 +752,10 @@ impl Case {
                 "domain.resolution",
                 self.domain.resolution,
                 &format!(
-                    "a resolution that gives domain.size ({width} x {height} m) at most 4e9 base cells (it gives \
-                     {nx:.3e} x {ny:.3e})"
+                    "a resolution that gives domain.size ({} x {} m) at most 4e9 base cells (it gives \
+                     {nx:.3e} x {ny:.3e})",
+                    short(width),
+                    short(height)
                 ),
             ));
         }
@@ -758,7 +765,7 @@ impl Case {
         if self.boundaries.x_max == BoundarySpec::Outflow && nx < 2.0 {
             return Err(Error::parameter(
                 "domain.size",
-                format!("{width} x {height} m ({nx} x {ny} cells)"),
+                format!("{} x {} m ({nx} x {ny} cells)", short(width), short(height)),
                 "at least 2 base cells along x with an outflow at x_max (it extrapolates from the cell before the \
                  last)",
             ));
