@@ -201,7 +201,7 @@ pub fn read<S: for<'de> Deserialize<'de>>(path: &Path) -> Result<Checkpoint<S>, 
         .and_then(|n| n.checked_add(32));
     if expected != Some(len) {
         return Err(format!(
-            "it is truncated or padded: {len} bytes where its header says {}",
+            "it is truncated, padded or its header is damaged: {len} bytes where its header says {}",
             expected.map_or("more than 2^64".into(), |n| n.to_string())
         ));
     }
