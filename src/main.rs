@@ -251,7 +251,6 @@ macro_rules! say {
 }
 
 fn main() -> ExitCode {
-    lbm_core::cpu::return_large_blocks();
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Check { .. } | Command::Info) {
         lbm::guard::Signals::install();

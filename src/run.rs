@@ -1525,6 +1525,8 @@ impl<D: Driver> Session<'_, D> {
         self.written = writer.written().clone();
         let state = Checkpointed { run, writer };
         let path = checkpoint::write(self.out, self.plan, &snapshot, &state)?;
+        drop(snapshot);
+        lbm_core::cpu::return_freed_memory();
         self.last_checkpoint = Some(relative(self.out, &path));
         self.checkpoint_seconds = Some(start.elapsed().as_secs_f64());
         Ok(())

@@ -218,6 +218,8 @@ fn work(
                 let start = Instant::now();
                 let saved = writer.save(step, &patches);
                 save_nanos.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                drop(patches);
+                lbm_core::cpu::return_freed_memory();
                 saved
             }
             Job::State(reply) => {
