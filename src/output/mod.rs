@@ -28,6 +28,13 @@ use serde::{Deserialize, Serialize};
 use crate::AppError;
 use fields::{PatchFields, finest_at};
 
+/// Appends `values` to `out` as little-endian f32, as NPY and VTK store them.
+fn extend_le(out: &mut Vec<u8>, values: &[f32]) {
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
 /// `bytes` at `path`, through a temporary file in the same directory renamed
 /// into place: a reader, a crash or a full disk never leaves half a file
 /// under `path`, and what was there before stays until the new one is whole.

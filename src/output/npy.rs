@@ -21,9 +21,7 @@ pub fn encode(shape: &[usize], values: &[f32]) -> Vec<u8> {
     out.extend_from_slice(b"\x93NUMPY\x01\x00");
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    for v in values {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
+    super::extend_le(&mut out, values);
     out
 }
 

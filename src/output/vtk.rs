@@ -114,9 +114,7 @@ pub fn image(patch: &PatchFields, fields: &[FieldName]) -> Vec<u8> {
 /// `values` as little-endian bytes, in a vector of their exact size.
 fn le_bytes(values: &[f32]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(4 * values.len());
-    for v in values {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
+    super::extend_le(&mut bytes, values);
     bytes
 }
 
