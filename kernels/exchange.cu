@@ -141,7 +141,8 @@ LBM_KERNEL(accumulate_exchange)(const float* __restrict__ f, unsigned int plane_
         const double ry = (double)__uint_as_float(link[3]);
         const float q = __uint_as_float(link[4]);
         const float returned = bouzidi(f, plane_cells, cell, has_behind, behind, lbm_opp(d), q);
-        const double both = (double)(f[(size_t)d * plane_cells + cell] + returned + 2.0f * lbm_w(d));
+        // cpu::link_exchange: the shifted populations, the rest state's part left out.
+        const double both = (double)(f[(size_t)d * plane_cells + cell] + returned);
         const double fx = (double)lbm_cx(d) * both;
         const double fy = (double)lbm_cy(d) * both;
         const double value[3] = {fx, fy, rx * fy - ry * fx};

@@ -852,11 +852,14 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         // within a tenth of a cell of an axis over its length counts (a turn
         // by a hair leaves it on the same rows of centres).
         let off_face = |at: f64| (at * scale - (at * scale).round()).abs();
+        // An edge beyond a wall the body crosses bounds no fluid.
+        let size = resolved.lattice.hierarchy.base.map(f64::from);
         let worst = body
             .shape
             .axis_edges(EDGE_OFF_FACE / scale)
             .into_iter()
             .flat_map(|(axis, a, b)| [(axis, a, off_face(a)), (axis, b, off_face(b))])
+            .filter(|&(axis, at, _)| at > 0.0 && at < size[axis])
             .max_by(|p, q| p.2.total_cmp(&q.2));
         if let Some((axis, at, off)) = worst
             && off > EDGE_OFF_FACE + 1e-9

@@ -112,14 +112,15 @@ fn bad_input_is_named_before_any_work() {
             "bodies[0].radius",
         ),
         (
-            "body-through-wall",
-            format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.02]\nradius = 0.05\n"),
-            "wholly inside the domain",
+            "body-through-lid",
+            format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.98]\nradius = 0.05\n"),
+            "through the y_max side (moving_wall): a body inside the domain",
         ),
         (
             "body-against-wall",
             format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.15, 0.07]\nradius = 0.05\n"),
-            "`bodies[0]` = 1.28 cells of level 0 from the y_min side (wall): at least 4 cells",
+            "`bodies[0]` = 1.28 cells of level 0 from the y_min side (wall): a body that touches or crosses a resting \
+             wall, or keeps at least 4 cells",
         ),
         (
             "overlapping-bodies",
@@ -820,6 +821,18 @@ fn check_warns_of_a_straight_edge_off_the_cell_faces() {
     }
     let slanted = off.replace("max = [0.55, 0.29375]", "max = [0.55, 0.29375]\nrotation = 5.0");
     assert!(!checked("slanted.toml", &slanted).contains("straight edge"));
+    // A block through the floor: its edge beyond the wall, off the faces,
+    // bounds no fluid and is not warned about; its top is.
+    let floor = square
+        .replace("min = [0.45, 0.19375]", "min = [0.45, -0.0521]")
+        .replace("max = [0.55, 0.29375]", "max = [0.55, 0.09375]");
+    let printed = checked("floor.toml", &floor);
+    assert!(!printed.contains("straight edge"), "{printed}");
+    let top = checked(
+        "top.toml",
+        &floor.replace("max = [0.55, 0.09375]", "max = [0.55, 0.095]"),
+    );
+    assert!(top.contains(&format!("{warning}0.095 m")), "{top}");
     let dfg = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
     assert!(!checked("circle.toml", &dfg).contains("straight edge"));
     std::fs::remove_dir_all(dir).unwrap();

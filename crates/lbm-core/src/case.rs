@@ -288,10 +288,11 @@ pub fn side_kind(spec: &BoundarySpec) -> &'static str {
 }
 
 /// Refuses a body with a coordinate that is not a number, of no size, a
-/// degenerate polygon, or one not wholly inside the domain, naming the side it
-/// crosses (a body through a wall or the inlet has no closed surface, and the
-/// rasteriser does not wrap one across a periodic side). The body's own keys
-/// come first, so its error names its own problem and not a patch it crosses.
+/// degenerate polygon, one outside the domain, or one through a side other
+/// than a resting wall, naming the side it crosses (the rasteriser does not
+/// wrap a body across a periodic side, and an inlet or outflow has no rule
+/// for a row that is solid). The body's own keys come first, so its error
+/// names its own problem and not a patch it crosses.
 fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]) -> Result<()> {
     let key = format!("bodies[{b}]");
     let coordinates: Vec<(String, f64)> = match shape {
@@ -378,22 +379,35 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
         _ => {}
     }
     let [x0, y0, x1, y1] = shape.bounds();
-    let crossed = [x0 <= 0.0, x1 >= size[0], y0 <= 0.0, y1 >= size[1]];
-    if let Some(side) = crossed.iter().position(|c| *c) {
-        // Rounded to a nanometre: centre minus radius is 0.15000000000000002.
+    // Rounded to a nanometre: centre minus radius is 0.15000000000000002.
+    let spanning = || {
         let [x0, y0, x1, y1] = [x0, y0, x1, y1].map(|v| (v * 1e9).round() / 1e9);
+        format!("spanning [{x0}, {x1}] x [{y0}, {y1}] m")
+    };
+    let accepted = format!(
+        "a body inside the domain, (0, {}) x (0, {}) m, {BODY_CLEARANCE} cells of its level clear of every side but a \
+         resting wall, which it may touch or cross",
+        size[0], size[1]
+    );
+    if x1 <= 0.0 || x0 >= size[0] || y1 <= 0.0 || y0 >= size[1] {
+        return Err(Error::parameter(
+            &key,
+            format!("{}, outside the domain", spanning()),
+            &accepted,
+        ));
+    }
+    let crossed = [x0 < 0.0, x1 > size[0], y0 < 0.0, y1 > size[1]];
+    let resting_wall = |spec: &BoundarySpec| matches!(spec, BoundarySpec::Wall | BoundarySpec::MovingWall([0.0, 0.0]));
+    if let Some(side) = (0..4).find(|s| crossed[*s] && !resting_wall(sides[*s])) {
         return Err(Error::parameter(
             &key,
             format!(
-                "spanning [{x0}, {x1}] x [{y0}, {y1}] m, through the {} side ({})",
+                "{}, through the {} side ({})",
+                spanning(),
                 SIDE_NAMES[side],
                 side_kind(sides[side])
             ),
-            &format!(
-                "a body wholly inside the domain, (0, {}) x (0, {}) m, {BODY_CLEARANCE} cells of its level clear \
-                 of every side",
-                size[0], size[1]
-            ),
+            &accepted,
         ));
     }
     Ok(())
@@ -839,7 +853,7 @@ impl Case {
         for (b, shape) in placed.iter().enumerate() {
             let lattice_shape = shape.scaled(units.length_to_lattice(1.0));
             let level = body_level(&validated, &lattice_shape, b)?;
-            if !covers_a_cell(&lattice_shape, level) {
+            if !covers_a_cell(&validated, &lattice_shape, level) {
                 return Err(Error::parameter(
                     &format!("bodies[{b}]"),
                     format!(
@@ -1082,11 +1096,24 @@ fn crossing_edges(points: &[[f64; 2]]) -> Option<(usize, usize)> {
     None
 }
 
+/// The bounds of `shape` (base lattice units) clipped to the domain.
+fn in_domain(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape) -> [f64; 4] {
+    let [x0, y0, x1, y1] = shape.bounds();
+    let base = hierarchy.base().active;
+    [
+        x0.max(0.0),
+        y0.max(0.0),
+        x1.min(base.width() as f64),
+        y1.min(base.height() as f64),
+    ]
+}
+
 /// Whether `shape` (base lattice units) holds the centre of a cell of
-/// `level`: a body that holds none has no cell, no link and no force.
-fn covers_a_cell(shape: &Shape, level: usize) -> bool {
+/// `level` inside the domain: a body that holds none has no cell, no link and
+/// no force.
+fn covers_a_cell(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, level: usize) -> bool {
     let scale = 2f64.powi(level as i32);
-    let [x0, y0, x1, y1] = shape.bounds().map(|v| v * scale);
+    let [x0, y0, x1, y1] = in_domain(hierarchy, shape).map(|v| v * scale);
     // Cell i's centre is at i + 1/2 on the level's grid.
     let first = |lo: f64| (lo - 0.5).ceil().max(0.0) as u64;
     let last = |hi: f64| (hi - 0.5).floor();
@@ -1100,7 +1127,8 @@ fn covers_a_cell(shape: &Shape, level: usize) -> bool {
 }
 
 fn body_level(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape, body: usize) -> Result<usize> {
-    let [x0, y0, x1, y1] = shape.bounds();
+    // The part inside the domain: a body may cross a wall.
+    let [x0, y0, x1, y1] = in_domain(hierarchy, shape);
     let mut chosen = 0;
     for (level, patches) in hierarchy.levels.iter().enumerate().skip(1) {
         let scale = 2f64.powi(level as i32);
@@ -1808,16 +1836,35 @@ mod tests {
             &cavity_with(&[&circle(0.2, 0.09375, 0.03125)]),
             &[
                 "`bodies[0]` = 2.00 cells of level 0 from the y_min side (wall)",
-                "at least 4 cells",
+                "touches or crosses a resting wall, or keeps at least 4 cells",
+            ],
+        );
+        // A resting wall a body may touch or cross (a step, a bump on a
+        // floor); the lid it may not, nor leave the domain.
+        for body in [
+            circle(0.2, 0.03, 0.05),
+            circle(0.2, 0.0, 0.05),
+            "shape = \"rectangle\"\nmin = [0.2, 0.0]\nmax = [0.3, 0.1]".to_owned(),
+            "shape = \"rectangle\"\nmin = [0.0, 0.0]\nmax = [0.1, 0.1]".to_owned(),
+        ] {
+            let resolved = Case::from_toml(&cavity_with(&[&body])).unwrap().resolve();
+            assert!(resolved.is_ok(), "{body}: {}", resolved.err().unwrap());
+        }
+        refused(
+            &cavity_with(&[&circle(0.2, 0.98, 0.05)]),
+            &[
+                "`bodies[0]`",
+                "through the y_max side (moving_wall)",
+                "every side but a resting wall, which it may touch or cross",
             ],
         );
         refused(
-            &cavity_with(&[&circle(0.15, 0.03, 0.05)]),
-            &[
-                "`bodies[0]`",
-                "through the y_min side (wall)",
-                "wholly inside the domain",
-            ],
+            &cavity_with(&["shape = \"rectangle\"\nmin = [0.2, 0.9]\nmax = [0.3, 1.0]"]),
+            &["`bodies[0]` = touching or crossing the y_max side (moving_wall)"],
+        );
+        refused(
+            &cavity_with(&[&circle(0.2, -0.1, 0.05)]),
+            &["`bodies[0]` = spanning [0.15, 0.25] x [-0.15, -0.05] m, outside the domain"],
         );
         // Outside a patch, a body keeps 4 of the patch's cells clear of it
         // too: the patch does not see it, and its ghost band would reach it.
@@ -1831,10 +1878,13 @@ mod tests {
                 .resolve()
                 .is_ok()
         );
-        // A body filling the channel leaves no fluid between it and the walls.
+        // A body across the domain from wall to wall cuts it in two.
         refused(
-            &cavity_with(&["shape = \"rectangle\"\nmin = [0.15, 0.0]\nmax = [0.2, 1.0]"]),
-            &["through the y_min side (wall)"],
+            &cavity_with(&["shape = \"rectangle\"\nmin = [0.0, 0.125]\nmax = [1.0, 0.175]"]),
+            &[
+                "`bodies[0]` = touching both the x_min and the x_max wall",
+                "cut the domain in two",
+            ],
         );
         refused(
             &cavity_with(&["shape = \"rectangle\"\nmin = [0.15, 0.05]\nmax = [0.18, 0.95]"]),
@@ -1936,10 +1986,15 @@ mod tests {
         .into();
         let e = case.resolve().map(|_| ()).unwrap_err().to_string();
         assert!(e.contains("`bodies[0].radius` = NaN: a finite number"), "{e}");
-        // A body through a wall inside a patch that touches it names the wall.
+        // A body through a wall inside a patch that touches it is on the
+        // patch's level; through the lid it is refused, naming the lid.
         let text = cavity_with(&["shape = \"circle\"\ncenter = [0.5, 0.01]\nradius = 0.05"])
             .replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.25, 0.0, 0.75, 0.75]]");
-        refused(&text, &["through the y_min side (wall)"]);
+        let resolved = Case::from_toml(&text).unwrap().resolve().unwrap();
+        assert_eq!(resolved.lattice.bodies[0].level, 1);
+        let text = cavity_with(&["shape = \"circle\"\ncenter = [0.5, 0.99]\nradius = 0.05"])
+            .replace("[[0.25, 0.25, 0.75, 0.75]]", "[[0.25, 0.25, 0.75, 1.0]]");
+        refused(&text, &["through the y_max side (moving_wall)"]);
     }
 
     #[test]

@@ -543,7 +543,26 @@ pub struct LevelPhysics {
     pub force: [f32; 2],
 }
 
+/// Cells of its level within which a body's bounds count as touching a side:
+/// round-off of a body placed on a wall in metres.
+const TOUCHING: f64 = 1e-9;
+
+/// Which sides a body with `gaps` (cells of its level from x-min, x-max,
+/// y-min, y-max; negative where it crosses) touches or crosses, among the
+/// resting walls: the sides it may meet.
+pub fn touches_walls(boundaries: &[Boundary; 4], wall_velocity: &[[f64; 2]; 4], gaps: [f64; 4]) -> [bool; 4] {
+    std::array::from_fn(|s| gaps[s] <= TOUCHING && boundaries[s] == Boundary::Wall && wall_velocity[s] == [0.0; 2])
+}
+
 impl LatticeConfig {
+    /// The kind of side `side` as a case file names it.
+    fn side_name(&self, side: usize) -> &'static str {
+        match (self.boundaries[side], self.wall_velocity[side] == [0.0; 2]) {
+            (Boundary::Wall, false) => "moving_wall",
+            (kind, _) => kind.name(),
+        }
+    }
+
     /// Every check a configuration must pass before anything is allocated or
     /// written: the hierarchy with `tiles`, stability, boundaries, the bodies
     /// ([`LatticeConfig::check_bodies`]), and each refined patch's sides. Returns
@@ -635,6 +654,12 @@ impl LatticeConfig {
     /// them and each link's wall distance comes from one outline only, which
     /// would make both the wall and each body's force wrong where they meet
     /// (one polygon makes a compound body).
+    ///
+    /// A resting wall is the exception ([`touches_walls`]): a body may touch
+    /// or cross it, as a step or a block stands on a floor. The wall's rule
+    /// and the body's links never meet on one link (a link across the wall
+    /// is the wall's, one into the body the body's), and a body that touches
+    /// two opposite sides is refused, as it would cut the domain in two.
     pub fn check_bodies(&self, n_levels: usize) -> Result<()> {
         for (b, body) in self.bodies.iter().enumerate() {
             if body.level >= n_levels {
@@ -653,22 +678,48 @@ impl LatticeConfig {
             let scale = 2f64.powi(body.level as i32);
             let [x0, y0, x1, y1] = body.shape.bounds();
             let gaps = [x0, nx - x1, y0, ny - y1].map(|g| g * scale);
+            let touched = touches_walls(&self.boundaries, &self.wall_velocity, gaps);
             for (side, gap) in gaps.into_iter().enumerate() {
-                if short(gap) {
+                if short(gap) && !touched[side] {
+                    let resting_wall = self.boundaries[side] == Boundary::Wall && self.wall_velocity[side] == [0.0; 2];
+                    let accepted = match resting_wall {
+                        true => format!(
+                            "a body that touches or crosses a resting wall, or keeps at least {BODY_CLEARANCE} \
+                             cells of its level from it (a narrower gap is a channel the lattice hardly resolves): \
+                             move the body onto the wall or away from it, or raise the resolution"
+                        ),
+                        false => format!(
+                            "at least {BODY_CLEARANCE} cells of its level between a body and every side of the \
+                             domain but a resting wall, which it may touch or cross; periodic sides included: move \
+                             or shrink the body, or raise the resolution"
+                        ),
+                    };
                     return Err(Error::parameter(
                         &format!("bodies[{b}]"),
                         format!(
-                            "{gap:.2} cells of level {} from the {} side ({})",
-                            body.level,
+                            "{} the {} side ({})",
+                            match gap > 0.0 {
+                                true => format!("{gap:.2} cells of level {} from", body.level),
+                                false => "touching or crossing".to_owned(),
+                            },
                             SIDE_NAMES[side],
-                            self.boundaries[side].name()
+                            self.side_name(side)
                         ),
-                        &format!(
-                            "at least {BODY_CLEARANCE} cells of its level between a body and every side of the \
-                             domain, periodic ones included: move or shrink the body, or raise the resolution"
-                        ),
+                        &accepted,
                     ));
                 }
+            }
+            if let Some(axis) = (0..2).find(|a| touched[2 * a] && touched[2 * a + 1]) {
+                return Err(Error::parameter(
+                    &format!("bodies[{b}]"),
+                    format!(
+                        "touching both the {} and the {} wall",
+                        SIDE_NAMES[2 * axis],
+                        SIDE_NAMES[2 * axis + 1]
+                    ),
+                    "a body that leaves the fluid a way past it: it may touch one of two opposite walls, as it \
+                     would otherwise cut the domain in two",
+                ));
             }
             for (other, earlier) in self.bodies[..b].iter().enumerate() {
                 let level = body.level.max(earlier.level);

@@ -1182,6 +1182,35 @@ fn stepper_runs_match_the_cpu_with_patches_on_the_channel_walls() {
     check_stepper_runs(walled_channel_lattice);
 }
 
+/// [`walled_channel_lattice`] with a block standing on the floor in the
+/// level-2 patch and a half-disc bump on the ceiling in the level-1 patch:
+/// cells beside a wall and a body at once, the wall's rule and the body's
+/// links side by side.
+fn wall_bodies_lattice() -> LatticeConfig {
+    let mut lattice = walled_channel_lattice();
+    lattice.bodies.push(Body {
+        shape: Shape::Rectangle {
+            min: [15.0, 0.0],
+            max: [17.0, 3.0],
+        },
+        level: 2,
+    });
+    lattice.bodies.push(Body {
+        shape: Shape::Circle {
+            center: [20.0, 40.0],
+            radius: 1.5,
+        },
+        level: 1,
+    });
+    lattice
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn stepper_runs_match_the_cpu_with_bodies_on_the_walls() {
+    check_stepper_runs(wall_bodies_lattice);
+}
+
 /// [`channel_lattice`] large enough that both levels take the split update
 /// (bulk kernel, then the boundary cells) when stored row-major: a 300 x 240
 /// channel, the cylinder on a 280 x 240 patch, a small level-2 patch in its

@@ -25,11 +25,12 @@ pub const LINK_WORDS: usize = 6;
 /// The link table's value for "no fluid cell behind".
 pub const NO_CELL: u32 = u32::MAX;
 
-/// Cells of its level a body keeps from every side of the domain and from
-/// every other body. Interpolated bounce-back reads a second fluid cell behind
-/// each link, and a gap narrower than this is a channel the lattice hardly
-/// resolves; a body nearer a periodic side would also need the rasteriser to
-/// wrap, which it does not.
+/// Cells of its level a body keeps from every side of the domain it does not
+/// touch (it may touch or cross a resting wall) and from every other body.
+/// Interpolated bounce-back reads a second fluid cell behind each link, and a
+/// gap narrower than this is a channel the lattice hardly resolves; a body
+/// nearer a periodic side would also need the rasteriser to wrap, which it
+/// does not.
 pub const BODY_CLEARANCE: f64 = 4.0;
 
 /// A rigid, stationary body.
@@ -320,13 +321,24 @@ pub fn cell_center(patch: &Patch, x: u32, y: u32) -> [f64; 2] {
 }
 
 /// Solid flags of `patch` (storage order) with the index of the body owning each
-/// solid cell.
+/// solid cell. Cells beyond the domain (a patch's ghost band past a side it
+/// touches) stay fluid where a body crosses a wall: the wall's rule, not the
+/// body's, governs the links that cross it, and a solid cell there would
+/// give the body links into the wall.
 pub fn rasterize(patch: &Patch, bodies: &[(usize, &Shape)]) -> (Vec<u8>, Vec<Option<usize>>) {
     let layout = patch.layout;
+    let a = patch.active;
+    let outside = |x: u32, y: u32| {
+        let past = [x < a.x0, x >= a.x1, y < a.y0, y >= a.y1];
+        (0..4).any(|s| past[s] && patch.on_boundary[s])
+    };
     let mut flags = vec![FLAG_FLUID; layout.plane_cells()];
     let mut owner = vec![None; layout.plane_cells()];
     for y in 0..layout.ny {
         for x in 0..layout.nx {
+            if outside(x, y) {
+                continue;
+            }
             let p = cell_center(patch, x, y);
             if let Some((b, _)) = bodies.iter().find(|(_, s)| s.contains(p)) {
                 let index = layout.index(x, y);
