@@ -117,10 +117,7 @@ pub fn write<S: Serialize>(out: &Path, plan: &Plan, snapshot: &Snapshot, run: &S
     let json = serde_json::to_vec(&meta).expect("plain data serialises");
     let binary: u64 = snapshot.buffers.iter().map(|(_, b)| b.len() as u64).sum();
     let dir = dir(out);
-    std::fs::create_dir_all(&dir).map_err(|source| AppError::Write {
-        path: dir.display().to_string(),
-        source,
-    })?;
+    crate::output::create_dir(&dir)?;
     let path = dir.join(file_name(snapshot.step_count));
     // Streamed through the hash: the state is as large as the device's
     // populations, and a second copy of it would double the host's peak.

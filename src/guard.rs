@@ -2,8 +2,10 @@
 //! and the watchdog that ends a run whose intervals stop completing.
 //!
 //! A first SIGINT, SIGTERM or SIGHUP only raises a flag: the run finishes the chunk
-//! in flight, checkpoints and ends "interrupted". A second one exits at once
-//! with 130, leaving the last checkpoint. The watchdog is a thread that, when
+//! in flight, checkpoints and ends "interrupted". A second one, from half a
+//! second after the first, exits at once with 130, leaving the last
+//! checkpoint; one sooner is the first's copy (`timeout` signals the process
+//! and then its group, a terminal's Ctrl-C the whole foreground group). The watchdog is a thread that, when
 //! no interval has completed for its period, writes the summary it was last
 //! given with `"ended": "stalled"` and exits with 3: a hung device cannot be
 //! checkpointed, so the run resumes from its last checkpoint.
@@ -29,7 +31,8 @@ pub struct Signals {
 
 impl Signals {
     /// Installs the handlers once per process (later calls return the same
-    /// flag); a second signal exits the process with 130. Installed when a
+    /// flag); a second signal exits the process with 130 ([`SECOND_SIGNAL`]
+    /// after the first or later). Installed when a
     /// command starts, so that a signal during set-up ends the run at its
     /// first chunk, with its summary and a checkpoint, rather than at once
     /// with neither. SIGHUP (a closed terminal) counts as SIGTERM. SIGXFSZ (a
@@ -42,15 +45,25 @@ impl Signals {
             .get_or_init(|| {
                 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGXFSZ};
                 let raised = Arc::new(AtomicBool::new(false));
-                for signal in [SIGINT, SIGTERM, SIGHUP] {
-                    // Registered first, so it sees the flag as the previous
-                    // signal left it: the second signal exits.
-                    let _ = signal_hook::flag::register_conditional_shutdown(
-                        signal,
-                        EXIT_INTERRUPTED as i32,
-                        raised.clone(),
-                    );
-                    let _ = signal_hook::flag::register(signal, raised.clone());
+                // A thread takes the signals as they come, so that it can
+                // tell a second stop from the first's copy by the clock.
+                if let Ok(mut stops) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+                    let raised = raised.clone();
+                    std::thread::spawn(move || {
+                        let mut first: Option<Instant> = None;
+                        for _ in stops.forever() {
+                            match first {
+                                None => {
+                                    first = Some(Instant::now());
+                                    raised.store(true, Ordering::SeqCst);
+                                }
+                                Some(at) if at.elapsed() >= SECOND_SIGNAL => {
+                                    std::process::exit(EXIT_INTERRUPTED as i32)
+                                }
+                                Some(_) => {}
+                            }
+                        }
+                    });
                 }
                 let _ = signal_hook::flag::register(SIGXFSZ, Arc::new(AtomicBool::new(false)));
                 Signals { raised }
@@ -62,6 +75,10 @@ impl Signals {
         self.raised.load(Ordering::SeqCst)
     }
 }
+
+/// How long after the first stop signal another one ends the process at
+/// once; sooner, it is the same stop delivered twice.
+pub const SECOND_SIGNAL: Duration = Duration::from_millis(500);
 
 struct Watch {
     /// What a stall reports it by ([`Watchdog::group`]).

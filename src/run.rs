@@ -519,6 +519,12 @@ fn command_line() -> Vec<String> {
     std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
 }
 
+/// The device and inode of the directory at `dir`, where it can be read.
+fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// A directory's lock that the caller took before the session opens.
 pub(crate) struct Held(Option<std::fs::File>);
 
@@ -690,6 +696,7 @@ pub(crate) fn open_session<'a>(
     };
     Ok(Session {
         _lock: lock,
+        out_identity: dir_identity(out),
         stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
         pilot,
         backend,
@@ -761,7 +768,7 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
                 "{} holds no checkpoint to continue from; the run starts again from interval 0",
                 dir.display()
             );
-            empty_directory(dir)?;
+            clear_run_files(dir)?;
             open_session(&input, opened, None, &request, started, Some(held))?
         }
     };
@@ -884,6 +891,8 @@ pub(crate) fn resume_point(
             written.len()
         )));
     }
+    crate::output::verify_outputs(dir, &found.run.writer)
+        .map_err(|reason| refuse(format!("{reason}, so the run cannot be continued whole; {again}")))?;
     Ok(Some(ResumePoint { manifest, found }))
 }
 
@@ -953,6 +962,7 @@ pub(crate) fn open_resumed<'a>(
     );
     Ok(Session {
         _lock: lock,
+        out_identity: dir_identity(dir),
         stop: resolved.steps,
         pilot: None,
         backend,
@@ -1001,8 +1011,26 @@ fn remove_partial_files(dir: &Path) {
     }
 }
 
-/// Removes everything in a run directory, for a run from the start.
-pub(crate) fn empty_directory(dir: &Path) -> Result<(), AppError> {
+/// What a run writes at the top of its directory: all that a run from the
+/// start removes there.
+const RUN_ENTRIES: [&str; 11] = [
+    "case.toml",
+    "manifest.json",
+    "summary.json",
+    "forces.csv",
+    "fields.pvd",
+    "patches.pvd",
+    "fields",
+    "pictures",
+    "probes",
+    "plots",
+    "checkpoints",
+];
+
+/// Removes what a run wrote in its directory (and the `.tmp` files of its
+/// writes), for a run from the start; anything else there (a user's notes,
+/// an analysis beside the outputs) stays.
+pub(crate) fn clear_run_files(dir: &Path) -> Result<(), AppError> {
     let write = |source| AppError::Write {
         path: dir.display().to_string(),
         source,
@@ -1012,6 +1040,10 @@ pub(crate) fn empty_directory(dir: &Path) -> Result<(), AppError> {
     if dir.exists() {
         for entry in std::fs::read_dir(dir).map_err(write)? {
             let path = entry.map_err(write)?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if !RUN_ENTRIES.contains(&name.strip_suffix(".tmp").unwrap_or(name)) {
+                continue;
+            }
             match path.is_dir() && !path.is_symlink() {
                 true => std::fs::remove_dir_all(&path),
                 false => std::fs::remove_file(&path),
@@ -1066,7 +1098,13 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
         }
         let mut entries = std::fs::read_dir(out).map_err(|e| refuse(format!("it cannot be read ({e})")))?;
         if entries.next().is_some() {
-            let resumable = read_manifest(out).is_ok() && {
+            // A run whose summary says it cannot be continued (files it
+            // wrote gone) is not offered a resume that would be refused.
+            let summary_refuses = std::fs::read_to_string(out.join("summary.json"))
+                .ok()
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+                .is_some_and(|s| s["ended"] == "failed" && s["resume"].is_null());
+            let resumable = !summary_refuses && read_manifest(out).is_ok() && {
                 let (found, damaged) = checkpoint::latest::<Checkpointed>(out);
                 found.is_some() || damaged.is_empty()
             };
@@ -1151,6 +1189,10 @@ impl Pace {
 pub(crate) struct Session<'a, D: Driver> {
     /// Held for the session's life ([`lock_directory`]).
     _lock: Option<std::fs::File>,
+    /// The output directory's identity when the session opened
+    /// ([`dir_identity`]): one moved or removed meanwhile is not written
+    /// into anew by its old name.
+    out_identity: Option<(u64, u64)>,
     backend: &'static str,
     engine: Engine<D>,
     /// Everything written leaves the devices through them, one per device.
@@ -1266,7 +1308,18 @@ impl<D: Driver> Session<'_, D> {
             // What a checkpoint says was written is not there to continue.
             summary.resume = None;
         }
-        if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
+        let moved = self.out_identity.is_some() && dir_identity(self.out) != self.out_identity;
+        if moved {
+            // Its files are where it went; a directory of that name now is
+            // another one, and the resume below would name the wrong one.
+            summary.resume = None;
+            later.push(format!(
+                "the output directory {} was moved or removed while the run wrote into it: what it had written \
+                 went with it, and where it was moved to, `lbm resume` of that directory continues it from its \
+                 last checkpoint",
+                self.out.display()
+            ));
+        } else if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
             later.push(second.to_string());
         }
         let mut after = String::new();
@@ -1274,7 +1327,8 @@ impl<D: Driver> Session<'_, D> {
             after += &format!("; after it: {}", later.join("; "));
         }
         // A divergence says where its files are.
-        if !(later.is_empty() && matches!(e, AppError::Diverged { .. })) {
+        let diverged_alone = later.is_empty() && matches!(e, AppError::Diverged { .. });
+        if !(moved || diverged_alone) {
             after += &format!(
                 "; the run stopped after interval {} of {}, and what it had written is in {}",
                 self.state.done,

@@ -63,7 +63,7 @@ use crate::output::write_atomic;
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::run::{
-    Chunk, Ending, Limits, Pace, Request, ResumePoint, Session, SessionInput, Summary, empty_directory, exec,
+    Chunk, Ending, Limits, Pace, Request, ResumePoint, Session, SessionInput, Summary, clear_run_files, exec,
     open_resumed, open_session, prepare_output, resume_point, write_json,
 };
 
@@ -850,7 +850,7 @@ pub fn resume(
     let chosen: Vec<&Member> = runs.iter().map(|(m, _)| *m).collect();
     let drivers = open_drivers(&chosen, mode, backend, device)?;
     for out in &restart {
-        empty_directory(out)?;
+        clear_run_files(out)?;
     }
     let settings = Settings {
         mode,

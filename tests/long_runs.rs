@@ -48,11 +48,18 @@ fn wait_for_checkpoint(out: &Path, step: u64, child: &mut std::process::Child) {
 }
 
 /// `output` is a refusal of a directory another lbm is writing into.
-/// Sends `signal` (as `kill` takes it) to `child` and waits for it: an
-/// interrupted run's exit, 130, and what it said.
+/// Sends `signal` (as `kill` takes it) to `child`, twice at once where
+/// `signal` ends in `x2` (as `timeout` signals a process and then its group),
+/// and waits for it: an interrupted run's exit, 130, and what it said.
 fn signalled(child: std::process::Child, signal: &str) -> std::process::Output {
+    let pid = child.id().to_string();
+    let (signal, times) = match signal.strip_suffix("x2") {
+        Some(signal) => (signal, 2),
+        None => (signal, 1),
+    };
     let killed = Command::new("kill")
-        .args([signal, &child.id().to_string()])
+        .arg(signal)
+        .args(std::iter::repeat_n(&pid, times))
         .status()
         .unwrap();
     assert!(killed.success());
@@ -182,11 +189,12 @@ fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
-/// SIGINT, and SIGHUP (a closed terminal) as SIGTERM: a checkpoint, the
+/// SIGINT, SIGHUP (a closed terminal) as SIGTERM, and a SIGTERM sent twice
+/// at once (`timeout` signals the run and then its group): a checkpoint, the
 /// summary, and a resume to the straight run's files.
 #[test]
 fn sigint_checkpoints_and_says_interrupted() {
-    for signal in ["-INT", "-HUP"] {
+    for signal in ["-INT", "-HUP", "-TERMx2"] {
         interrupted_by(signal);
     }
 }
@@ -249,6 +257,11 @@ fn a_file_removed_under_the_run_fails_it() {
     let s = summary(&out);
     assert_eq!(s["ended"], "failed");
     assert!(s["error"].as_str().unwrap().contains(&gone), "{s}");
+    // Nothing continues it, and running the case into it again says so
+    // rather than offering a resume that would be refused.
+    let again = run_command(&case, &out, &[]).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(!stderr(&again).contains("lbm resume"), "{}", stderr(&again));
     std::fs::remove_dir_all(root).unwrap();
 }
 
@@ -289,6 +302,19 @@ fn a_file_size_limit_fails_the_run_with_a_message_and_it_resumes() {
         false => "runs it again from the start in its directory",
     };
     assert!(stderr(&output).contains(way_on), "{}", stderr(&output));
+    // A CSV row the limit cut partway is cut back: the failed run's files
+    // hold whole rows.
+    for file in compared_files(&out)
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "csv"))
+    {
+        let text = std::fs::read_to_string(out.join(file)).unwrap();
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "{} ends inside a row",
+            file.display()
+        );
+    }
     let resumed = resume(&out, &[]);
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert_identical(straight(), &out);
@@ -485,6 +511,10 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
         stderr(&refused)
     );
     std::fs::write(out.join("case.toml"), text).unwrap();
+    // What a user put beside the outputs is not the run's to remove.
+    std::fs::create_dir(out.join("analysis")).unwrap();
+    std::fs::write(out.join("analysis").join("notes.txt"), "mine").unwrap();
+    std::fs::write(out.join("forces.csv.tmp"), "half a write").unwrap();
     let mut first = Command::new(common::runs::binary())
         .args([
             "resume",
@@ -509,6 +539,12 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
         "{}",
         stderr(&resumed)
     );
+    assert!(!out.join("forces.csv.tmp").exists());
+    assert_eq!(
+        std::fs::read_to_string(out.join("analysis").join("notes.txt")).unwrap(),
+        "mine"
+    );
+    std::fs::remove_dir_all(out.join("analysis")).unwrap();
     let s = summary(&out);
     assert_eq!(s["ended"], "completed");
     assert_eq!(s["completed_intervals"], steps());
@@ -545,6 +581,54 @@ fn resume_refuses_a_run_whose_written_files_are_gone() {
         "{message}"
     );
     assert_eq!(std::fs::read_to_string(out.join("manifest.json")).unwrap(), manifest);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// What the newest checkpoint saw written, damaged since: a CSV row it
+/// counted edited, a field file cut short. `lbm resume` refuses before any
+/// work (exit 2), naming the file, where it would have ended "completed"
+/// with a mixed output.
+#[test]
+fn resume_refuses_a_run_whose_written_files_were_damaged() {
+    let (root, case, out) = setup("files-damaged");
+    let mut child = spawn_run(&case, &out, &[]);
+    wait_for_checkpoint(&out, 40, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let saved = out.join("fields/t000000030");
+    let npy = std::fs::read_dir(&saved)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "npy"))
+        .expect("the save point at interval 30 holds NPY files");
+    let forces = out.join("forces.csv");
+    let text = std::fs::read_to_string(&forces).unwrap();
+    for (file, damage) in [(&forces, "a row edited"), (&npy, "cut short")] {
+        let bytes = std::fs::read(file).unwrap();
+        match damage {
+            "a row edited" => {
+                // The second row's first digit, well inside what the checkpoint saw.
+                let at = text.find('\n').unwrap() + 1;
+                let mut edited = bytes.clone();
+                edited[at] = if edited[at] == b'9' { b'8' } else { b'9' };
+                std::fs::write(file, edited).unwrap();
+            }
+            _ => std::fs::write(file, &bytes[..bytes.len() - 4]).unwrap(),
+        }
+        let refused = resume(&out, &[]);
+        let message = stderr(&refused);
+        assert_eq!(refused.status.code(), Some(2), "{damage}: {message}");
+        let name = file.strip_prefix(&out).unwrap().display().to_string();
+        assert!(
+            message.contains(&name) && message.contains("since"),
+            "{damage}: {message}"
+        );
+        std::fs::write(file, bytes).unwrap();
+    }
+    // Put back, the run resumes to the straight run's files.
+    let resumed = resume(&out, &[]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert_identical(straight(), &out);
     std::fs::remove_dir_all(root).unwrap();
 }
 
@@ -735,5 +819,29 @@ fn run_bounds_out_of_range_are_refused_before_any_work() {
         "{}",
         stderr(&output)
     );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// The output directory moved while the run writes: the run fails (exit
+/// 3) saying so, makes nothing anew by the old name, and the moved
+/// directory resumes to the straight run's files.
+#[test]
+fn a_run_whose_directory_is_moved_fails_and_the_moved_one_resumes() {
+    let (root, case, out) = setup("moved");
+    let mut child = spawn_run(&case, &out, &[]);
+    wait_for_checkpoint(&out, 20, &mut child);
+    let moved = root.join("moved-out");
+    std::fs::rename(&out, &moved).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(3), "{message}");
+    assert!(
+        message.contains("was moved or removed while the run wrote into it"),
+        "{message}"
+    );
+    assert!(!out.exists(), "made anew by its old name: {message}");
+    let resumed = resume(&moved, &[]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert_identical(straight(), &moved);
     std::fs::remove_dir_all(root).unwrap();
 }

@@ -24,6 +24,7 @@ use lbm_core::ledger::ExchangeRecord;
 use lbm_core::output::{FieldName, Format, OutputPlan};
 use lbm_core::units::UnitSystem;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::AppError;
 use fields::{PatchFields, finest_at};
@@ -75,11 +76,17 @@ fn relative(out: &Path, path: &Path) -> PathBuf {
     path.strip_prefix(out).unwrap_or(path).to_owned()
 }
 
-fn create_dir(path: &Path) -> Result<(), AppError> {
-    std::fs::create_dir_all(path).map_err(|source| AppError::Write {
-        path: path.display().to_string(),
-        source,
-    })
+/// Makes the directory `path` in its existing parent (one there already is
+/// kept). Never the parents: an output directory moved or removed while
+/// the run writes is not made anew by its old name, and the write fails.
+pub(crate) fn create_dir(path: &Path) -> Result<(), AppError> {
+    match std::fs::create_dir(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        made => made.map_err(|source| AppError::Write {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
 }
 
 /// A CSV file that grows a flushed line per sample.
@@ -88,6 +95,9 @@ struct Csv {
     file: std::fs::File,
     /// Bytes written so far: where a resumed run cuts the file back to.
     len: u64,
+    /// The SHA-256 of those bytes so far: a resume checks that they are
+    /// what the run wrote ([`verify_outputs`]).
+    hash: Sha256,
 }
 
 impl Csv {
@@ -96,7 +106,12 @@ impl Csv {
             path: path.display().to_string(),
             source,
         })?;
-        let mut csv = Csv { path, file, len: 0 };
+        let mut csv = Csv {
+            path,
+            file,
+            len: 0,
+            hash: Sha256::new(),
+        };
         csv.line(header)?;
         Ok(csv)
     }
@@ -108,7 +123,7 @@ impl Csv {
             path: path.display().to_string(),
             source,
         };
-        let file = match std::fs::OpenOptions::new().write(true).open(&path) {
+        let file = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(AppError::Resume {
                     dir: path.display().to_string(),
@@ -128,24 +143,80 @@ impl Csv {
             });
         }
         file.set_len(len).map_err(failed)?;
+        let mut hash = Sha256::new();
         let mut file = file;
+        std::io::copy(
+            &mut std::io::Read::take(std::io::Read::by_ref(&mut file), len),
+            &mut hash,
+        )
+        .map_err(failed)?;
         std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0)).map_err(failed)?;
-        Ok(Csv { path, file, len })
+        Ok(Csv { path, file, len, hash })
     }
 
     fn line(&mut self, text: &str) -> Result<(), AppError> {
         // One write per line: a run killed between two leaves whole rows.
         let line = format!("{text}\n");
-        self.file
-            .write_all(line.as_bytes())
-            .and_then(|()| self.file.flush())
-            .map_err(|source| AppError::Write {
+        let written = self.file.write_all(line.as_bytes()).and_then(|()| self.file.flush());
+        if let Err(source) = written {
+            // A write that failed partway (a full disk, a file-size limit)
+            // leaves part of the row: cut back to the whole rows, so the
+            // failed run's file holds what it had written, nothing torn.
+            let _ = self.file.set_len(self.len);
+            let _ = std::io::Seek::seek(&mut self.file, std::io::SeekFrom::Start(self.len));
+            return Err(AppError::Write {
                 path: self.path.display().to_string(),
                 source,
-            })?;
+            });
+        }
         self.len += line.len() as u64;
+        self.hash.update(line.as_bytes());
         Ok(())
     }
+}
+
+/// The SHA-256 of the first `len` bytes of `path`, in hex; `None` when it
+/// holds fewer or cannot be read.
+fn prefix_sha256(path: &Path, len: u64) -> Option<String> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut hash = Sha256::new();
+    let copied = std::io::copy(&mut std::io::Read::take(file, len), &mut hash).ok()?;
+    (copied == len).then(|| hex(&hash.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether a run directory still holds what a checkpoint saw written
+/// (`state`): every CSV's first bytes as they were, and every field file
+/// and picture at its size; the reason it does not, else. Rows after the
+/// checkpoint and the files rewritten whole at each save point (the index,
+/// the `.pvd` series, the plots) a resume writes anew; a checkpoint of an
+/// older lbm, which kept neither, passes.
+pub fn verify_outputs(out: &Path, state: &WriterState) -> Result<(), String> {
+    for ((file, len), digest) in state.csv_files.iter().zip(&state.csv_lengths).zip(&state.csv_sha256) {
+        if prefix_sha256(&out.join(file), *len).as_deref() != Some(digest.as_str()) {
+            return Err(format!(
+                "{} is not what the run had written by its checkpoint (its first {len} bytes differ: edited or \
+                 damaged since)",
+                file.display()
+            ));
+        }
+    }
+    for (file, bytes) in &state.file_bytes {
+        match std::fs::metadata(out.join(file)) {
+            Ok(m) if m.len() != *bytes => {
+                return Err(format!(
+                    "{} holds {} bytes where the run wrote {bytes} (cut short or replaced since)",
+                    file.display(),
+                    m.len()
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// One NPY array in `fields/index.json`.
@@ -196,6 +267,15 @@ pub struct WriterState {
     written: Written,
     /// Bytes of `forces.csv`, then each probe's and each line's CSV.
     csv_lengths: Vec<u64>,
+    /// Those files (relative to the output directory) and the SHA-256 of
+    /// those bytes, in hex.
+    #[serde(default)]
+    csv_files: Vec<PathBuf>,
+    #[serde(default)]
+    csv_sha256: Vec<String>,
+    /// The size of each field file and picture written.
+    #[serde(default)]
+    file_bytes: std::collections::BTreeMap<PathBuf, u64>,
 }
 
 /// A line's profile through JSON, which has no NaN: serde_json writes one as
@@ -401,13 +481,21 @@ impl Writer {
     /// What a checkpoint keeps of this writer now (see [`WriterState::written`]).
     pub fn state(&self) -> WriterState {
         let mut state = self.state.clone();
-        state.csv_lengths = self
-            .forces
-            .iter()
-            .chain(&self.probes)
-            .chain(&self.lines)
-            .map(|c| c.len)
-            .collect();
+        let csvs: Vec<&Csv> = self.forces.iter().chain(&self.probes).chain(&self.lines).collect();
+        state.csv_lengths = csvs.iter().map(|c| c.len).collect();
+        state.csv_files = csvs.iter().map(|c| relative(&self.out, &c.path)).collect();
+        state.csv_sha256 = csvs.iter().map(|c| hex(&c.hash.clone().finalize())).collect();
+        // Written once each: fields and pictures (the index, the series
+        // and the plots are rewritten whole at each save point).
+        for file in &state.written.files {
+            let once = file.starts_with("pictures") || (file.starts_with("fields") && file.components().count() > 2);
+            if once
+                && !state.file_bytes.contains_key(file)
+                && let Ok(m) = std::fs::metadata(self.out.join(file))
+            {
+                state.file_bytes.insert(file.clone(), m.len());
+            }
+        }
         state
     }
 
