@@ -1096,8 +1096,23 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
         if !out.is_dir() {
             return Err(refuse("it is a file, not a directory".into()));
         }
-        let mut entries = std::fs::read_dir(out).map_err(|e| refuse(format!("it cannot be read ({e})")))?;
-        if entries.next().is_some() {
+        let entries: Vec<PathBuf> = std::fs::read_dir(out)
+            .map_err(|e| refuse(format!("it cannot be read ({e})")))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        // Only the half-written start of a run killed as it began
+        // (`manifest.json.tmp`, `case.toml.tmp`): nothing to keep or continue.
+        let started_only = !entries.is_empty()
+            && entries.iter().all(|path| {
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                name.strip_suffix(".tmp").is_some_and(|n| RUN_ENTRIES.contains(&n)) && path.is_file()
+            });
+        if started_only && lock_directory(out).is_ok() {
+            for path in &entries {
+                std::fs::remove_file(path)
+                    .map_err(|e| refuse(format!("{} cannot be removed ({e})", path.display())))?;
+            }
+        } else if !entries.is_empty() {
             // A run whose summary says it cannot be continued (files it
             // wrote gone) is not offered a resume that would be refused.
             let summary_refuses = std::fs::read_to_string(out.join("summary.json"))

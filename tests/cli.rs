@@ -39,6 +39,21 @@ fn run_writes_a_summary_and_refuses_to_overwrite_it() {
     let kept: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(kept["steps"], 30, "a refused run must leave the earlier outputs alone");
+    // A run killed as it began leaves only its half-written start, which a
+    // run into the directory clears; anything else there is not its own.
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("manifest.json.tmp"), "{").unwrap();
+    std::fs::write(out.join("case.toml.tmp"), "na").unwrap();
+    let started = lbm(&["run", &case, "--backend", "cpu", "--out", &out_arg, "--steps", "1"]);
+    assert!(started.status.success(), "{}", stderr(&started));
+    assert!(!out.join("manifest.json.tmp").exists());
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("manifest.json.tmp"), "{").unwrap();
+    std::fs::write(out.join("notes.txt"), "mine").unwrap();
+    let refused = lbm(&["run", &case, "--backend", "cpu", "--out", &out_arg, "--steps", "1"]);
+    assert!(stderr(&refused).contains("not empty"), "{}", stderr(&refused));
     std::fs::remove_dir_all(out).unwrap();
 }
 
