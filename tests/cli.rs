@@ -135,7 +135,7 @@ fn bad_input_is_named_before_any_work() {
             "body-against-wall",
             format!("{text}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.15, 0.07]\nradius = 0.05\n"),
             "`bodies[0]` = 1.28 cells of level 0 from the y_min side (wall): a body that touches or crosses a resting \
-             wall, or keeps at least 4 cells",
+             wall or a free-slip side, or keeps at least 4 cells",
         ),
         (
             "overlapping-bodies",

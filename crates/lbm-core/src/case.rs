@@ -289,7 +289,7 @@ pub fn side_kind(spec: &BoundarySpec) -> &'static str {
 
 /// Refuses a body with a coordinate that is not a number, of no size, a
 /// degenerate polygon, one outside the domain, or one through a side other
-/// than a resting wall, naming the side it crosses (the rasteriser does not
+/// than a resting wall or a free-slip side, naming the side it crosses (the rasteriser does not
 /// wrap a body across a periodic side, and an inlet or outflow has no rule
 /// for a row that is solid). The body's own keys come first, so its error
 /// names its own problem and not a patch it crosses.
@@ -386,7 +386,7 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
     };
     let accepted = format!(
         "a body inside the domain, (0, {}) x (0, {}) m, {BODY_CLEARANCE} cells of its level clear of every side but a \
-         resting wall, which it may touch or cross",
+         resting wall or a free-slip side, which it may touch or cross",
         size[0], size[1]
     );
     if x1 <= 0.0 || x0 >= size[0] || y1 <= 0.0 || y0 >= size[1] {
@@ -397,7 +397,12 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
         ));
     }
     let crossed = [x0 < 0.0, x1 > size[0], y0 < 0.0, y1 > size[1]];
-    let resting_wall = |spec: &BoundarySpec| matches!(spec, BoundarySpec::Wall | BoundarySpec::MovingWall([0.0, 0.0]));
+    let resting_wall = |spec: &BoundarySpec| {
+        matches!(
+            spec,
+            BoundarySpec::Wall | BoundarySpec::MovingWall([0.0, 0.0]) | BoundarySpec::FreeSlip
+        )
+    };
     if let Some(side) = (0..4).find(|s| crossed[*s] && !resting_wall(sides[*s])) {
         return Err(Error::parameter(
             &key,
@@ -1836,7 +1841,7 @@ mod tests {
             &cavity_with(&[&circle(0.2, 0.09375, 0.03125)]),
             &[
                 "`bodies[0]` = 2.00 cells of level 0 from the y_min side (wall)",
-                "touches or crosses a resting wall, or keeps at least 4 cells",
+                "touches or crosses a resting wall or a free-slip side, or keeps at least 4 cells",
             ],
         );
         // A resting wall a body may touch or cross (a step, a bump on a
@@ -1850,12 +1855,16 @@ mod tests {
             let resolved = Case::from_toml(&cavity_with(&[&body])).unwrap().resolve();
             assert!(resolved.is_ok(), "{body}: {}", resolved.err().unwrap());
         }
+        // Half a disc on a free-slip side (a symmetry line).
+        let symmetric = cavity_with(&[&circle(1.0, 0.2, 0.05)]).replace("x_max = \"wall\"", "x_max = \"free_slip\"");
+        let resolved = Case::from_toml(&symmetric).unwrap().resolve();
+        assert!(resolved.is_ok(), "{}", resolved.err().unwrap());
         refused(
             &cavity_with(&[&circle(0.2, 0.98, 0.05)]),
             &[
                 "`bodies[0]`",
                 "through the y_max side (moving_wall)",
-                "every side but a resting wall, which it may touch or cross",
+                "every side but a resting wall or a free-slip side, which it may touch or cross",
             ],
         );
         refused(
@@ -1882,7 +1891,7 @@ mod tests {
         refused(
             &cavity_with(&["shape = \"rectangle\"\nmin = [0.0, 0.125]\nmax = [1.0, 0.175]"]),
             &[
-                "`bodies[0]` = touching both the x_min and the x_max wall",
+                "`bodies[0]` = touching both the x_min and the x_max side",
                 "cut the domain in two",
             ],
         );

@@ -549,9 +549,17 @@ const TOUCHING: f64 = 1e-9;
 
 /// Which sides a body with `gaps` (cells of its level from x-min, x-max,
 /// y-min, y-max; negative where it crosses) touches or crosses, among the
-/// resting walls: the sides it may meet.
+/// sides it may meet: resting walls and free-slip sides.
 pub fn touches_walls(boundaries: &[Boundary; 4], wall_velocity: &[[f64; 2]; 4], gaps: [f64; 4]) -> [bool; 4] {
-    std::array::from_fn(|s| gaps[s] <= TOUCHING && boundaries[s] == Boundary::Wall && wall_velocity[s] == [0.0; 2])
+    std::array::from_fn(|s| gaps[s] <= TOUCHING && may_touch(boundaries[s], wall_velocity[s]))
+}
+
+/// Whether a body may touch or cross a side of this kind: a resting wall
+/// (its rule and the body's never meet on one link) or a free-slip side (a
+/// symmetry line, beyond which the body's mirror image stands:
+/// [`crate::domain::geometry::wall_tables`]).
+fn may_touch(kind: Boundary, velocity: [f64; 2]) -> bool {
+    kind == Boundary::FreeSlip || (kind == Boundary::Wall && velocity == [0.0; 2])
 }
 
 impl LatticeConfig {
@@ -655,11 +663,13 @@ impl LatticeConfig {
     /// would make both the wall and each body's force wrong where they meet
     /// (one polygon makes a compound body).
     ///
-    /// A resting wall is the exception ([`touches_walls`]): a body may touch
-    /// or cross it, as a step or a block stands on a floor. The wall's rule
-    /// and the body's links never meet on one link (a link across the wall
-    /// is the wall's, one into the body the body's), and a body that touches
-    /// two opposite sides is refused, as it would cut the domain in two.
+    /// A resting wall or a free-slip side is the exception ([`touches_walls`]):
+    /// a body may touch or cross it, as a step stands on a floor or half a
+    /// body on a symmetry line. A wall's rule and the body's links never meet
+    /// on one link (a link across the wall is the wall's, one into the body
+    /// the body's); across a free-slip side a link meets the body's mirror
+    /// image. A body that touches two opposite sides is refused, as it would
+    /// cut the domain in two.
     pub fn check_bodies(&self, n_levels: usize) -> Result<()> {
         for (b, body) in self.bodies.iter().enumerate() {
             if body.level >= n_levels {
@@ -681,17 +691,16 @@ impl LatticeConfig {
             let touched = touches_walls(&self.boundaries, &self.wall_velocity, gaps);
             for (side, gap) in gaps.into_iter().enumerate() {
                 if short(gap) && !touched[side] {
-                    let resting_wall = self.boundaries[side] == Boundary::Wall && self.wall_velocity[side] == [0.0; 2];
-                    let accepted = match resting_wall {
+                    let accepted = match may_touch(self.boundaries[side], self.wall_velocity[side]) {
                         true => format!(
-                            "a body that touches or crosses a resting wall, or keeps at least {BODY_CLEARANCE} \
-                             cells of its level from it (a narrower gap is a channel the lattice hardly resolves): \
-                             move the body onto the wall or away from it, or raise the resolution"
+                            "a body that touches or crosses a resting wall or a free-slip side, or keeps at least \
+                             {BODY_CLEARANCE} cells of its level from it (a narrower gap is a channel the lattice \
+                             hardly resolves): move the body onto the side or away from it, or raise the resolution"
                         ),
                         false => format!(
                             "at least {BODY_CLEARANCE} cells of its level between a body and every side of the \
-                             domain but a resting wall, which it may touch or cross; periodic sides included: move \
-                             or shrink the body, or raise the resolution"
+                             domain but a resting wall or a free-slip side, which it may touch or cross; periodic \
+                             sides included: move or shrink the body, or raise the resolution"
                         ),
                     };
                     return Err(Error::parameter(
@@ -713,11 +722,11 @@ impl LatticeConfig {
                 return Err(Error::parameter(
                     &format!("bodies[{b}]"),
                     format!(
-                        "touching both the {} and the {} wall",
+                        "touching both the {} and the {} side",
                         SIDE_NAMES[2 * axis],
                         SIDE_NAMES[2 * axis + 1]
                     ),
-                    "a body that leaves the fluid a way past it: it may touch one of two opposite walls, as it \
+                    "a body that leaves the fluid a way past it: it may touch one of two opposite sides, as it \
                      would otherwise cut the domain in two",
                 ));
             }

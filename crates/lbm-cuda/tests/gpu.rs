@@ -1183,11 +1183,13 @@ fn stepper_runs_match_the_cpu_with_patches_on_the_channel_walls() {
 }
 
 /// [`walled_channel_lattice`] with a block standing on the floor in the
-/// level-2 patch and a half-disc bump on the ceiling in the level-1 patch:
-/// cells beside a wall and a body at once, the wall's rule and the body's
-/// links side by side.
+/// level-2 patch and, with the ceiling made free-slip, half a disc on it in
+/// the level-1 patch: cells beside a wall and a body at once, the wall's
+/// rule and the body's links side by side, and links to the disc's mirror
+/// image across the free-slip side.
 fn wall_bodies_lattice() -> LatticeConfig {
     let mut lattice = walled_channel_lattice();
+    lattice.boundaries[3] = Boundary::FreeSlip;
     lattice.bodies.push(Body {
         shape: Shape::Rectangle {
             min: [15.0, 0.0],

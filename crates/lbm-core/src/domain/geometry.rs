@@ -366,10 +366,19 @@ pub struct WallTables {
 /// the fluid cell, that lies in fluid; where the segment misses the shape (a
 /// grazing link) q falls back to 1/2, i.e. half-way bounce-back. `slot` maps a
 /// body index to its slot in the level's accumulator.
+///
+/// Across a `mirror` side of the patch (a free-slip side of the domain) the
+/// flow beyond is the mirror image of the flow inside, bodies included: a
+/// link that leaves through it towards the mirror image of a solid cell
+/// gets that image's wall distance (the free-slip rule pulls from the
+/// mirrored cell, and a solid one returns through the body's rule) and a
+/// momentum-exchange entry: the force is that of the fluid in the domain on
+/// the body and its image, half the drag of the whole body the two make.
 pub fn wall_tables(
     patch: &Patch,
     owner: &[Option<usize>],
     bodies: &[(usize, &Shape)],
+    mirror: [bool; 4],
     slot: impl Fn(usize) -> u32,
 ) -> WallTables {
     let layout = patch.layout;
@@ -389,6 +398,24 @@ pub fn wall_tables(
             }
             for (d, c) in C.iter().enumerate().skip(1) {
                 let (nx, ny) = (x as i64 + c[0] as i64, y as i64 + c[1] as i64);
+                let across = [
+                    nx < a.x0 as i64 && mirror[0],
+                    nx >= a.x1 as i64 && mirror[1],
+                    ny < a.y0 as i64 && mirror[2],
+                    ny >= a.y1 as i64 && mirror[3],
+                ];
+                if across.iter().any(|m| *m) {
+                    if let Some((body, q)) = mirrored_distance(patch, owner, bodies, across, x, y, d) {
+                        let shape = bodies
+                            .iter()
+                            .find(|(b, _)| *b == body)
+                            .expect("owner is a listed body")
+                            .1;
+                        push_link(&mut links, patch, shape, x, y, d, q, slot(body), &fluid_at);
+                        distances.push((index as u32, OPP[d], q as f32));
+                    }
+                    continue;
+                }
                 if nx < 0 || ny < 0 || nx >= layout.nx as i64 || ny >= layout.ny as i64 {
                     continue;
                 }
@@ -404,18 +431,7 @@ pub fn wall_tables(
                 // The link in base units: one level cell along c_d.
                 let step = [c[0] as f64 / scale, c[1] as f64 / scale];
                 let q = shape.crossing(p, step).unwrap_or(0.5).max(1e-3);
-                let center = shape.center();
-                let rx = ((p[0] - center[0]) * scale + q * c[0] as f64) as f32;
-                let ry = ((p[1] - center[1]) * scale + q * c[1] as f64) as f32;
-                let behind = fluid_at(x as i64 - c[0] as i64, y as i64 - c[1] as i64).map_or(NO_CELL, |b| b as u32);
-                links.extend([
-                    index as u32,
-                    d as u32 | (slot(body) << 4),
-                    rx.to_bits(),
-                    ry.to_bits(),
-                    (q as f32).to_bits(),
-                    behind,
-                ]);
+                push_link(&mut links, patch, shape, x, y, d, q, slot(body), &fluid_at);
                 distances.push((index as u32, OPP[d], q as f32));
             }
         }
@@ -427,6 +443,108 @@ pub fn wall_tables(
         wall_distance,
         wall_cells,
     }
+}
+
+/// Appends the momentum-exchange entry of the link from fluid cell (x, y)
+/// of `patch` along `d` into `shape` at wall distance `q`.
+#[allow(clippy::too_many_arguments)]
+fn push_link(
+    links: &mut Vec<u32>,
+    patch: &Patch,
+    shape: &Shape,
+    x: u32,
+    y: u32,
+    d: usize,
+    q: f64,
+    slot: u32,
+    fluid_at: &impl Fn(i64, i64) -> Option<usize>,
+) {
+    let (c, scale) = (C[d], 2f64.powi(patch.level as i32));
+    let p = cell_center(patch, x, y);
+    let center = shape.center();
+    let rx = ((p[0] - center[0]) * scale + q * c[0] as f64) as f32;
+    let ry = ((p[1] - center[1]) * scale + q * c[1] as f64) as f32;
+    let behind = fluid_at(x as i64 - c[0] as i64, y as i64 - c[1] as i64).map_or(NO_CELL, |b| b as u32);
+    links.extend([
+        patch.layout.index(x, y) as u32,
+        d as u32 | (slot << 4),
+        rx.to_bits(),
+        ry.to_bits(),
+        (q as f32).to_bits(),
+        behind,
+    ]);
+}
+
+/// The body and wall distance of the link from fluid cell (x, y) of `patch` along
+/// `d` that leaves the active region across its mirror sides `across`,
+/// where the mirror image of the cell it reaches is solid; `None` where that
+/// image is fluid. The link runs to the mirror line and on into the image
+/// of the domain, so q is where it first meets a body on this side of the
+/// line, or the image of a body beyond it: along the mirrored link, which
+/// runs from beyond the line back into the domain, the first point inside
+/// the domain that lies in a body (the line itself where a body stands on
+/// it). A body's part beyond the line, where it crosses a mirror side, is
+/// not the image of its part inside and is left out.
+fn mirrored_distance(
+    patch: &Patch,
+    owner: &[Option<usize>],
+    bodies: &[(usize, &Shape)],
+    across: [bool; 4],
+    x: u32,
+    y: u32,
+    d: usize,
+) -> Option<(usize, f64)> {
+    let (a, layout, c) = (patch.active, patch.layout, C[d]);
+    let flip = [across[0] || across[1], across[2] || across[3]];
+    // The image of the cell reached: back across each line crossed, which
+    // puts it in the cell's own column (row), and the cell itself at a
+    // corner, which is fluid.
+    let mx = if flip[0] { x as i64 } else { x as i64 + c[0] as i64 };
+    let my = if flip[1] { y as i64 } else { y as i64 + c[1] as i64 };
+    // Across another kind of side too (a wall at the corner): that side's
+    // rule takes the link.
+    if mx < a.x0 as i64 || my < a.y0 as i64 || mx >= a.x1 as i64 || my >= a.y1 as i64 {
+        return None;
+    }
+    let body = owner[layout.index(mx as u32, my as u32)]?;
+    let shape = bodies
+        .iter()
+        .find(|(b, _)| *b == body)
+        .expect("owner is a listed body")
+        .1;
+    let scale = 2f64.powi(patch.level as i32);
+    let p = cell_center(patch, x, y);
+    let step = [c[0] as f64 / scale, c[1] as f64 / scale];
+    // The mirror lines, in base units.
+    let lines = [
+        (patch.origin[0] + a.x0 as i64) as f64 / scale,
+        (patch.origin[0] + a.x1 as i64) as f64 / scale,
+        (patch.origin[1] + a.y0 as i64) as f64 / scale,
+        (patch.origin[1] + a.y1 as i64) as f64 / scale,
+    ];
+    let line = |axis: usize| lines[2 * axis + usize::from(across[2 * axis + 1])];
+    // Where the link meets the first line it crosses.
+    let t_line = (0..2)
+        .filter(|axis| flip[*axis])
+        .map(|axis| (line(axis) - p[axis]) / step[axis])
+        .fold(f64::INFINITY, f64::min);
+    let inside = shape
+        .crossing(p, [step[0] * t_line, step[1] * t_line])
+        .map(|t| t * t_line);
+    let mirrored = |v: [f64; 2], through: bool| -> [f64; 2] {
+        std::array::from_fn(|k| match flip[k] {
+            true if through => 2.0 * line(k) - v[k],
+            true => -v[k],
+            false => v[k],
+        })
+    };
+    let at = mirrored([p[0] + step[0] * t_line, p[1] + step[1] * t_line], true);
+    let rest = mirrored([step[0] * (1.0 - t_line), step[1] * (1.0 - t_line)], false);
+    let beyond = match shape.contains(at) {
+        true => Some(t_line),
+        false => shape.crossing(at, rest).map(|t| t_line + t * (1.0 - t_line)),
+    };
+    Some((body, inside.or(beyond).unwrap_or(0.5).max(1e-3)))
 }
 
 #[cfg(test)]
@@ -544,7 +662,7 @@ mod tests {
         ];
         let bodies: Vec<(usize, &Shape)> = shapes.iter().enumerate().collect();
         let (_, owner) = rasterize(&patch, &bodies);
-        let tables = wall_tables(&patch, &owner, &bodies, |b| b as u32);
+        let tables = wall_tables(&patch, &owner, &bodies, [false; 4], |b| b as u32);
         let (table, cells) = (&tables.wall_distance, tables.wall_cells);
         assert!(cells > 20 && table.len() == cells * (1 + Q));
         assert!(table[..cells].windows(2).all(|w| w[0] < w[1]));

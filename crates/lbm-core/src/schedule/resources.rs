@@ -525,7 +525,8 @@ impl Resources {
             near,
         );
         let slots = &self.body_slots[patch.level];
-        let tables = geometry::wall_tables(patch, &owner, &level_bodies, |b| {
+        let mirror = patch_boundaries(patch, lattice.boundaries).map(|b| b == crate::config::Boundary::FreeSlip);
+        let tables = geometry::wall_tables(patch, &owner, &level_bodies, mirror, |b| {
             slots.iter().position(|s| *s == b).expect("body has a slot") as u32
         });
         debug_assert_eq!(tables.wall_distance.len() * 4, wall_distance_bytes(tables.wall_cells));
