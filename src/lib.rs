@@ -182,7 +182,10 @@ pub enum AppError {
     SweepMerge { shard: String, reason: String },
 
     /// Some members of a sweep failed; the others' results are written.
-    #[error("{failed} of {members} sweep members failed ({list}); sweep.csv in {out} says which{rest}")]
+    #[error(
+        "{failed} of {members} sweep members failed ({list}); sweep.csv in {out} says which, and sweep.json and \
+         each member's summary.json why{rest}"
+    )]
     SweepFailed {
         failed: usize,
         members: usize,

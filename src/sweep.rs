@@ -1377,7 +1377,12 @@ fn finish(out: &Path, record: &SweepRecord) -> Result<(), AppError> {
             members: record.results.len(),
             list: failed
                 .iter()
-                .map(|r| format!("member {}: {}", r.index, r.ended))
+                .map(|r| match &r.error {
+                    // The cause (a full disk names its file), as the
+                    // member's summary.json gives it.
+                    Some(error) => format!("member {}: {} ({})", r.index, r.ended, error),
+                    None => format!("member {}: {}", r.index, r.ended),
+                })
                 .collect::<Vec<_>>()
                 .join(", "),
             out: out.display().to_string(),

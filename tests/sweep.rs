@@ -642,7 +642,12 @@ fn a_failed_member_goes_on_with_the_sweeps_resume() {
         std::fs::write(&blocker, "in the way").unwrap();
         let output = resume(&out);
         assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
-        assert!(stderr(&output).contains("(member 1: failed)"), "{}", stderr(&output));
+        // The member's cause, naming the file in the way.
+        assert!(
+            stderr(&output).contains("(member 1: failed (") && stderr(&output).contains(&blocker.display().to_string()),
+            "{}",
+            stderr(&output)
+        );
         assert!(
             stderr(&output).contains("failed and can go on continue with: lbm resume"),
             "{}",
