@@ -11,32 +11,45 @@ use lbm_core::{Boundary, CpuDriver, ExecConfig, LatticeConfig, Stepper};
 const WIDTH: u32 = 48;
 const HEIGHT: u32 = 24;
 
-/// A channel periodic in x between walls, driven by a body force, with one
-/// rectangle from (16, `y0`) to (28, `y1`) in base cells, on the base grid or
-/// on a patch refined around it and on the floor.
-fn channel(y0: f64, y1: f64, refined: bool) -> Stepper<CpuDriver> {
+/// A channel of `height` periodic in x, a wall below and `top` above,
+/// driven by a body force, with `body` on `level` inside the patches
+/// `levels`; its bodies' exchange observed.
+fn periodic_channel(
+    height: u32,
+    top: Boundary,
+    body: Shape,
+    level: usize,
+    levels: Vec<Vec<Rect>>,
+) -> Stepper<CpuDriver> {
     let mut cfg = LatticeConfig::uniform(
         WIDTH,
-        HEIGHT,
+        height,
         0.8,
-        [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, Boundary::Wall],
+        [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, top],
     );
     cfg.force = [2e-6, 0.0];
-    cfg.bodies = vec![Body {
-        shape: Shape::Rectangle {
-            min: [16.0, y0],
-            max: [28.0, y1],
-        },
-        level: refined as usize,
-    }];
-    if refined {
-        cfg.hierarchy.levels = vec![vec![Rect::new(8, 0, 36, 14)]];
-    }
+    cfg.bodies = vec![Body { shape: body, level }];
+    cfg.hierarchy.levels = levels;
     let exec = ExecConfig {
         observe_raw_exchange: true,
         ..ExecConfig::default()
     };
     Stepper::new(CpuDriver::new(), cfg, exec).unwrap()
+}
+
+/// [`periodic_channel`] between walls with one rectangle from (16, `y0`) to
+/// (28, `y1`) in base cells, on the base grid or on a patch refined around
+/// it and on the floor.
+fn channel(y0: f64, y1: f64, refined: bool) -> Stepper<CpuDriver> {
+    let block = Shape::Rectangle {
+        min: [16.0, y0],
+        max: [28.0, y1],
+    };
+    let levels = match refined {
+        true => vec![vec![Rect::new(8, 0, 36, 14)]],
+        false => Vec::new(),
+    };
+    periodic_channel(HEIGHT, Boundary::Wall, block, refined as usize, levels)
 }
 
 /// A block given through the floor has the cells and links of the block
@@ -136,24 +149,6 @@ fn a_block_in_a_refined_corner_keeps_the_mass() {
     assert!(drift < 1e-6, "relative mass drift {drift:.3e}");
 }
 
-/// A channel of `height` between walls, or between a wall and a free-slip
-/// side on y_max, periodic in x and driven by a body force, with `body`.
-fn symmetric(height: u32, top: Boundary, body: Shape) -> Stepper<CpuDriver> {
-    let mut cfg = LatticeConfig::uniform(
-        WIDTH,
-        height,
-        0.8,
-        [Boundary::Periodic, Boundary::Periodic, Boundary::Wall, top],
-    );
-    cfg.force = [2e-6, 0.0];
-    cfg.bodies = vec![Body { shape: body, level: 0 }];
-    let exec = ExecConfig {
-        observe_raw_exchange: true,
-        ..ExecConfig::default()
-    };
-    Stepper::new(CpuDriver::new(), cfg, exec).unwrap()
-}
-
 /// Half a channel with a free-slip side on its centre line, and half the
 /// body standing on it, drives the lower half of the whole channel's flow
 /// around the whole body: across the side each link meets the body's mirror
@@ -178,8 +173,8 @@ fn half_a_body_on_a_free_slip_side_is_the_whole_body_mirrored() {
         (circle(HEIGHT as f64), circle(HEIGHT as f64)),
         (rectangle(20.5, 27.5), rectangle(20.5, 31.0)),
     ] {
-        let whole = symmetric(2 * HEIGHT, Boundary::Wall, whole);
-        let half = symmetric(HEIGHT, Boundary::FreeSlip, half);
+        let whole = periodic_channel(2 * HEIGHT, Boundary::Wall, whole, 0, Vec::new());
+        let half = periodic_channel(HEIGHT, Boundary::FreeSlip, half, 0, Vec::new());
         whole.step(600).unwrap();
         half.step(600).unwrap();
         let (a, b) = (whole.fields(0, 0).unwrap(), half.fields(0, 0).unwrap());
