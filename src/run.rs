@@ -544,12 +544,33 @@ fn held_or_lock(
 /// `lbm resume DIR` for the run or sweep in `out`, ready to paste (a
 /// relative path that starts with `-` gets `./`, which no flag starts with).
 pub fn resume_command(out: &Path) -> String {
-    let path = out.display().to_string();
-    let path = match path.starts_with('-') {
-        true => format!("./{path}"),
-        false => path,
+    use std::os::unix::ffi::OsStrExt;
+    let mut bytes = out.as_os_str().as_bytes().to_vec();
+    if bytes.starts_with(b"-") {
+        bytes.splice(0..0, *b"./");
+    }
+    let word = match std::str::from_utf8(&bytes) {
+        Ok(path) => shell_word(path),
+        Err(_) => ansi_c_word(&bytes),
     };
-    format!("lbm resume {}", shell_word(&path))
+    format!("lbm resume {word}")
+}
+
+/// A path that is not UTF-8 as one shell word in ANSI-C quotes (`$'...'`,
+/// which bash, zsh and ksh read back), its other bytes as `\xNN`, so that
+/// the command pastes back to the same path (its display would hold U+FFFD).
+fn ansi_c_word(bytes: &[u8]) -> String {
+    let mut word = String::from("$'");
+    for &b in bytes {
+        match b {
+            b'\'' => word.push_str("\\'"),
+            b'\\' => word.push_str("\\\\"),
+            0x20..=0x7e => word.push(b as char),
+            _ => word.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    word.push('\'');
+    word
 }
 
 /// `word` as a POSIX shell reads it back as one word: as it is when it
@@ -1999,6 +2020,16 @@ mod tests {
         assert_eq!(shell_word("out/run-1"), "out/run-1", "a plain path stays as it is");
         // A path that starts with a dash is not taken for a flag.
         assert_eq!(resume_command(Path::new("-out")), "lbm resume ./-out");
+        // A path that is not UTF-8 reads back through bash byte for byte.
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = b"out/r\xffn 'q' \\x".to_vec();
+        let command = resume_command(Path::new(std::ffi::OsStr::from_bytes(&bytes)));
+        let word = command.strip_prefix("lbm resume ").unwrap();
+        let echoed = std::process::Command::new("bash")
+            .args(["-c", &format!("printf %s {word}")])
+            .output()
+            .unwrap();
+        assert_eq!(echoed.stdout, bytes, "{word}");
     }
 
     /// `summary.json` writes each ending by its name and reads it back; a
