@@ -852,14 +852,17 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         // within a tenth of a cell of an axis over its length counts (a turn
         // by a hair leaves it on the same rows of centres).
         let off_face = |at: f64| (at * scale - (at * scale).round()).abs();
-        // An edge beyond a wall the body crosses bounds no fluid.
+        // An edge beyond a wall the body crosses, across it or along it,
+        // bounds no fluid.
         let size = resolved.lattice.hierarchy.base.map(f64::from);
+        let in_domain =
+            |axis: usize, at: f64, [lo, hi]: [f64; 2]| at > 0.0 && at < size[axis] && hi > 0.0 && lo < size[1 - axis];
         let worst = body
             .shape
             .axis_edges(EDGE_OFF_FACE / scale)
             .into_iter()
-            .flat_map(|(axis, a, b)| [(axis, a, off_face(a)), (axis, b, off_face(b))])
-            .filter(|&(axis, at, _)| at > 0.0 && at < size[axis])
+            .filter(|&(axis, a, _, span)| in_domain(axis, a, span))
+            .flat_map(|(axis, a, b, _)| [(axis, a, off_face(a)), (axis, b, off_face(b))])
             .max_by(|p, q| p.2.total_cmp(&q.2));
         if let Some((axis, at, off)) = worst
             && off > EDGE_OFF_FACE + 1e-9
@@ -977,10 +980,16 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         }
         for (b, body) in resolved.lattice.bodies.iter().enumerate().filter(|(_, b)| b.level > 0) {
             let scale = 2f64.powi(body.level as i32);
-            let [x0, y0, x1, y1] = body.shape.bounds();
+            // Its part in the domain: a body may cross a wall.
+            let [nx, ny] = resolved.lattice.hierarchy.base.map(f64::from);
+            let [x0, y0, x1, y1] = body
+                .shape
+                .bounds_within([0.0, 0.0, nx, ny])
+                .unwrap_or([0.0, 0.0, nx, ny]);
             for p in &hierarchy.levels[body.level] {
                 let [ax0, ay0, ax1, ay1] = p.global_active().map(|v| v as f64);
-                let gaps = [x0 * scale - ax0, y0 * scale - ay0, ax1 - x1 * scale, ay1 - y1 * scale];
+                // In the order of the sides, as `on_boundary` is.
+                let gaps = [x0 * scale - ax0, ax1 - x1 * scale, y0 * scale - ay0, ay1 - y1 * scale];
                 let inside = gaps.iter().all(|g| *g >= 0.0);
                 let near = gaps
                     .iter()

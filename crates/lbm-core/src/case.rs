@@ -389,14 +389,18 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
          resting wall or a free-slip side, which it may touch or cross",
         size[0], size[1]
     );
-    if x1 <= 0.0 || x0 >= size[0] || y1 <= 0.0 || y0 >= size[1] {
+    // What of it lies in the domain, and which sides that part reaches.
+    let inner = shape.bounds_within([0.0, 0.0, size[0], size[1]]);
+    let Some([ix0, iy0, ix1, iy1]) = inner.filter(|[ix0, iy0, ix1, iy1]| ix1 > ix0 && iy1 > iy0) else {
         return Err(Error::parameter(
             &key,
             format!("{}, outside the domain", spanning()),
             &accepted,
         ));
-    }
-    let crossed = [x0 < 0.0, x1 > size[0], y0 < 0.0, y1 > size[1]];
+    };
+    let reached = [ix0 <= 0.0, ix1 >= size[0], iy0 <= 0.0, iy1 >= size[1]];
+    let beyond = [x0 < 0.0, x1 > size[0], y0 < 0.0, y1 > size[1]];
+    let crossed: [bool; 4] = std::array::from_fn(|s| beyond[s] && reached[s]);
     let resting_wall = |spec: &BoundarySpec| {
         matches!(
             spec,
@@ -1101,16 +1105,12 @@ fn crossing_edges(points: &[[f64; 2]]) -> Option<(usize, usize)> {
     None
 }
 
-/// The bounds of `shape` (base lattice units) clipped to the domain.
+/// The bounds of the part of `shape` (base lattice units) in the domain.
 fn in_domain(hierarchy: &crate::domain::hierarchy::Hierarchy, shape: &Shape) -> [f64; 4] {
-    let [x0, y0, x1, y1] = shape.bounds();
     let base = hierarchy.base().active;
-    [
-        x0.max(0.0),
-        y0.max(0.0),
-        x1.min(base.width() as f64),
-        y1.min(base.height() as f64),
-    ]
+    let domain = [0.0, 0.0, base.width() as f64, base.height() as f64];
+    // `check_body` has refused a body with no part in the domain.
+    shape.bounds_within(domain).unwrap_or(domain)
 }
 
 /// Whether `shape` (base lattice units) holds the centre of a cell of
@@ -1904,6 +1904,13 @@ mod tests {
             .replace("x_min = \"wall\"", "x_min = \"periodic\"")
             .replace("x_max = \"wall\"", "x_max = \"periodic\"");
         refused(&periodic, &["through the x_min side (periodic)"]);
+        // A bump: a circle centred below the floor whose whole circle passes
+        // the periodic sides, while its part in the domain keeps clear of them.
+        let bump = cavity_with(&[&circle(0.5, -0.5, 0.6)])
+            .replace("x_min = \"wall\"", "x_min = \"periodic\"")
+            .replace("x_max = \"wall\"", "x_max = \"periodic\"");
+        let resolved = Case::from_toml(&bump).unwrap().resolve();
+        assert!(resolved.is_ok(), "{}", resolved.err().unwrap());
         // Bodies apart, touching or overlapping; on the refined level (64
         // cells per metre) 4 cells are 1/16 m.
         assert!(

@@ -544,8 +544,9 @@ pub struct LevelPhysics {
 }
 
 /// Cells of its level within which a body's bounds count as touching a side:
-/// round-off of a body placed on a wall in metres.
-const TOUCHING: f64 = 1e-9;
+/// the round-off of a body placed on a wall in metres, at any spacing (a gap
+/// of 1e-12 m is 1e-7 of a cell of 10 µm).
+const TOUCHING: f64 = 1e-6;
 
 /// Which sides a body with `gaps` (cells of its level from x-min, x-max,
 /// y-min, y-max; negative where it crosses) touches or crosses, among the
@@ -686,7 +687,12 @@ impl LatticeConfig {
         let short = |gap: f64| gap.is_nan() || gap < BODY_CLEARANCE * (1.0 - 1e-9);
         for (b, body) in self.bodies.iter().enumerate() {
             let scale = 2f64.powi(body.level as i32);
-            let [x0, y0, x1, y1] = body.shape.bounds();
+            // Its part in the domain: a body may cross a wall (or is given
+            // in code wholly beyond one, which then touches it).
+            let [x0, y0, x1, y1] = body
+                .shape
+                .bounds_within([0.0, 0.0, nx, ny])
+                .unwrap_or_else(|| body.shape.bounds());
             let gaps = [x0, nx - x1, y0, ny - y1].map(|g| g * scale);
             let touched = touches_walls(&self.boundaries, &self.wall_velocity, gaps);
             for (side, gap) in gaps.into_iter().enumerate() {

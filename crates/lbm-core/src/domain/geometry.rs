@@ -232,16 +232,131 @@ impl Shape {
         }
     }
 
+    /// The bounds `[x0, y0, x1, y1]` of the shape's part inside the box
+    /// `[x0, y0, x1, y1]` (its edges included), `None` where none is: what
+    /// of a body that crosses a side of the domain lies in the domain, so
+    /// that a large circle centred below a floor, a bump, is not taken for
+    /// one that reaches the sides its whole circle passes.
+    pub fn bounds_within(&self, [bx0, by0, bx1, by1]: [f64; 4]) -> Option<[f64; 4]> {
+        let inside = |p: [f64; 2]| p[0] >= bx0 && p[0] <= bx1 && p[1] >= by0 && p[1] <= by1;
+        let corners = [[bx0, by0], [bx1, by0], [bx1, by1], [bx0, by1]];
+        let mut points: Vec<[f64; 2]> = Vec::new();
+        match self {
+            Shape::Circle { center, radius } => {
+                let [cx, cy] = *center;
+                points.extend(
+                    [
+                        [cx - radius, cy],
+                        [cx + radius, cy],
+                        [cx, cy - radius],
+                        [cx, cy + radius],
+                    ]
+                    .into_iter()
+                    .filter(|p| inside(*p)),
+                );
+                // Where the circle meets each side of the box.
+                for (axis, at) in [(0, bx0), (0, bx1), (1, by0), (1, by1)] {
+                    let off = at - center[axis];
+                    let half = (radius * radius - off * off).sqrt();
+                    if half.is_nan() {
+                        continue;
+                    }
+                    for along in [center[1 - axis] - half, center[1 - axis] + half] {
+                        let p = if axis == 0 { [at, along] } else { [along, at] };
+                        if inside(p) {
+                            points.push(p);
+                        }
+                    }
+                }
+            }
+            _ => {
+                // The outline clipped to the box, side by side
+                // (Sutherland-Hodgman; a convex box clips any polygon).
+                let mut poly = self.outline();
+                for (axis, at, keep_below) in [(0, bx0, false), (0, bx1, true), (1, by0, false), (1, by1, true)] {
+                    let kept = |p: &[f64; 2]| if keep_below { p[axis] <= at } else { p[axis] >= at };
+                    let mut clipped = Vec::new();
+                    for (a, b) in edges(&poly) {
+                        if kept(&a) {
+                            clipped.push(a);
+                        }
+                        if kept(&a) != kept(&b) {
+                            let t = (at - a[axis]) / (b[axis] - a[axis]);
+                            clipped.push([a[0] + t * (b[0] - a[0]), a[1] + t * (b[1] - a[1])]);
+                        }
+                    }
+                    poly = clipped;
+                }
+                points = poly;
+            }
+        }
+        points.extend(corners.into_iter().filter(|c| self.contains(*c)));
+        points.iter().fold(None, |acc: Option<[f64; 4]>, p| {
+            let [x0, y0, x1, y1] = acc.unwrap_or([p[0], p[1], p[0], p[1]]);
+            Some([x0.min(p[0]), y0.min(p[1]), x1.max(p[0]), y1.max(p[1])])
+        })
+    }
+
+    /// The length of the outline within the box `[x0, y0, x1, y1]`, or more:
+    /// exact for a polygon or rectangle (each edge clipped to the box, an
+    /// edge along one of the box's sides left out), and for a circle at most
+    /// the perimeter of the box its part inside spans (a convex shape's
+    /// outline is no longer than a box around it). A body that crosses or
+    /// touches a side of the domain has links only where its outline is in
+    /// the domain, and none along the side.
+    pub fn outline_within(&self, [x0, y0, x1, y1]: [f64; 4]) -> f64 {
+        match self {
+            Shape::Circle { center, radius } => {
+                let w = ((center[0] + radius).min(x1) - (center[0] - radius).max(x0)).max(0.0);
+                let h = ((center[1] + radius).min(y1) - (center[1] - radius).max(y0)).max(0.0);
+                match w > 0.0 && h > 0.0 {
+                    true => (2.0 * std::f64::consts::PI * radius).min(2.0 * (w + h)),
+                    false => 0.0,
+                }
+            }
+            _ => edges(&self.outline())
+                .map(|(a, b)| {
+                    let along = |k: usize, at: f64| (a[k] - at).abs() < 1e-9 && (b[k] - at).abs() < 1e-9;
+                    if along(0, x0) || along(0, x1) || along(1, y0) || along(1, y1) {
+                        return 0.0;
+                    }
+                    // Liang-Barsky: the part of a + t (b - a), t in [0, 1], in the box.
+                    let d = sub(b, a);
+                    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+                    for (p, q) in [
+                        (-d[0], a[0] - x0),
+                        (d[0], x1 - a[0]),
+                        (-d[1], a[1] - y0),
+                        (d[1], y1 - a[1]),
+                    ] {
+                        if p == 0.0 {
+                            if q < 0.0 {
+                                return 0.0;
+                            }
+                        } else if p < 0.0 {
+                            lo = lo.max(q / p);
+                        } else {
+                            hi = hi.min(q / p);
+                        }
+                    }
+                    (hi - lo).max(0.0) * length(d)
+                })
+                .sum(),
+        }
+    }
+
     /// The outline's edges along an axis, or within `across` of one over
-    /// their length: (0, x at one end, x at the other) for an edge along y,
-    /// (1, y, y) for one along x (a circle has none).
-    pub fn axis_edges(&self, across: f64) -> Vec<(usize, f64, f64)> {
+    /// their length: (0, x at one end, x at the other, the y they span) for
+    /// an edge along y, (1, y, y, the x spanned) for one along x (a circle
+    /// has none).
+    pub fn axis_edges(&self, across: f64) -> Vec<(usize, f64, f64, [f64; 2])> {
         edges(&self.outline())
             .filter_map(|(a, b)| {
                 let (dx, dy) = ((a[0] - b[0]).abs(), (a[1] - b[1]).abs());
+                let span = |k: usize| [a[k].min(b[k]), a[k].max(b[k])];
                 match (dx <= across && dy > dx, dy <= across && dx > dy) {
-                    (true, _) => Some((0, a[0], b[0])),
-                    (_, true) => Some((1, a[1], b[1])),
+                    (true, _) => Some((0, a[0], b[0], span(1))),
+                    (_, true) => Some((1, a[1], b[1], span(0))),
                     _ => None,
                 }
             })
@@ -606,13 +721,18 @@ mod tests {
         assert!(turned(0.0).contains([2.5, 5.0]) && !turned(0.0).contains([2.4999, 5.0]));
         assert_eq!(
             rectangle.axis_edges(0.0),
-            [(1, 3.5, 3.5), (0, 6.5, 6.5), (1, 7.5, 7.5), (0, 2.5, 2.5)]
+            [
+                (1, 3.5, 3.5, [2.5, 6.5]),
+                (0, 6.5, 6.5, [3.5, 7.5]),
+                (1, 7.5, 7.5, [2.5, 6.5]),
+                (0, 2.5, 2.5, [3.5, 7.5])
+            ]
         );
         let round = |v: f64| (v * 1e9).round() / 1e9;
         let edges: Vec<_> = turned(90.0)
             .axis_edges(1e-9)
             .into_iter()
-            .map(|(axis, a, b)| (axis, round(a), round(b)))
+            .map(|(axis, a, b, _)| (axis, round(a), round(b)))
             .collect();
         assert_eq!(edges, [(0, 6.5, 6.5), (1, 7.5, 7.5), (0, 2.5, 2.5), (1, 3.5, 3.5)]);
         assert!(turned(30.0).axis_edges(0.1).is_empty());
@@ -690,6 +810,66 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_bounds_within_a_box_are_those_of_the_part_inside() {
+        let close = |a: [f64; 4], b: [f64; 4]| a.iter().zip(b).all(|(p, q)| (p - q).abs() < 1e-9);
+        let domain = [0.0, 0.0, 4.0, 1.0];
+        // A bump: a circle of radius 10 centred 9.9 below the floor.
+        let bump = Shape::Circle {
+            center: [2.0, -9.9],
+            radius: 10.0,
+        };
+        let half = (100.0f64 - 9.9 * 9.9).sqrt();
+        let got = bump.bounds_within(domain).unwrap();
+        assert!(close(got, [2.0 - half, 0.0, 2.0 + half, 0.1]), "{got:?}");
+        // A rectangle through the floor, a polygon wholly outside.
+        let block = Shape::Rectangle {
+            min: [1.0, -5.0],
+            max: [1.5, 0.3],
+        };
+        assert!(close(block.bounds_within(domain).unwrap(), [1.0, 0.0, 1.5, 0.3]));
+        let below = Shape::Polygon {
+            points: vec![[0.0, -2.0], [1.0, -2.0], [0.5, -1.0]],
+        };
+        assert_eq!(below.bounds_within(domain), None);
+        // A circle around the whole box holds its corners.
+        let around = Shape::Circle {
+            center: [2.0, 0.5],
+            radius: 10.0,
+        };
+        assert!(close(around.bounds_within(domain).unwrap(), domain));
+    }
+
+    #[test]
+    fn the_outline_within_a_box_is_what_of_it_lies_inside() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let square = Shape::Rectangle {
+            min: [0.0, -5.0],
+            max: [2.0, 1.0],
+        };
+        // Above y = 0: the top and two sides' upper units; on y = 0, its
+        // bottom along the box's side is left out.
+        assert!(close(square.outline_within([-10.0, 0.0, 10.0, 10.0]), 4.0));
+        assert!(close(square.outline_within([-10.0, -5.0, 10.0, 10.0]), 14.0));
+        assert!(close(
+            square.outline_within([-10.0, -10.0, 10.0, 10.0]),
+            square.perimeter()
+        ));
+        assert_eq!(square.outline_within([5.0, 0.0, 10.0, 10.0]), 0.0);
+        // A huge circle of which a sliver is in the box: at most the box's
+        // perimeter, and never more than its own.
+        let huge = Shape::Circle {
+            center: [0.0, -1e6],
+            radius: 1e6 + 0.5,
+        };
+        assert!(huge.outline_within([-2.0, 0.0, 2.0, 1.0]) <= 2.0 * (4.0 + 0.5) + 1e-6);
+        let small = Shape::Circle {
+            center: [0.0, 0.0],
+            radius: 1.0,
+        };
+        assert!(close(small.outline_within([-5.0, -5.0, 5.0, 5.0]), small.perimeter()));
     }
 
     #[test]

@@ -213,10 +213,15 @@ pub fn estimate(
             ledger.add(format!("{name}.reflux_arrivals"), REFLUX_ARRIVAL_BYTES as u64);
         }
         let scale = 2f64.powi(patch.level as i32);
-        let [ax0, ay0, _, _] = patch.global_active().map(|v| v as f64);
+        let [ax0, ay0, ax1, ay1] = patch.global_active().map(|v| v as f64);
         let near = bodies_near(patch, lattice);
         let domain = lattice.boundaries;
-        let outline: f64 = near.iter().map(|b| b.shape.perimeter() * scale).sum();
+        // The outline within the active region, in base units: what of a
+        // body crossing a wall lies beyond it has no links (the few to the
+        // image of one on a free-slip side are within the estimate's few
+        // percent).
+        let active = [ax0, ay0, ax1, ay1].map(|v| v / scale);
+        let outline: f64 = near.iter().map(|b| b.shape.outline_within(active) * scale).sum();
         let links = outline * LINKS_PER_OUTLINE_CELL;
         let list = bulk_region(patch, domain, 1, split_min_cells, !near.is_empty())
             .filter(|bulk| has_list(patch, bulk, !near.is_empty()));
@@ -710,6 +715,10 @@ mod tests {
             ("naca0012", include_str!("../../../../cases/naca0012.toml").into()),
             ("square", include_str!("../../../../cases/square-obstacle.toml").into()),
             ("tandem", include_str!("../../../../cases/tandem-cylinders.toml").into()),
+            (
+                "a step on the floor",
+                include_str!("../../../../docs/validation/backward-facing-step.toml").into(),
+            ),
         ] {
             let lattice = Case::from_toml(&text).unwrap().resolve().unwrap().lattice;
             let exec = ExecConfig {
@@ -762,8 +771,10 @@ mod tests {
             // The boundary lists are bounded by each row's span around a
             // body, whose own solid cells the list leaves out: the slack,
             // twice over where each listed cell's wall slot follows.
+            // A long step's rows span its whole length (1.5% here).
             let ratio = estimated.total() as f64 / allocated.total() as f64;
-            assert!((0.999..1.004).contains(&ratio), "{name}: {ratio}");
+            let over = if name == "a step on the floor" { 1.02 } else { 1.004 };
+            assert!((0.999..over).contains(&ratio), "{name}: {ratio}");
             for level in 0..hierarchy.n_levels() {
                 assert!(allocated.level(level) > 0 && estimated.level(level) > 0, "{name}");
             }
