@@ -336,8 +336,5 @@ impl Device {
 /// sha256 of the PTX embedded in this build, hex.
 pub fn ptx_sha256() -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(lbm_cuda::PTX.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::plan::hex(&sha2::Sha256::digest(lbm_cuda::PTX.as_bytes()))
 }

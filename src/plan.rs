@@ -29,7 +29,8 @@ pub struct Plan {
     pub ptx_sha256: String,
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lower-case hex, as every digest the program writes.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

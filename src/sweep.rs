@@ -534,10 +534,7 @@ fn parse_shard(text: &str, members: usize) -> Result<[usize; 2], AppError> {
 
 fn sweep_sha256(case: &str, sweeps: &[Sweep], steps: Option<u64>) -> String {
     let value = serde_json::json!({ "case": case, "sweeps": sweeps, "steps": steps });
-    Sha256::digest(value.to_string().as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::plan::hex(&Sha256::digest(value.to_string().as_bytes()))
 }
 
 /// The member's output directory name.

@@ -242,6 +242,19 @@ fn bad_input_is_named_before_any_work() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// `n` point probes `p0`... in a row across x at height `y`, as a case's
+/// `probes` entries.
+fn probe_row(n: usize, y: f64) -> Vec<String> {
+    (0..n)
+        .map(|k| {
+            format!(
+                "{{ name = \"p{k}\", point = [{:.4}, {y}] }}",
+                0.1 + 0.8 * k as f64 / n as f64
+            )
+        })
+        .collect()
+}
+
 /// A refined cavity of 1.3 M cells writing every format and a checkpoint:
 /// the process's peak resident set, which `summary.json` reports, stays
 /// within `lbm check`'s estimate (device buffers and the host's peak; on the
@@ -257,14 +270,7 @@ fn a_run_stays_within_the_memory_lbm_check_estimates() {
     // The large grid saving at every interval (the writer's queue held
     // several save points' fields: 1.35 times the estimate), and a small
     // one whose 400 probes' histories grow over 1500 intervals (9 times).
-    let probes: Vec<String> = (0..400)
-        .map(|k| {
-            format!(
-                "{{ name = \"p{k}\", point = [{:.4}, 0.3] }}",
-                0.1 + 0.8 * k as f64 / 400.0
-            )
-        })
-        .collect();
+    let probes = probe_row(400, 0.3);
     for (name, text, steps, tight) in [
         (
             "large",
@@ -316,14 +322,7 @@ fn a_run_stays_within_the_memory_lbm_check_estimates() {
 fn a_run_that_would_pass_the_open_file_limit_is_refused_before_any_work() {
     let dir = scratch("open-files");
     std::fs::create_dir_all(&dir).unwrap();
-    let probes: Vec<String> = (0..300)
-        .map(|k| {
-            format!(
-                "{{ name = \"p{k}\", point = [{:.4}, 0.5] }}",
-                0.1 + 0.8 * k as f64 / 300.0
-            )
-        })
-        .collect();
+    let probes = probe_row(300, 0.5);
     let text = std::fs::read_to_string(case_path()).unwrap().replace(
         r#"probes = [{ name = "centre", point = [0.5, 0.5] }]"#,
         &format!("probes = [{}]", probes.join(", ")),

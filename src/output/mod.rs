@@ -26,6 +26,8 @@ use lbm_core::units::UnitSystem;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::plan::hex;
+
 use crate::AppError;
 use fields::{PatchFields, finest_at};
 
@@ -184,10 +186,6 @@ fn prefix_sha256(path: &Path, len: u64) -> Option<String> {
     (copied == len).then(|| hex(&hash.finalize()))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Whether a run directory still holds what a checkpoint saw written
 /// (`state`): every CSV's first bytes as they were, and every field file
 /// and picture at its size; the reason it does not, else. Rows after the
@@ -195,7 +193,13 @@ fn hex(bytes: &[u8]) -> String {
 /// the `.pvd` series, the plots) a resume writes anew; a checkpoint of an
 /// older lbm, which kept neither, passes.
 pub fn verify_outputs(out: &Path, state: &WriterState) -> Result<(), String> {
-    for ((file, len), digest) in state.csv_files.iter().zip(&state.csv_lengths).zip(&state.csv_sha256) {
+    // The CSV files head the written files, in the order of their lengths.
+    let csvs = state
+        .written
+        .files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "csv"));
+    for ((file, len), digest) in csvs.zip(&state.csv_lengths).zip(&state.csv_sha256) {
         if prefix_sha256(&out.join(file), *len).as_deref() != Some(digest.as_str()) {
             return Err(format!(
                 "{} is not what the run had written by its checkpoint (its first {len} bytes differ: edited or \
@@ -267,13 +271,11 @@ pub struct WriterState {
     written: Written,
     /// Bytes of `forces.csv`, then each probe's and each line's CSV.
     csv_lengths: Vec<u64>,
-    /// Those files (relative to the output directory) and the SHA-256 of
-    /// those bytes, in hex.
-    #[serde(default)]
-    csv_files: Vec<PathBuf>,
+    /// The SHA-256 of those bytes of each, in hex.
     #[serde(default)]
     csv_sha256: Vec<String>,
-    /// The size of each field file and picture written.
+    /// The size of each file a save point writes once (fields and
+    /// pictures; not the index, the series or the plots, rewritten whole).
     #[serde(default)]
     file_bytes: std::collections::BTreeMap<PathBuf, u64>,
 }
@@ -483,19 +485,7 @@ impl Writer {
         let mut state = self.state.clone();
         let csvs: Vec<&Csv> = self.forces.iter().chain(&self.probes).chain(&self.lines).collect();
         state.csv_lengths = csvs.iter().map(|c| c.len).collect();
-        state.csv_files = csvs.iter().map(|c| relative(&self.out, &c.path)).collect();
         state.csv_sha256 = csvs.iter().map(|c| hex(&c.hash.clone().finalize())).collect();
-        // Written once each: fields and pictures (the index, the series
-        // and the plots are rewritten whole at each save point).
-        for file in &state.written.files {
-            let once = file.starts_with("pictures") || (file.starts_with("fields") && file.components().count() > 2);
-            if once
-                && !state.file_bytes.contains_key(file)
-                && let Ok(m) = std::fs::metadata(self.out.join(file))
-            {
-                state.file_bytes.insert(file.clone(), m.len());
-            }
-        }
         state
     }
 
@@ -541,6 +531,17 @@ impl Writer {
         Ok(())
     }
 
+    /// Writes `bytes` to `path`, a file a save point writes once (a field
+    /// file, a picture), and keeps it in the written files with its size,
+    /// which a resume checks ([`verify_outputs`]).
+    fn write_once(&mut self, path: &Path, bytes: &[u8]) -> Result<(), AppError> {
+        write_atomic(path, bytes)?;
+        let file = relative(&self.out, path);
+        self.state.file_bytes.insert(file.clone(), bytes.len() as u64);
+        self.state.written.files.push(file);
+        Ok(())
+    }
+
     /// Saves the fields at `step`: NPY and VTK as the plan asks, the line
     /// probes' profiles, and the index and time series rewritten whole.
     pub fn save(&mut self, step: u64, patches: &[PatchFields]) -> Result<(), AppError> {
@@ -557,7 +558,7 @@ impl Writer {
         let name = |p: &PatchFields| format!("L{}_p{}", p.level, p.patch);
         if self.plan.formats.contains(&Format::Npy) {
             for p in patches {
-                for &field in &self.plan.fields {
+                for field in self.plan.fields.clone() {
                     let file = format!("{}_{}.npy", name(p), field.name());
                     let [nx, ny] = p.size;
                     let shape = match field.components() {
@@ -565,7 +566,7 @@ impl Writer {
                         c => vec![ny, nx, c],
                     };
                     let path = dir.join(&file);
-                    write_atomic(&path, &npy::encode(&shape, &p.saved_values(field)))?;
+                    self.write_once(&path, &npy::encode(&shape, &p.saved_values(field)))?;
                     self.state.index.push(IndexEntry {
                         file: format!("{stamp}/{file}"),
                         field: field.name().to_owned(),
@@ -578,7 +579,6 @@ impl Writer {
                         origin_m: p.origin,
                         spacing_m: p.spacing,
                     });
-                    self.state.written.files.push(relative(&self.out, &path));
                 }
             }
             let index = serde_json::to_string_pretty(&self.state.index).expect("plain data serialises");
@@ -588,17 +588,14 @@ impl Writer {
         if self.plan.formats.contains(&Format::Vtk) {
             for p in patches {
                 let path = dir.join(format!("{}.vti", name(p)));
-                write_atomic(&path, &vtk::image(p, &self.plan.fields))?;
-                self.state.written.files.push(relative(&self.out, &path));
+                self.write_once(&path, &vtk::image(p, &self.plan.fields))?;
             }
             let amr = vtk::overlapping_amr(patches, |p| format!("{stamp}/{}.vti", name(p)));
             let path = self.out.join("fields").join(format!("{stamp}.vthb"));
-            write_atomic(&path, amr.as_bytes())?;
-            self.state.written.files.push(relative(&self.out, &path));
+            self.write_once(&path, amr.as_bytes())?;
             let blocks = vtk::multiblock(patches, |p| format!("{stamp}/{}.vti", name(p)));
             let path = self.out.join("fields").join(format!("{stamp}.vtm"));
-            write_atomic(&path, blocks.as_bytes())?;
-            self.state.written.files.push(relative(&self.out, &path));
+            self.write_once(&path, blocks.as_bytes())?;
             self.state.series.push((time, format!("fields/{stamp}.vthb")));
             let pvd = self.out.join("fields.pvd");
             write_atomic(&pvd, vtk::collection(&self.state.series).as_bytes())?;
@@ -626,8 +623,7 @@ impl Writer {
                 };
                 let image = picture::render(patches, &scalar, self.domain, density);
                 let path = self.out.join("pictures").join(format!("{name}_{stamp}.png"));
-                write_atomic(&path, &image.png())?;
-                self.state.written.files.push(relative(&self.out, &path));
+                self.write_once(&path, &image.png())?;
             }
         }
         self.state.last_profiles.clear();

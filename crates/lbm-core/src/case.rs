@@ -288,11 +288,12 @@ pub fn side_kind(spec: &BoundarySpec) -> &'static str {
 }
 
 /// Refuses a body with a coordinate that is not a number, of no size, a
-/// degenerate polygon, one outside the domain, or one through a side other
-/// than a resting wall or a free-slip side, naming the side it crosses (the rasteriser does not
-/// wrap a body across a periodic side, and an inlet or outflow has no rule
-/// for a row that is solid). The body's own keys come first, so its error
-/// names its own problem and not a patch it crosses.
+/// degenerate polygon, one outside the domain, or one whose part in the
+/// domain reaches through a side other than a resting wall or a free-slip
+/// side, naming the side (the rasteriser does not wrap a body across a
+/// periodic side, and an inlet or outflow has no rule for a row that is
+/// solid). The body's own keys come first, so its error names its own
+/// problem and not a patch it crosses.
 fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]) -> Result<()> {
     let key = format!("bodies[{b}]");
     let coordinates: Vec<(String, f64)> = match shape {
@@ -401,13 +402,14 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
     let reached = [ix0 <= 0.0, ix1 >= size[0], iy0 <= 0.0, iy1 >= size[1]];
     let beyond = [x0 < 0.0, x1 > size[0], y0 < 0.0, y1 > size[1]];
     let crossed: [bool; 4] = std::array::from_fn(|s| beyond[s] && reached[s]);
-    let resting_wall = |spec: &BoundarySpec| {
+    // The case file's words for `config::touches_walls`'s sides.
+    let may_touch = |spec: &BoundarySpec| {
         matches!(
             spec,
             BoundarySpec::Wall | BoundarySpec::MovingWall([0.0, 0.0]) | BoundarySpec::FreeSlip
         )
     };
-    if let Some(side) = (0..4).find(|s| crossed[*s] && !resting_wall(sides[*s])) {
+    if let Some(side) = (0..4).find(|s| crossed[*s] && !may_touch(sides[*s])) {
         return Err(Error::parameter(
             &key,
             format!(

@@ -551,7 +551,7 @@ const TOUCHING: f64 = 1e-6;
 /// Which sides a body with `gaps` (cells of its level from x-min, x-max,
 /// y-min, y-max; negative where it crosses) touches or crosses, among the
 /// sides it may meet: resting walls and free-slip sides.
-pub fn touches_walls(boundaries: &[Boundary; 4], wall_velocity: &[[f64; 2]; 4], gaps: [f64; 4]) -> [bool; 4] {
+fn touches_walls(boundaries: &[Boundary; 4], wall_velocity: &[[f64; 2]; 4], gaps: [f64; 4]) -> [bool; 4] {
     std::array::from_fn(|s| gaps[s] <= TOUCHING && may_touch(boundaries[s], wall_velocity[s]))
 }
 
@@ -664,7 +664,7 @@ impl LatticeConfig {
     /// would make both the wall and each body's force wrong where they meet
     /// (one polygon makes a compound body).
     ///
-    /// A resting wall or a free-slip side is the exception ([`touches_walls`]):
+    /// A resting wall or a free-slip side is the exception (`touches_walls`):
     /// a body may touch or cross it, as a step stands on a floor or half a
     /// body on a symmetry line. A wall's rule and the body's links never meet
     /// on one link (a link across the wall is the wall's, one into the body

@@ -174,9 +174,9 @@ impl Decomposition {
                 )
             })
             .collect();
+        // A body's part in the domain: a bump's circle spans far wider.
+        let domain = [0.0, 0.0, nx as f64, lattice.hierarchy.base[1] as f64];
         for (b, body) in lattice.bodies.iter().enumerate().filter(|(_, b)| b.level == 0) {
-            // Its part in the domain: a bump's circle spans far wider.
-            let domain = [0.0, 0.0, nx as f64, lattice.hierarchy.base[1] as f64];
             let [x0, _, x1, _] = body.shape.bounds_within(domain).unwrap_or_else(|| body.shape.bounds());
             blocked.push((
                 (x0.floor() - BODY_CLEARANCE).max(0.0) as u32,

@@ -26,7 +26,8 @@ pub const LINK_WORDS: usize = 6;
 pub const NO_CELL: u32 = u32::MAX;
 
 /// Cells of its level a body keeps from every side of the domain it does not
-/// touch (it may touch or cross a resting wall) and from every other body.
+/// touch (it may touch or cross a resting wall or a free-slip side) and from
+/// every other body.
 /// Interpolated bounce-back reads a second fluid cell behind each link, and a
 /// gap narrower than this is a channel the lattice hardly resolves; a body
 /// nearer a periodic side would also need the rasteriser to wrap, which it
@@ -520,12 +521,7 @@ pub fn wall_tables(
                     ny >= a.y1 as i64 && mirror[3],
                 ];
                 if across.iter().any(|m| *m) {
-                    if let Some((body, q)) = mirrored_distance(patch, owner, bodies, across, x, y, d) {
-                        let shape = bodies
-                            .iter()
-                            .find(|(b, _)| *b == body)
-                            .expect("owner is a listed body")
-                            .1;
+                    if let Some((body, shape, q)) = mirrored_distance(patch, owner, bodies, across, x, y, d) {
                         push_link(&mut links, patch, shape, x, y, d, q, slot(body), &fluid_at);
                         distances.push((index as u32, OPP[d], q as f32));
                     }
@@ -590,7 +586,7 @@ fn push_link(
     ]);
 }
 
-/// The body and wall distance of the link from fluid cell (x, y) of `patch` along
+/// The body, its shape and the wall distance of the link from fluid cell (x, y) of `patch` along
 /// `d` that leaves the active region across its mirror sides `across`,
 /// where the mirror image of the cell it reaches is solid; `None` where that
 /// image is fluid. The link runs to the mirror line and on into the image
@@ -600,15 +596,15 @@ fn push_link(
 /// the domain that lies in a body (the line itself where a body stands on
 /// it). A body's part beyond the line, where it crosses a mirror side, is
 /// not the image of its part inside and is left out.
-fn mirrored_distance(
+fn mirrored_distance<'s>(
     patch: &Patch,
     owner: &[Option<usize>],
-    bodies: &[(usize, &Shape)],
+    bodies: &[(usize, &'s Shape)],
     across: [bool; 4],
     x: u32,
     y: u32,
     d: usize,
-) -> Option<(usize, f64)> {
+) -> Option<(usize, &'s Shape, f64)> {
     let (a, layout, c) = (patch.active, patch.layout, C[d]);
     let flip = [across[0] || across[1], across[2] || across[3]];
     // The image of the cell reached: back across each line crossed, which
@@ -659,7 +655,7 @@ fn mirrored_distance(
         true => Some(t_line),
         false => shape.crossing(at, rest).map(|t| t_line + t * (1.0 - t_line)),
     };
-    Some((body, inside.or(beyond).unwrap_or(0.5).max(1e-3)))
+    Some((body, shape, inside.or(beyond).unwrap_or(0.5).max(1e-3)))
 }
 
 #[cfg(test)]
