@@ -27,6 +27,7 @@ fn main() -> Result<(), lbm_core::Error> {
         profile: Profile::Parabolic,
         velocity: u_peak,
         amplitude: Amplitude::Ramp { duration: 500.0 },
+        span: None,
     });
     // One refinement level around the cylinder, spanning the channel.
     lattice.hierarchy.levels = vec![vec![Rect::new(20, 0, 80, ny)]];

@@ -246,9 +246,11 @@ __device__ __forceinline__ float pull_general(
     if (inlet || wall_x || wall_y) {
         float ux;
         float uy;
+        float sample = 0.0f;
         if (inlet) {
             // domain::order::inlet_sample: where the link crosses the inlet.
-            ux = inlet_profile[LBM_INLET_SAMPLE(y - y0, lbm_cy(i))] * boundary_state[1];
+            sample = inlet_profile[LBM_INLET_SAMPLE(y - y0, lbm_cy(i))];
+            ux = sample * boundary_state[1];
             uy = 0.0f;
         } else {
             const int side = wall_y ? side_y : side_x;
@@ -263,8 +265,9 @@ __device__ __forceinline__ float pull_general(
         const float leaving = src[(size_t)lbm_opp(i) * plane + index];
         const float cu = cx * ux + cy * uy;
         const float value = leaving + lbm_w(i) * cu * (2.0f * LBM_INV_CS2);
-        if (inlet && omega_minus < 1.0f) {
-            // cpu::pull: the odd non-equilibrium the bounce turned, restored.
+        if (inlet && omega_minus < 1.0f && sample != 0.0f) {
+            // cpu::pull: the odd non-equilibrium the bounce turned, restored
+            // (not on the resting wall beside an inlet's span, sample 0).
             return value + 2.0f * odd_non_equilibrium(src, plane, index, i, state.here_ux, state.here_uy, force_x,
                                                       force_y);
         }

@@ -275,19 +275,17 @@ __device__ __forceinline__ void inner_tiles(unsigned int c0, unsigned int c1, un
 // Capped at 48 registers (the batch entry took 56, no spill): five blocks per
 // multiprocessor instead of four.
 // cpu::centre_weights: the restriction's weights along one axis for the 4
-// fine cells from `first` (CENTRE4, or the one-sided 3-point weights where
-// the outer cell lies in the ghost band beyond an interface side).
+// fine cells from `first` (CENTRE4, or BLOCK2, the block's two cells
+// averaged, where the outer cell lies in the ghost band beyond an interface
+// side).
 __device__ __forceinline__ void centre_weights(unsigned int kinds, int low_side, int first, unsigned int lo,
                                                unsigned int hi, float w[4]) {
-    if (first < (int)lo && side_kind(kinds, low_side) == LBM_PATCH_SIDE_INTERFACE) {
+    const bool stale = (first < (int)lo && side_kind(kinds, low_side) == LBM_PATCH_SIDE_INTERFACE) ||
+                       (first + 3 >= (int)hi && side_kind(kinds, low_side + 1) == LBM_PATCH_SIDE_INTERFACE);
+    if (stale) {
         w[0] = 0.0f;
-        w[1] = 3.0f / 8.0f;
-        w[2] = 3.0f / 4.0f;
-        w[3] = -1.0f / 8.0f;
-    } else if (first + 3 >= (int)hi && side_kind(kinds, low_side + 1) == LBM_PATCH_SIDE_INTERFACE) {
-        w[0] = -1.0f / 8.0f;
-        w[1] = 3.0f / 4.0f;
-        w[2] = 3.0f / 8.0f;
+        w[1] = 0.5f;
+        w[2] = 0.5f;
         w[3] = 0.0f;
     } else {
         w[0] = -1.0f / 16.0f;
@@ -420,9 +418,9 @@ LBM_BOUNDED_KERNEL(restrict_to_parent, 5)(const float* __restrict__ fine_src, fl
     const Moments(*const near)[LBM_RESTRICT_FINE] = &tile[2 * ly];
 #define G(dy, dx) near[dy][2 * lx + (dx)]
     const Moments m[2][2] = {{G(1, 1), G(1, 2)}, {G(2, 1), G(2, 2)}};
-    // Density and momentum: cubic interpolation to the block centre, one-sided
-    // where the stencil reaches the ghost band beyond an interface
-    // (cpu::centre_weights).
+    // Density and momentum: cubic interpolation to the block centre, the
+    // block's two-cell average along an axis where the stencil reaches the
+    // ghost band beyond an interface (cpu::centre_weights).
     float along_x[4];
     float along_y[4];
     centre_weights(sides.kinds, 0, tx0 + 2 * (int)lx, g0, fine_nx - g0, along_x);

@@ -721,10 +721,13 @@ pub fn inlet_trt_cell_reynolds(resolved: &Resolved) -> Option<f64> {
     let lattice = &resolved.lattice;
     let inlet = lattice.inlet.as_ref()?;
     let trt = matches!(lattice.collision, lbm_core::lattice::Collision::Trt { .. });
-    // A moving wall is a wall here, with its velocity.
+    // A moving wall is a wall here, with its velocity; so is the inlet's
+    // side beyond a span shorter than it.
+    let ny = lattice.hierarchy.base[1];
     let walled = [2, 3]
         .iter()
-        .any(|&s| lattice.boundaries[s] == lbm_core::Boundary::Wall);
+        .any(|&s| lattice.boundaries[s] == lbm_core::Boundary::Wall)
+        || inlet.span.is_some_and(|[j0, j1]| j0 > 0 || j1 < ny);
     let cell_reynolds = inlet.velocity.abs() * inlet.amplitude.peak() / ((lattice.tau - 0.5) / 3.0);
     (trt && walled && cell_reynolds > INLET_TRT_CELL_RE).then_some(cell_reynolds)
 }

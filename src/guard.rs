@@ -58,6 +58,11 @@ impl Signals {
                                     raised.store(true, Ordering::SeqCst);
                                 }
                                 Some(at) if at.elapsed() >= SECOND_SIGNAL => {
+                                    eprintln!(
+                                        "error: a second stop signal: exiting at once, with no summary.json and \
+                                         no checkpoint of this chunk; the newest whole checkpoint stays, and \
+                                         `lbm resume` continues from it"
+                                    );
                                     std::process::exit(EXIT_INTERRUPTED as i32)
                                 }
                                 Some(_) => {}

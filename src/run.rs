@@ -826,8 +826,8 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
         // The same bits diverge again: only another case gets past it.
         if summary["ended"] == "diverged" {
             return Err(refuse(format!(
-                "the run diverged ({}); resumed, it would diverge again: change the case (a finer grid, a \
-                 lower flow.lattice_velocity or a larger viscosity) and run it anew",
+                "the run diverged ({}); resumed, it would diverge again: change the case as that message \
+                 advises and run it anew",
                 summary["error"].as_str().unwrap_or("no error recorded")
             )));
         }

@@ -687,6 +687,7 @@ fn check_benchmark_case(case: &Case, benchmark: Benchmark) -> Result<(), AppErro
     match &case.boundaries.x_min {
         BoundarySpec::Inlet(inlet)
             if inlet.profile == Profile::Parabolic
+                && inlet.span.is_none()
                 && close(inlet.velocity, peak)
                 && matches!(inlet.amplitude, Amplitude::Constant | Amplitude::Ramp { .. }) => {}
         other => {

@@ -704,6 +704,7 @@ fn inlet_channel() -> LatticeConfig {
         profile: Profile::Parabolic,
         velocity: 0.05,
         amplitude: Amplitude::Ramp { duration: 10.0 },
+        span: None,
     });
     lattice
 }

@@ -24,6 +24,7 @@ fn channel() -> LatticeConfig {
         profile: Profile::Parabolic,
         velocity: 0.05,
         amplitude: Amplitude::Constant,
+        span: None,
     });
     lattice.bodies = vec![Body {
         shape: Shape::Circle {

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Amplitude, Boundary, InletSpec, LatticeConfig, Profile, Speed};
+use crate::config::{Amplitude, Boundary, InletSpec, LatticeConfig, Profile, Speed, TOUCHING};
 use crate::domain::geometry::{BODY_CLEARANCE, Body, Shape};
 use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect, SIDE_NAMES};
 use crate::error::{Error, Result};
@@ -191,6 +191,10 @@ pub struct InletSide {
     /// Time dependence of the velocity; times in s.
     #[serde(default)]
     pub amplitude: Amplitude,
+    /// `[y0, y1]`, m: the part of the side the inlet covers, on base cell
+    /// edges; a resting wall below and above. The whole side when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<[f64; 2]>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -285,6 +289,48 @@ pub fn side_kind(spec: &BoundarySpec) -> &'static str {
         BoundarySpec::Outflow => "outflow",
         BoundarySpec::FreeSlip => "free_slip",
     }
+}
+
+/// The base rows `[j0, j1)` of an inlet's `span` (m) over a side `height` m
+/// high of `ny` rows `dx` wide. Its ends must lie on cell edges: a row is
+/// all inlet or all wall, so the profile's flux is that of its rows.
+fn inlet_span(span: [f64; 2], height: f64, ny: u32, dx: f64) -> Result<[u32; 2]> {
+    let key = "boundaries.x_min.inlet.span";
+    let rows = span.map(|y| y / dx);
+    let edges = rows.map(|r| r.round());
+    let on_edges = rows.iter().zip(edges).all(|(r, e)| (r - e).abs() <= TOUCHING);
+    if !(span.iter().all(|y| y.is_finite()) && span[0] >= 0.0 && span[0] < span[1] && span[1] <= height) {
+        return Err(Error::parameter(
+            key,
+            format!("{span:?}"),
+            &format!("[y0, y1] m with 0 <= y0 < y1 <= {height} (domain.size's height)"),
+        ));
+    }
+    if !on_edges {
+        let nearest = |r: f64| match (r.floor(), r.ceil()) {
+            (low, high) if low == high => format!("{} m (an edge)", low * dx),
+            (low, high) => format!("{} or {} m", low * dx, high * dx),
+        };
+        return Err(Error::parameter(
+            key,
+            format!("{span:?}"),
+            &format!(
+                "ends on base cell edges, multiples of dx = {dx} m, so that each row is all inlet or all wall; the \
+                 nearest to y0: {}, to y1: {}",
+                nearest(rows[0]),
+                nearest(rows[1])
+            ),
+        ));
+    }
+    let [j0, j1] = edges.map(|e| e as u32);
+    if j0 >= j1 || j1 > ny {
+        return Err(Error::parameter(
+            key,
+            format!("{span:?}"),
+            &format!("at least one base row ({dx} m) inside the side's {ny} rows"),
+        ));
+    }
+    Ok([j0, j1])
 }
 
 /// Refuses a body with a coordinate that is not a number, of no size, a
@@ -847,6 +893,10 @@ impl Case {
                 profile: side.profile,
                 velocity: units.velocity_to_lattice(side.velocity),
                 amplitude: side.amplitude.rescaled(1.0 / units.dt),
+                span: side
+                    .span
+                    .map(|span| inlet_span(span, height, ny as u32, units.dx))
+                    .transpose()?,
             }),
             _ => None,
         };
@@ -1283,7 +1333,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            shown.contains("… (5000002 characters)") && shown.len() < 500,
+            shown.contains("… (5000000 characters)") && shown.len() < 500,
             "{}",
             &shown[..500.min(shown.len())]
         );
@@ -1363,6 +1413,31 @@ mod tests {
             .unwrap()
             .resolve()
             .unwrap();
+    }
+
+    /// An inlet's span becomes the base rows it covers; one whose ends miss
+    /// the cell edges (dx 0.0125 m here), leave the side or hold no row is
+    /// refused by its key, with what is accepted.
+    #[test]
+    fn an_inlet_span_resolves_to_whole_rows() {
+        let channel = CHANNEL.replace("AMPLITUDE", "\"constant\", span = SPAN");
+        let with = |span: &str| channel.replace("SPAN", span);
+        let resolved = Case::from_toml(&with("[0.25, 0.5]")).unwrap().resolve().unwrap();
+        assert_eq!(resolved.lattice.inlet.unwrap().span, Some([20, 40]));
+        let key = "`boundaries.x_min.inlet.span`";
+        refused(
+            &with("[0.26, 0.5]"),
+            &[
+                key,
+                "multiples of dx = 0.0125 m",
+                "y0: 0.25 or 0.2625 m, to y1: 0.5 m (an edge)",
+            ],
+        );
+        refused(&with("[0.3, 0.2]"), &[key, "0 <= y0 < y1 <= 0.5"]);
+        refused(&with("[0.0, 0.6]"), &[key, "0 <= y0 < y1 <= 0.5"]);
+        refused(&with("[-0.0125, 0.5]"), &[key, "0 <= y0 < y1 <= 0.5"]);
+        refused(&with("[0.25, 0.2500000001]"), &[key, "at least one base row"]);
+        refused(&with("[0.25]"), &["span"]);
     }
 
     /// A resolution that makes too many cells is named, with the count in

@@ -225,23 +225,36 @@ pub struct InletSpec {
     /// Peak (parabolic) or uniform velocity, lattice units.
     pub velocity: f64,
     pub amplitude: Amplitude,
+    /// The base rows `[j0, j1)` the inlet covers; the rest of the side is a
+    /// resting wall, and a parabola spans these rows. `None`: the whole side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<[u32; 2]>,
 }
 
 impl InletSpec {
     /// The velocities of the base rows as `stream_collide` takes them, three
     /// per row ([`crate::domain::order::inlet_sample`]): the profile at the row's
-    /// centre, less and plus half its rise across the row.
+    /// centre, less and plus half its rise across the row. Rows outside the
+    /// span get zeros: the inlet's rule with no velocity is a resting wall's
+    /// bounce-back, so the side needs no second rule (where ω⁻ < 1 the rule
+    /// keeps the wall's odd non-equilibrium as it does at the inlet's own
+    /// corners).
     pub fn profile_samples(&self, ny: u32) -> Vec<f32> {
-        let h = ny as f64;
+        let [j0, j1] = self.span.unwrap_or([0, ny]);
+        let (y0, y1) = (j0 as f64, j1 as f64);
+        let h = y1 - y0;
         let at = |y: f64| {
             self.velocity
                 * match self.profile {
                     Profile::Uniform => 1.0,
-                    Profile::Parabolic => 4.0 * y * (h - y) / (h * h),
+                    Profile::Parabolic => 4.0 * (y - y0) * (y1 - y) / (h * h),
                 }
         };
         let samples: Vec<f32> = (0..ny)
             .flat_map(|j| {
+                if !(j0..j1).contains(&j) {
+                    return [0.0; 3];
+                }
                 let (low, centre, high) = (at(j as f64), at(j as f64 + 0.5), at(j as f64 + 1.0));
                 let half_rise = 0.5 * (high - low);
                 [centre - half_rise, centre, centre + half_rise].map(|u| u as f32)
@@ -546,7 +559,7 @@ pub struct LevelPhysics {
 /// Cells of its level within which a body's bounds count as touching a side:
 /// the round-off of a body placed on a wall in metres, at any spacing (a gap
 /// of 1e-12 m is 1e-7 of a cell of 10 µm).
-const TOUCHING: f64 = 1e-6;
+pub(crate) const TOUCHING: f64 = 1e-6;
 
 /// Which sides a body with `gaps` (cells of its level from x-min, x-max,
 /// y-min, y-max; negative where it crosses) touches or crosses, among the
@@ -826,6 +839,7 @@ mod tests {
                 profile: Profile::Uniform,
                 velocity: 0.05,
                 amplitude,
+                span: None,
             }),
             ..LatticeConfig::uniform(
                 32,
@@ -833,6 +847,45 @@ mod tests {
                 0.8,
                 [Boundary::Inlet, Boundary::Outflow, Boundary::Wall, Boundary::Wall],
             )
+        }
+    }
+
+    /// A span over the whole side gives the whole side's samples bit for
+    /// bit; a shorter one gives its rows the profile over the span (its
+    /// centre samples sum to the profile's flux) and the others zeros.
+    #[test]
+    fn an_inlet_span_puts_its_profile_on_its_rows_and_zeros_elsewhere() {
+        for profile in [Profile::Uniform, Profile::Parabolic] {
+            let inlet = |span| InletSpec {
+                profile,
+                velocity: 0.05,
+                amplitude: Amplitude::Constant,
+                span,
+            };
+            let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(inlet(Some([0, 24])).profile_samples(24)),
+                bits(inlet(None).profile_samples(24))
+            );
+            let samples = inlet(Some([6, 18])).profile_samples(24);
+            let rows: Vec<&[f32]> = samples.chunks(3).collect();
+            assert!(rows[..6].iter().chain(&rows[18..]).all(|r| r.iter().all(|u| *u == 0.0)));
+            assert!(rows[6..18].iter().all(|r| r.iter().all(|u| *u > 0.0)), "{rows:?}");
+            let flux: f64 = rows[6..18].iter().map(|r| r[1] as f64).sum();
+            // The rows' centre values: on a parabola over 12 rows the
+            // midpoint rule gives 1 + 1 / (2 · 12²) of its integral.
+            let want = match profile {
+                Profile::Uniform => 12.0 * 0.05,
+                Profile::Parabolic => 12.0 * 0.05 * 2.0 / 3.0 * (1.0 + 1.0 / 288.0),
+            };
+            assert!((flux / want - 1.0).abs() < 1e-6, "{profile:?}: {flux} against {want}");
+            let whole: Vec<f32> = inlet(None).profile_samples(12);
+            let own: Vec<f32> = samples[18..54].to_vec();
+            assert_eq!(
+                bits(own),
+                bits(whole),
+                "{profile:?}: the span's rows as a side of their own"
+            );
         }
     }
 

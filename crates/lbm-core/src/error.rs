@@ -202,7 +202,9 @@ impl Error {
         // A value of megabytes (a pasted file as a name) is shown by its start.
         if value.chars().count() > MAX_SHOWN_VALUE {
             let start: String = value.chars().take(MAX_SHOWN_VALUE).collect();
-            value = format!("{start}… ({} characters)", value.chars().count());
+            // A string comes quoted: its length is the text's, not the quotes'.
+            let quoted = value.len() >= 2 && value.starts_with('"') && value.ends_with('"');
+            value = format!("{start}… ({} characters)", value.chars().count() - 2 * quoted as usize);
         }
         Error::Parameter {
             key: key.to_owned(),

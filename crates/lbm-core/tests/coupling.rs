@@ -182,7 +182,20 @@ fn check_second_order(walled: bool) {
         .iter()
         .zip(coarse.iter().zip(fine.iter()))
     {
-        assert!(c.0 < 1e-4, "{name}: velocity error {:.2e} of the amplitude at 48", c.0);
+        // The restriction's cells beside an interface average their block's
+        // two cells along it (second order: 5e-4 of the amplitude here,
+        // 1.1e-3 beside the free-slip wall), where the cubic reaches 1e-5.
+        let velocity = if *name == "restrict_to_parent" { 1.5e-3 } else { 1e-4 };
+        assert!(
+            c.0 < velocity,
+            "{name}: velocity error {:.2e} of the amplitude at 48",
+            c.0
+        );
+        assert!(
+            c.0 / f.0 > 3.0,
+            "{name}: velocity error ratio {:.2} between 48 and 96",
+            c.0 / f.0
+        );
         assert!(c.1 < 0.01, "{name}: non-equilibrium error {:.2}% at 48", 100.0 * c.1);
         // Halving the spacing must cut the non-equilibrium error about fourfold.
         assert!(

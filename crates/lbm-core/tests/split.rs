@@ -36,6 +36,7 @@ fn channel() -> LatticeConfig {
         profile: Profile::Parabolic,
         velocity: 0.06,
         amplitude: Amplitude::Ramp { duration: 4.0 },
+        span: None,
     });
     lattice.bodies = vec![cylinder([24.0, 20.3], 4.5, 0)];
     lattice

@@ -56,6 +56,7 @@ fn channel(scale: u32) -> LatticeConfig {
         profile: Profile::Parabolic,
         velocity: 0.04,
         amplitude: Amplitude::Constant,
+        span: None,
     });
     lattice.bodies = vec![Body {
         shape: Shape::Circle {

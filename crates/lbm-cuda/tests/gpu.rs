@@ -337,7 +337,14 @@ fn stream_collide_matches_the_cpu_for_every_edge_kind_and_tile() {
                 let wall_distance = twin.buffer("wall_distance", &table);
                 let samples = inlet_samples(active.height());
                 let (profile, state) = if edges.contains(&Boundary::Inlet) {
-                    let profile: Vec<f32> = (0..samples).map(|_| rng.range(0.0, 0.08)).collect();
+                    // A third of the rows lie outside the inlet's span:
+                    // zeros, where the rule is a resting wall's.
+                    let profile: Vec<f32> = (0..active.height())
+                        .flat_map(|_| match rng.below(3) {
+                            0 => [0.0; 3],
+                            _ => [(); 3].map(|_| rng.range(0.0, 0.08)),
+                        })
+                        .collect();
                     (profile, [rng.below(1000), rng.range(0.0, 1.2).to_bits()])
                 } else {
                     (vec![f32::NAN; samples], [f32::NAN.to_bits(); 2])
@@ -1149,6 +1156,7 @@ fn channel_lattice() -> LatticeConfig {
         profile: Profile::Parabolic,
         velocity: 0.06,
         amplitude: Amplitude::Ramp { duration: 4.0 },
+        span: None,
     });
     lattice
 }
@@ -1163,6 +1171,22 @@ fn stepper_runs_match_the_cpu_on_a_refined_case_with_a_body() {
 #[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
 fn stepper_runs_match_the_cpu_on_a_refined_channel_with_an_inlet() {
     check_stepper_runs(channel_lattice);
+}
+
+/// [`channel_lattice`] with the inlet over rows 12 to 32 only, a resting
+/// wall below and above it on the same side.
+fn spanned_inlet_lattice() -> LatticeConfig {
+    let mut lattice = channel_lattice();
+    if let Some(inlet) = &mut lattice.inlet {
+        inlet.span = Some([12, 32]);
+    }
+    lattice
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on the device machine"]
+fn stepper_runs_match_the_cpu_with_an_inlet_over_part_of_its_side() {
+    check_stepper_runs(spanned_inlet_lattice);
 }
 
 /// [`channel_lattice`] with the cylinder's patch spanning the channel from

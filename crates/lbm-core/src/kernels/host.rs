@@ -119,7 +119,7 @@ impl BandPlanes<'_> {
 
 /// Cells a band of a row-major layout holds at least: a rayon task on fewer
 /// costs more to hand out than the vectorised bulk update spends on them.
-const BAND_CELLS: u32 = 2 * 1024;
+pub(crate) const BAND_CELLS: u32 = 2 * 1024;
 
 /// Bands per thread of rayon's pool, at least: a patch of a few tens of
 /// thousands of cells still keeps every thread busy, with some slack for

@@ -1110,9 +1110,11 @@ fn pull(
     // its profile's mass flux: with the wall's rule the corner cell would miss
     // a sixth of it, a deficit at the walls of first order in the spacing.
     if either(Boundary::Inlet) {
-        let u = inlet.profile[inlet_sample(y - a.y0, C[i][1])] * inlet.factor;
-        let value = bounce([u, 0.0]);
-        return match k.omega_minus < 1.0 {
+        let sample = inlet.profile[inlet_sample(y - a.y0, C[i][1])];
+        let value = bounce([sample * inlet.factor, 0.0]);
+        // A row outside the inlet's span has no sample: a resting wall there,
+        // whose bounce-back keeps the wall's own odd part.
+        return match k.omega_minus < 1.0 && sample != 0.0 {
             true => {
                 let here = lattice::moments(&read_cell(src, plane, index), [-k.force[0], -k.force[1]]);
                 value + 2.0 * odd_non_equilibrium(k, src, i, index, plane, &here)

@@ -602,31 +602,32 @@ fn rebuild_post_collision(
 /// Weights of the 4-point Lagrange interpolation at the midpoint, `lagrange4(0.5)`.
 const CENTRE4: [f32; 4] = [-1.0 / 16.0, 9.0 / 16.0, 9.0 / 16.0, -1.0 / 16.0];
 
-/// The 3-point Lagrange interpolation to the midpoint of the middle two
-/// points when the fourth (`LOW_STALE`: the first) is left out.
-const HIGH_STALE: [f32; 4] = [-1.0 / 8.0, 3.0 / 4.0, 3.0 / 8.0, 0.0];
-const LOW_STALE: [f32; 4] = [0.0, 3.0 / 8.0, 3.0 / 4.0, -1.0 / 8.0];
+/// The block's own two fine cells averaged: the restriction's weights along
+/// an axis where [`CENTRE4`] would reach into the ghost band.
+const BLOCK2: [f32; 4] = [0.0, 0.5, 0.5, 0.0];
 
 /// The restriction's weights along one axis for a stencil of 4 fine cells
-/// from `first`: [`CENTRE4`], or a one-sided 3-point one where the stencil's
-/// outer cell lies in the ghost band beyond an interface side (`low_side`
-/// or the one after it) of the active region `[lo, hi)`. The ghost band
-/// holds the last fill, half a coarse step older than the active cells at
-/// a restriction: in a flow that changes in time the cubic stencil put the
-/// lag into the covered parent cells along the interface (1/16 of it),
-/// which streamed it into the parent level, a momentum source of first
-/// order in the spacing (a freely accelerating box with one patch ran 0.2%
-/// ahead of g t). A wall side's mirror images are current and keep the
-/// cubic.
+/// from `first`: [`CENTRE4`], or [`BLOCK2`] where the stencil's outer cell
+/// lies in the ghost band beyond an interface side (`low_side` or the one
+/// after it) of the active region `[lo, hi)`.
+///
+/// The ghost band holds the last fill, half a coarse step older than the
+/// active cells at a restriction: in a flow that changes in time the cubic
+/// stencil put the lag into the covered parent cells along the interface
+/// (1/16 of it), which streamed it into the parent level, a momentum source
+/// of first order in the spacing (a freely accelerating box with one patch
+/// ran 0.2% ahead of g t). Of the stencils that leave that cell out and stay
+/// second order, only the two-cell average passes none of the fine grid's
+/// checkerboard mode to the parent, as the cubic passes none: the one-sided
+/// 3-point Lagrange stencil (3/8, 3/4, -1/8) passed half of it, and
+/// channels with a patch from wall to wall (the shipped square obstacle and
+/// tandem cylinders) diverged at the patch's upstream corner on the wall.
+/// A wall side's mirror images are current and keep the cubic.
 #[inline]
 pub(crate) fn centre_weights(sides: &PatchSides, low_side: usize, first: i32, lo: u32, hi: u32) -> [f32; 4] {
-    if first < lo as i32 && sides.is_interface(low_side) {
-        LOW_STALE
-    } else if first + 3 >= hi as i32 && sides.is_interface(low_side + 1) {
-        HIGH_STALE
-    } else {
-        CENTRE4
-    }
+    let stale = (first < lo as i32 && sides.is_interface(low_side))
+        || (first + 3 >= hi as i32 && sides.is_interface(low_side + 1));
+    if stale { BLOCK2 } else { CENTRE4 }
 }
 
 /// Whether every covered parent cell (`0..n` from the covered region's

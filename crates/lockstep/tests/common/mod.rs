@@ -21,6 +21,7 @@ pub fn refined_channel(tau: f64, velocity: f64, ramp: f64, body: Shape) -> Latti
         profile: Profile::Parabolic,
         velocity,
         amplitude: Amplitude::Ramp { duration: ramp },
+        span: None,
     });
     lattice.hierarchy.levels = vec![vec![Rect::new(8, 0, 32, 24)]];
     lattice.bodies = vec![Body { shape: body, level: 1 }];
