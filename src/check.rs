@@ -768,6 +768,59 @@ pub fn held_axes(axes: [bool; 2]) -> &'static str {
     }
 }
 
+/// The warnings for patches whose interface meets a moving wall: with TRT
+/// and τ⁻ above [`crate::run::REFINED_TRT_TAU_MINUS`] a flow there can settle
+/// wrong without a sign, so `lbm run` prints them too.
+pub fn moving_wall_junctions(
+    case: &Case,
+    resolved: &Resolved,
+    levels: &[lbm_core::case::LevelParameters],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let tau_minus = crate::run::refined_trt_tau_minus(resolved, levels);
+    let Ok(hierarchy) = resolved.lattice.hierarchy.validate(&resolved.tiles) else {
+        return out;
+    };
+    for patch in hierarchy.levels.iter().skip(1).flatten() {
+        for (side, spec) in case.boundaries.sides().into_iter().enumerate() {
+            // A patch that spans a moving wall has no interface there.
+            // With two junctions (a patch on the wall's middle) their
+            // errors largely cancel: 0.1% in the same cavity.
+            let across = if side < 2 { [2, 3] } else { [0, 1] };
+            let junctions = across.iter().filter(|&&s| !patch.on_boundary[s]).count();
+            let BoundarySpec::MovingWall(velocity) = spec else {
+                continue;
+            };
+            if !(velocity.iter().any(|v| *v != 0.0) && patch.on_boundary[side] && junctions > 0) {
+                continue;
+            }
+            let (level, index, wall) = (patch.level - 1, patch.index, SIDE_NAMES[side]);
+            match (tau_minus, junctions) {
+                (Some(tau_minus), _) => out.push(format!(
+                    "refinement[{level}].patches[{index}] meets the moving wall boundaries.{wall} where it \
+                     ends, with TRT at tau- {tau_minus:.2} (above {}): there the \
+                     coupling's rebuilt odd non-equilibrium is large, and the flow can diverge or settle to a \
+                     wrong one (a Re-400 cavity with a patch in the lid's corner settled with its centreline \
+                     velocities 0.2 to 0.6 U off at tau- 8 to 16, and one on the lid's middle diverged); \
+                     collision = {{ model = \"bgk\" }} held there, or span the wall from side to side, or keep \
+                     the patch 4 parent cells away from it",
+                    crate::run::REFINED_TRT_TAU_MINUS
+                )),
+                (None, 1) => out.push(format!(
+                    "refinement[{level}].patches[{index}] touches the moving wall boundaries.{wall} and one of \
+                     its ends: where its interface meets the wall the coupling's mass correction is large, and \
+                     it shifts the pressure of the coarse cells along the whole interface (0.5 to 0.9% of rho \
+                     U^2 in a Re-100 cavity, several times the grid's own error there) and the velocities a \
+                     little (the centrelines 0.011 U from the finer grid's, 0.007 U without the patch); span \
+                     the wall from side to side, or keep the patch 4 parent cells away from it"
+                )),
+                (None, _) => {}
+            }
+        }
+    }
+    out
+}
+
 /// What is legal but doubtful: τ near ½ or above [`HIGH_TAU`], a Mach number
 /// above 0.1, a body close to its patch's edge.
 fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> Vec<String> {
@@ -955,45 +1008,8 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
             ));
         }
     }
-    let tau_minus = crate::run::refined_trt_tau_minus(resolved, levels);
+    out.extend(moving_wall_junctions(case, resolved, levels));
     if let Ok(hierarchy) = resolved.lattice.hierarchy.validate(&resolved.tiles) {
-        for patch in hierarchy.levels.iter().skip(1).flatten() {
-            for (side, spec) in case.boundaries.sides().into_iter().enumerate() {
-                // A patch that spans a moving wall has no interface there.
-                // With two junctions (a patch on the wall's middle) their
-                // errors largely cancel: 0.1% in the same cavity.
-                let across = if side < 2 { [2, 3] } else { [0, 1] };
-                let junctions = across.iter().filter(|&&s| !patch.on_boundary[s]).count();
-                let BoundarySpec::MovingWall(velocity) = spec else {
-                    continue;
-                };
-                if !(velocity.iter().any(|v| *v != 0.0) && patch.on_boundary[side] && junctions > 0) {
-                    continue;
-                }
-                let (level, index, wall) = (patch.level - 1, patch.index, SIDE_NAMES[side]);
-                match (tau_minus, junctions) {
-                    (Some(tau_minus), _) => out.push(format!(
-                        "refinement[{level}].patches[{index}] meets the moving wall boundaries.{wall} where it \
-                         ends, with TRT at tau- {tau_minus:.2} (above {}): there the \
-                         coupling's rebuilt odd non-equilibrium is large, and the flow can diverge or settle to a \
-                         wrong one (a Re-400 cavity with a patch in the lid's corner settled with its centreline \
-                         velocities 0.2 to 0.6 U off at tau- 8 to 16, and one on the lid's middle diverged); \
-                         collision = {{ model = \"bgk\" }} held there, or span the wall from side to side, or keep \
-                         the patch 4 parent cells away from it",
-                        crate::run::REFINED_TRT_TAU_MINUS
-                    )),
-                    (None, 1) => out.push(format!(
-                        "refinement[{level}].patches[{index}] touches the moving wall boundaries.{wall} and one of \
-                         its ends: where its interface meets the wall the coupling's mass correction is large, and \
-                         it shifts the pressure of the coarse cells along the whole interface (0.5 to 0.9% of rho \
-                         U^2 in a Re-100 cavity, several times the grid's own error there) and the velocities a \
-                         little (the centrelines 0.011 U from the finer grid's, 0.007 U without the patch); span \
-                         the wall from side to side, or keep the patch 4 parent cells away from it"
-                    )),
-                    (None, _) => {}
-                }
-            }
-        }
         for (b, body) in resolved.lattice.bodies.iter().enumerate().filter(|(_, b)| b.level > 0) {
             let scale = 2f64.powi(body.level as i32);
             // Its part in the domain: a body may cross a wall.

@@ -428,6 +428,11 @@ pub fn run_case(options: &RunOptions) -> Result<Summary, AppError> {
     options.limits.check()?;
     let (text, case, resolved) = crate::check::read_case(&options.case, options.steps)?;
     let plan = Plan::of("run", &resolved)?;
+    // Of `lbm check`'s doubts, the one a run can end in without a sign of
+    // it (a steady flow settled wrong): a run says it too.
+    for warning in crate::check::moving_wall_junctions(&case, &resolved, &resolved.levels()?) {
+        eprintln!("warning: {warning}");
+    }
     let pilot = match &options.pilot {
         PilotChoice::Run { intervals } => {
             let first_save = resolved.output.save_points.first().copied();

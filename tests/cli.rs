@@ -790,21 +790,45 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
         .replace("viscosity = 0.01 ", "viscosity = 0.0025 ")
         .replace("resolution = 64 ", "resolution = 32 ");
     assert_ne!(re400, text);
-    for (patch, collision, warned) in [
+    for (k, (patch, collision, warned)) in [
         ("[0.625, 0.625, 1.0, 1.0]", "", true),
         ("[0.25, 0.5, 0.75, 1.0]", "", true),
         ("[0.0, 0.5, 1.0, 1.0]", "", false),
         ("[0.25, 0.5, 0.75, 1.0]", "\ncollision = { model = \"bgk\" }", false),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let case = re400
             .replace(lid, &format!("[[refinement]]\npatches = [{patch}]"))
             .replace(
                 "lattice_velocity = 0.1 ",
                 &format!("lattice_velocity = 0.1{collision} "),
             );
-        let printed = checked("lid-trt.toml", case);
+        let printed = checked("lid-trt.toml", case.clone());
         let warning = "meets the moving wall boundaries.y_max where it ends, with TRT at tau-";
         assert_eq!(printed.contains(warning), warned, "{patch} {collision}: {printed}");
+        // `lbm run` says it too, before it steps.
+        let file = dir.join("lid-trt-run.toml");
+        assert!(case.contains("steps = 8000 "));
+        std::fs::write(&file, case.replace("steps = 8000 ", "steps = 2 ")).unwrap();
+        let out = dir.join(format!("lid-trt-run-{k}"));
+        let ran = lbm(&[
+            "run",
+            &file.display().to_string(),
+            "--backend",
+            "cpu",
+            "--quiet",
+            "--out",
+            &out.display().to_string(),
+        ]);
+        assert!(ran.status.success(), "{}", stderr(&ran));
+        assert_eq!(
+            stderr(&ran).contains(warning),
+            warned,
+            "{patch} {collision}: {}",
+            stderr(&ran)
+        );
     }
     let thick = dir.join("thick.toml");
     std::fs::write(&thick, text.replace("viscosity = 0.01 ", "viscosity = 0.053 ")).unwrap();
