@@ -155,10 +155,14 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
     let updates = cell_updates(&levels, resolved.steps);
     let _ = writeln!(
         out,
-        "work: {:.3e} cell updates, roughly {:.0} s on the CPU backend, {:.1} s on an H200",
+        "work: {:.3e} cell updates, roughly {:.0} s on the CPU backend, {:.1} s on an H200{}",
         updates,
-        estimate_seconds(&levels, resolved.steps, false),
-        estimate_seconds(&levels, resolved.steps, true)
+        estimate_seconds(&levels, resolved.steps, false) + probe_seconds(&resolved, false),
+        estimate_seconds(&levels, resolved.steps, true) + probe_seconds(&resolved, true),
+        match probe_seconds(&resolved, false) {
+            0.0 => String::new(),
+            s => format!(" (the point probes' samples about {s:.0} s of it on the CPU)"),
+        }
     );
     if let Some(Acoustic { period, waves, sound }) = acoustic(&case, &resolved) {
         let _ = writeln!(
@@ -228,7 +232,7 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         per_save as f64 / (1 << 20) as f64,
         plan.forces_every
     );
-    let cpu_seconds = estimate_seconds(&levels, resolved.steps, false);
+    let cpu_seconds = estimate_seconds(&levels, resolved.steps, false) + probe_seconds(&resolved, false);
     if cpu_seconds > 600.0 {
         let _ = writeln!(
             out,
@@ -287,6 +291,19 @@ pub fn estimate_seconds(levels: &[lbm_core::case::LevelParameters], steps: u64, 
     }
 }
 
+/// Host seconds one point probe's sample costs (its CSV row, and on the CPU
+/// backend its few cells): 50 probes sampled every interval added 0.65 s
+/// to 4000 intervals on two cores. On CUDA each is a launch besides.
+const PROBE_SAMPLE_S: f64 = 3.5e-6;
+
+/// Rough seconds the point probes' samples add to a run of `resolved`.
+pub fn probe_seconds(resolved: &Resolved, cuda: bool) -> f64 {
+    let plan = &resolved.output;
+    let samples = resolved.steps / plan.forces_every.max(1) + 1;
+    let per_sample = PROBE_SAMPLE_S + if cuda { CUDA_LAUNCH_S } else { 0.0 };
+    plan.probes.len() as f64 * samples as f64 * per_sample
+}
+
 /// Why a full run of the case needs a pilot first, or `None` when it does
 /// not: `run.require_pilot` when the case sets it, else whether the run is
 /// estimated to take over a minute on the backend.
@@ -296,20 +313,23 @@ pub fn pilot_required(case: &Case, resolved: &Resolved, cuda: bool) -> Result<Op
         &resolved.levels()?,
         resolved.steps,
         cuda,
+        probe_seconds(resolved, cuda),
         "run.require_pilot = false in the case waives that",
     )
 }
 
-/// [`pilot_required`] for `steps` intervals of `levels`; `waiver` says how
-/// the caller's user turns the requirement off.
+/// [`pilot_required`] for `steps` intervals of `levels` and `sampling`
+/// seconds of probe samples besides; `waiver` says how the caller's user
+/// turns the requirement off.
 pub fn pilot_required_for(
     required: Option<bool>,
     levels: &[lbm_core::case::LevelParameters],
     steps: u64,
     cuda: bool,
+    sampling: f64,
     waiver: &str,
 ) -> Result<Option<String>, AppError> {
-    let estimate = estimate_seconds(levels, steps, cuda);
+    let estimate = estimate_seconds(levels, steps, cuda) + sampling;
     Ok(match required {
         Some(true) => Some("the case sets run.require_pilot = true".into()),
         Some(false) => None,
@@ -1187,5 +1207,27 @@ mod tests {
             (fine - flat - refined_hops * CPU_PATCH_HOP_S).abs() < 1e-9 * fine,
             "{flat} s and {fine} s"
         );
+    }
+
+    /// Point probes cost per sample, whatever the grid: 50 sampled every
+    /// interval doubled a small channel's time (a probe found the pilot rule
+    /// skipped for such a case, its estimate a twentieth of its run).
+    #[test]
+    fn the_estimate_charges_each_probe_sample() {
+        let text = include_str!("../cases/dfg-2d1.toml");
+        let probes: String = (0..50)
+            .map(|i| format!("{{ name = \"p{i}\", point = [{}, 0.3] }},", 0.5 + 0.01 * i as f64))
+            .collect();
+        let with = |probes: &str| {
+            let wake = "probes = [{ name = \"wake\", point = [0.4, 0.2] }]";
+            assert!(text.contains(wake));
+            let text = text.replace(wake, &format!("probes = [{probes}]\nforces_every = 0.0001"));
+            Case::from_toml(&text).unwrap().resolve().unwrap()
+        };
+        let (none, fifty) = (with(""), with(&probes));
+        assert_eq!(probe_seconds(&none, false), 0.0);
+        let samples = fifty.steps / fifty.output.forces_every + 1;
+        assert_eq!(probe_seconds(&fifty, false), 50.0 * samples as f64 * PROBE_SAMPLE_S);
+        assert!(probe_seconds(&fifty, true) > probe_seconds(&fifty, false));
     }
 }

@@ -220,8 +220,9 @@ pub fn validate(options: &ValidateOptions) -> Result<Validated, AppError> {
                 Some(_) => "run.require_pilot = false in the case waives that",
                 None => "a --case file with run.require_pilot = false waives that",
             };
+            let sampling = crate::check::probe_seconds(&setup.resolved, cuda);
             if let Some(reason) =
-                crate::check::pilot_required_for(setup.require_pilot, &levels, max_steps, cuda, waiver)?
+                crate::check::pilot_required_for(setup.require_pilot, &levels, max_steps, cuda, sampling, waiver)?
             {
                 return Err(AppError::PilotRequired {
                     reason,
