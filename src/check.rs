@@ -153,13 +153,15 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         available.map_or(String::new(), |a| format!(", {} available here", human_bytes(a)))
     );
     let updates = cell_updates(&levels, resolved.steps);
+    let probes_cpu = probe_seconds(&resolved, false);
+    let cpu_seconds = estimate_seconds(&levels, resolved.steps, false) + probes_cpu;
     let _ = writeln!(
         out,
         "work: {:.3e} cell updates, roughly {:.0} s on the CPU backend, {:.1} s on an H200{}",
         updates,
-        estimate_seconds(&levels, resolved.steps, false) + probe_seconds(&resolved, false),
+        cpu_seconds,
         estimate_seconds(&levels, resolved.steps, true) + probe_seconds(&resolved, true),
-        match probe_seconds(&resolved, false) {
+        match probes_cpu {
             0.0 => String::new(),
             s => format!(" (the point probes' samples about {s:.0} s of it on the CPU)"),
         }
@@ -232,7 +234,6 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         per_save as f64 / (1 << 20) as f64,
         plan.forces_every
     );
-    let cpu_seconds = estimate_seconds(&levels, resolved.steps, false) + probe_seconds(&resolved, false);
     if cpu_seconds > 600.0 {
         let _ = writeln!(
             out,
@@ -1209,25 +1210,30 @@ mod tests {
         );
     }
 
-    /// Point probes cost per sample, whatever the grid: 50 sampled every
-    /// interval doubled a small channel's time (a probe found the pilot rule
-    /// skipped for such a case, its estimate a twentieth of its run).
+    /// Point probes cost per sample, whatever the grid: a small channel
+    /// run long with 50 probes every interval, whose cell updates alone are
+    /// estimated under the pilot's minute, spends over a minute on its
+    /// samples (a probe found such a case skipping its pilot, estimated at
+    /// a twentieth of its run).
     #[test]
-    fn the_estimate_charges_each_probe_sample() {
-        let text = include_str!("../cases/dfg-2d1.toml");
+    fn the_pilot_rule_counts_each_probe_sample() {
         let probes: String = (0..50)
-            .map(|i| format!("{{ name = \"p{i}\", point = [{}, 0.3] }},", 0.5 + 0.01 * i as f64))
+            .map(|i| format!("{{ name = \"p{i}\", point = [{}, 0.1] }},", 0.5 + 0.005 * i as f64))
             .collect();
-        let with = |probes: &str| {
-            let wake = "probes = [{ name = \"wake\", point = [0.4, 0.2] }]";
-            assert!(text.contains(wake));
-            let text = text.replace(wake, &format!("probes = [{probes}]\nforces_every = 0.0001"));
-            Case::from_toml(&text).unwrap().resolve().unwrap()
-        };
-        let (none, fifty) = (with(""), with(&probes));
-        assert_eq!(probe_seconds(&none, false), 0.0);
-        let samples = fifty.steps / fifty.output.forces_every + 1;
-        assert_eq!(probe_seconds(&fifty, false), 50.0 * samples as f64 * PROBE_SAMPLE_S);
-        assert!(probe_seconds(&fifty, true) > probe_seconds(&fifty, false));
+        let text = format!(
+            "name = \"probed\"\n[domain]\nsize = [1.0, 0.4]\nreference_length = 0.1\nresolution = 10\n\
+             [fluid]\nviscosity = 1e-3\n[flow]\nreference_velocity = 0.5\n[boundaries]\n\
+             x_min = {{ inlet = {{ profile = \"parabolic\", velocity = 0.5 }} }}\nx_max = \"outflow\"\n\
+             y_min = \"wall\"\ny_max = \"wall\"\n[run]\nsteps = 400000\n[output]\nformats = [\"npy\"]\n\
+             probes = [{probes}]\n"
+        );
+        let case = Case::from_toml(&text).unwrap();
+        let resolved = case.resolve().unwrap();
+        let levels = resolved.levels().unwrap();
+        let cells_alone = pilot_required_for(None, &levels, resolved.steps, false, 0.0, "").unwrap();
+        assert!(cells_alone.is_none(), "{cells_alone:?}");
+        assert!(probe_seconds(&resolved, false) > PILOT_ABOVE_S);
+        let reason = pilot_required(&case, &resolved, false).unwrap();
+        assert!(reason.is_some_and(|r| r.contains("it is estimated at")));
     }
 }

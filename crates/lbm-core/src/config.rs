@@ -235,10 +235,9 @@ impl InletSpec {
     /// The velocities of the base rows as `stream_collide` takes them, three
     /// per row ([`crate::domain::order::inlet_sample`]): the profile at the row's
     /// centre, less and plus half its rise across the row. Rows outside the
-    /// span get zeros: the inlet's rule with no velocity is a resting wall's
-    /// bounce-back, so the side needs no second rule (where ω⁻ < 1 the rule
-    /// keeps the wall's odd non-equilibrium as it does at the inlet's own
-    /// corners).
+    /// span get zeros: the inlet's rule with a zero sample is a resting
+    /// wall's bounce-back (it restores no odd non-equilibrium there), so the
+    /// side needs no second rule.
     pub fn profile_samples(&self, ny: u32) -> Vec<f32> {
         let [j0, j1] = self.span.unwrap_or([0, ny]);
         let (y0, y1) = (j0 as f64, j1 as f64);
