@@ -185,6 +185,7 @@ pub fn physical<E>(
     mut fields: impl FnMut(usize, &Patch) -> Result<Fields, E>,
 ) -> Result<Vec<PatchFields>, E> {
     let velocity = units.dx / units.dt;
+    let mut solids = solid_masks(hierarchy, bodies).into_iter();
     let mut out = Vec::new();
     let mut k = 0;
     for (level, patches) in hierarchy.levels.iter().enumerate() {
@@ -204,13 +205,12 @@ pub fn physical<E>(
             k += 1;
             let [gx0, gy0, _, _] = patch.global_active();
             let (ny, nx) = fields.delta_rho.dim();
-            let mut solid = Array2::from_elem((ny, nx), false);
+            let solid = solids.next().expect("a mask per patch");
+            assert_eq!(solid.dim(), (ny, nx), "patch {k}'s fields are its active region");
             let mut covered = Array2::from_elem((ny, nx), false);
-            for ((y, x), s) in solid.indexed_iter_mut() {
+            for ((y, x), c) in covered.indexed_iter_mut() {
                 let (gx, gy) = (gx0 + x as i64, gy0 + y as i64);
-                let centre = [(gx as f64 + 0.5) / scale, (gy as f64 + 0.5) / scale];
-                *s = bodies.iter().any(|b| b.shape.contains(centre));
-                covered[(y, x)] = children
+                *c = children
                     .iter()
                     .any(|r| gx >= r[0] && gx < r[2] && gy >= r[1] && gy < r[3]);
             }
@@ -232,6 +232,56 @@ pub fn physical<E>(
         }
     }
     Ok(out)
+}
+
+/// Each patch's solid cells, in hierarchy order: a cell whose centre lies in
+/// a body and, where a finer patch covers the cell, one whose restriction
+/// reads a solid cell of that patch (the 4 x 4 fine cells around it,
+/// [`lbm_core::kernels::refine::restrict_to_parent`]). Those read as fluid
+/// would bias the covered cell (halve its velocity beside a body); NaN there
+/// keeps a coarse level's finite values the fine cells' own.
+fn solid_masks(hierarchy: &Hierarchy, bodies: &[Body]) -> Vec<Array2<bool>> {
+    // Per level, finest first: each patch's active region (level-global
+    // cells) and mask.
+    let mut finer: Vec<([i64; 4], Array2<bool>)> = Vec::new();
+    let mut levels = Vec::new();
+    for (level, patches) in hierarchy.levels.iter().enumerate().rev() {
+        let scale = 2f64.powi(level as i32);
+        let masks: Vec<([i64; 4], Array2<bool>)> = patches
+            .iter()
+            .map(|patch| {
+                let region = patch.global_active();
+                let [x0, y0, x1, y1] = region;
+                let mask = Array2::from_shape_fn(((y1 - y0) as usize, (x1 - x0) as usize), |(y, x)| {
+                    let (gx, gy) = (x0 + x as i64, y0 + y as i64);
+                    let (fx, fy) = (2 * gx, 2 * gy);
+                    match finer
+                        .iter()
+                        .find(|(r, _)| fx >= r[0] && fx + 1 < r[2] && fy >= r[1] && fy + 1 < r[3])
+                    {
+                        Some((r, fine)) => {
+                            // The restriction's 4 x 4 fine cells, within the patch.
+                            let (ix, iy) = (fx - r[0], fy - r[1]);
+                            let (w, h) = (r[2] - r[0], r[3] - r[1]);
+                            (iy - 1..iy + 3).filter(|y| (0..h).contains(y)).any(|y| {
+                                (ix - 1..ix + 3)
+                                    .filter(|x| (0..w).contains(x))
+                                    .any(|x| fine[(y as usize, x as usize)])
+                            })
+                        }
+                        None => {
+                            let centre = [(gx as f64 + 0.5) / scale, (gy as f64 + 0.5) / scale];
+                            bodies.iter().any(|b| b.shape.contains(centre))
+                        }
+                    }
+                });
+                (region, mask)
+            })
+            .collect();
+        levels.push(masks.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>());
+        finer = masks;
+    }
+    levels.into_iter().rev().flatten().collect()
 }
 
 /// The cells a point probe reads, found once for a run: the finest patch
