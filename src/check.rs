@@ -116,6 +116,17 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         resolved.units.dt,
         resolved.steps as f64 * resolved.units.dt
     );
+    if let Some(initial) = &resolved.initial {
+        let fastest = initial.sampled_speed()? / resolved.units.velocity_to_lattice(1.0);
+        let _ = writeln!(
+            out,
+            "initial: velocity [{}, {}] m/s, pressure {} Pa (the equilibrium of each cell's values); fastest at the \
+             sampled cells {fastest:.4} m/s",
+            initial.velocity[0].text(),
+            initial.velocity[1].text(),
+            initial.pressure.text()
+        );
+    }
     let _ = writeln!(
         out,
         "{:>5} {:>7} {:>11} {:>11} {:>11} {:>8} {:>8} {:>6} {:>10}",

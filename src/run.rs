@@ -668,7 +668,10 @@ pub(crate) fn open_session<'a>(
     // run leaves only the empty directory, which a rerun may use.
     let backend = opened[0].0.backend();
     let (drivers, devices): (Vec<_>, Vec<_>) = opened.into_iter().unzip();
-    let engine = Engine::open(drivers, &devices, resolved.lattice.clone(), exec(resolved))?;
+    let mut engine = Engine::open(drivers, &devices, resolved.lattice.clone(), exec(resolved))?;
+    if let Some(initial) = &resolved.initial {
+        engine.initialize(initial)?;
+    }
     let started_up = (|| {
         write_atomic(&out.join("case.toml"), text.as_bytes())?;
         write_json(

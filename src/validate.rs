@@ -681,6 +681,22 @@ fn check_benchmark_case(case: &Case, benchmark: Benchmark) -> Result<(), AppErro
             "1 kg/m^3".into(),
         ));
     }
+    // The benchmark's fluid starts at rest and nothing but the inflow drives it.
+    if let Some(initial) = &case.initial {
+        let written = toml::to_string(initial).unwrap_or_default();
+        return Err(refuse(
+            "initial",
+            format!("{{ {} }}", written.trim().replace('\n', ", ")),
+            "no [initial] table (the fluid at rest)".into(),
+        ));
+    }
+    if case.flow.acceleration != [0.0, 0.0] {
+        return Err(refuse(
+            "flow.acceleration",
+            format!("{:?}", case.flow.acceleration),
+            "[0.0, 0.0]".into(),
+        ));
+    }
     let peak = match benchmark {
         Benchmark::Dfg2d1 => 0.3,
         Benchmark::Dfg2d2 => 1.5,

@@ -546,7 +546,7 @@ fn validate_refuses_bad_arguments_before_any_work() {
         (
             &["dfg-2d2", "--resolution", "40"],
             "invalid --resolution 40: a multiple of 40 cells per diameter on the finest level with 2 refinement \
-             levels, from 80 to 2720 for this case; at it, invalid parameter `level 0 relaxation time` = 0.50600",
+             levels, from 80 to 3320 for this case; at it, invalid parameter `level 0 relaxation time` = 0.50600",
         ),
     ] {
         let output = validate_on_cpu(args, &out);
@@ -568,6 +568,28 @@ fn validate_refuses_bad_arguments_before_any_work() {
             && message.contains("[0.2, 0.2]"),
         "{message}"
     );
+    // Nor may it start the flow moving or drive it.
+    for (extra, expect) in [
+        (
+            "\n[initial]\nvelocity = [\"0.3 * y\", 0]\n",
+            "invalid --case initial = { velocity = [\"0.3 * y\", 0.0] }: no [initial] table (the fluid at rest)",
+        ),
+        (
+            "",
+            "invalid --case flow.acceleration = [0.1, 0.0]: [0.0, 0.0]: the benchmark's flow",
+        ),
+    ] {
+        let variant = dir.join("variant.toml");
+        let driven = match extra {
+            "" => text.replace("[flow]\n", "[flow]\nacceleration = [0.1, 0.0]\n"),
+            _ => format!("{text}{extra}"),
+        };
+        assert_ne!(driven, text);
+        std::fs::write(&variant, driven).unwrap();
+        let refused = validate_on_cpu(&["dfg-2d1", "--case", &variant.display().to_string()], &out);
+        assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+        assert!(stderr(&refused).contains(expect), "{}", stderr(&refused));
+    }
     std::fs::remove_dir_all(dir).unwrap();
     assert!(!out.exists());
 }
@@ -1164,4 +1186,68 @@ fn a_closed_standard_output_or_error_does_not_fail_a_completed_run() {
         assert!(summary.contains("\"ended\": \"completed\""), "{summary}");
         std::fs::remove_dir_all(out).unwrap();
     }
+}
+
+/// `[initial]`: `lbm check` shows the field and its fastest sampled speed; an
+/// expression that does not parse is refused with exit code 2 by check and
+/// run alike, naming the key and the character, before anything is written.
+#[test]
+fn an_initial_field_is_shown_by_check_and_a_bad_one_refused_before_any_work() {
+    let dir = scratch("initial");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cavity = std::fs::read_to_string(case_path()).unwrap();
+    let case = dir.join("case.toml");
+    let report = check_report(
+        &case,
+        &format!("{cavity}\n[initial]\nvelocity = [\"0.5 * sin(pi * y)\", 0]\n"),
+    );
+    assert!(
+        report.contains("initial: velocity [0.5 * sin(pi * y), 0] m/s, pressure 0 Pa")
+            && report.contains("fastest at the sampled cells 0.49"),
+        "{report}"
+    );
+    std::fs::write(&case, format!("{cavity}\n[initial]\npressure = \"exp(x\"\n")).unwrap();
+    let out = dir.join("out");
+    for args in [
+        vec!["check", case.to_str().unwrap()],
+        vec![
+            "run",
+            case.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ] {
+        let refused = lbm(&args);
+        assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+        assert!(
+            stderr(&refused).contains("`initial.pressure` = \"exp(x\": a number or an expression of x and y (m): at character 6: `)` expected to close `exp(`"),
+            "{}",
+            stderr(&refused)
+        );
+    }
+    assert!(!out.exists());
+    // Infinite at a fine cell's centre only (x = 70.5 / 128 m on the patch;
+    // no base centre): the sample misses it, the start refuses it, and the
+    // directory stays empty.
+    std::fs::write(
+        &case,
+        format!("{cavity}\n[initial]\npressure = \"0.001 / (x - 0.55078125)\"\n"),
+    )
+    .unwrap();
+    lbm(&["check", case.to_str().unwrap()])
+        .status
+        .success()
+        .then_some(())
+        .expect("the sample misses it");
+    let started = run_on_cpu(&case, &out, "10", &[]);
+    assert_eq!(started.status.code(), Some(2), "{}", stderr(&started));
+    assert!(
+        stderr(&started).contains("`initial.pressure`") && stderr(&started).contains("at x = 0.5507 m"),
+        "{}",
+        stderr(&started)
+    );
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    std::fs::remove_dir_all(dir).unwrap();
 }

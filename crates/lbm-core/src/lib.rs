@@ -70,6 +70,7 @@ pub mod cpu;
 pub mod device;
 pub mod domain;
 pub mod error;
+pub mod expression;
 pub mod fixtures;
 pub mod fused;
 pub mod kernels;

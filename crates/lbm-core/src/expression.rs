@@ -1,0 +1,479 @@
+//! Arithmetic expressions of a point (x, y), for a case's initial field.
+//!
+//! The grammar is the usual one: numbers (`1`, `0.5`, `2e-3`), the
+//! variables `x` and `y`, the constants `pi` and `e`, `+ - * /`, `^` (or
+//! `**`) for powers (right-associative, above unary minus: `-x^2` is
+//! `-(x^2)`), parentheses, and the functions of [`FUNCTIONS`]. It is parsed
+//! once into a tree and evaluated in f64 at every cell.
+
+use std::fmt;
+
+/// Every function an expression may call, with its number of arguments
+/// (`None`: two or more).
+pub const FUNCTIONS: [(&str, Option<usize>); 22] = [
+    ("sin", Some(1)),
+    ("cos", Some(1)),
+    ("tan", Some(1)),
+    ("asin", Some(1)),
+    ("acos", Some(1)),
+    ("atan", Some(1)),
+    ("atan2", Some(2)),
+    ("sinh", Some(1)),
+    ("cosh", Some(1)),
+    ("tanh", Some(1)),
+    ("exp", Some(1)),
+    ("ln", Some(1)),
+    ("log", Some(1)),
+    ("log10", Some(1)),
+    ("sqrt", Some(1)),
+    ("abs", Some(1)),
+    ("sign", Some(1)),
+    ("floor", Some(1)),
+    ("ceil", Some(1)),
+    ("pow", Some(2)),
+    ("min", None),
+    ("max", None),
+];
+
+/// A parsed expression and the text it came from.
+#[derive(Clone, Debug)]
+pub struct Expression {
+    text: String,
+    tree: Node,
+}
+
+/// Why a text is not an expression: what was expected, at which character
+/// (counted from 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    pub at: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at character {}: {}", self.at, self.message)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Node {
+    Number(f64),
+    X,
+    Y,
+    Negate(Box<Node>),
+    Binary(Op, Box<Node>, Box<Node>),
+    Call(usize, Vec<Node>),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Add,
+    Subtract,
+    Multiply,
+    Divide,
+    Power,
+}
+
+impl Expression {
+    pub fn parse(text: &str) -> Result<Expression, ParseError> {
+        let tokens = tokenize(text)?;
+        let mut parser = Parser {
+            tokens: &tokens,
+            next: 0,
+            end: text.chars().count() + 1,
+        };
+        let tree = parser.sum()?;
+        match parser.peek() {
+            None => Ok(Expression {
+                text: text.to_string(),
+                tree,
+            }),
+            Some((at, token)) => Err(ParseError {
+                at,
+                message: format!("unexpected {token} (an operator or the end was expected)"),
+            }),
+        }
+    }
+
+    /// A constant as an expression.
+    pub fn constant(value: f64) -> Expression {
+        Expression {
+            text: value.to_string(),
+            tree: Node::Number(value),
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn eval(&self, x: f64, y: f64) -> f64 {
+        eval(&self.tree, x, y)
+    }
+}
+
+impl serde::Serialize for Expression {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+fn eval(node: &Node, x: f64, y: f64) -> f64 {
+    match node {
+        Node::Number(v) => *v,
+        Node::X => x,
+        Node::Y => y,
+        Node::Negate(a) => -eval(a, x, y),
+        Node::Binary(op, a, b) => {
+            let (a, b) = (eval(a, x, y), eval(b, x, y));
+            match op {
+                Op::Add => a + b,
+                Op::Subtract => a - b,
+                Op::Multiply => a * b,
+                Op::Divide => a / b,
+                Op::Power => a.powf(b),
+            }
+        }
+        Node::Call(f, args) => {
+            let v: Vec<f64> = args.iter().map(|a| eval(a, x, y)).collect();
+            match FUNCTIONS[*f].0 {
+                "sin" => v[0].sin(),
+                "cos" => v[0].cos(),
+                "tan" => v[0].tan(),
+                "asin" => v[0].asin(),
+                "acos" => v[0].acos(),
+                "atan" => v[0].atan(),
+                "atan2" => v[0].atan2(v[1]),
+                "sinh" => v[0].sinh(),
+                "cosh" => v[0].cosh(),
+                "tanh" => v[0].tanh(),
+                "exp" => v[0].exp(),
+                "ln" | "log" => v[0].ln(),
+                "log10" => v[0].log10(),
+                "sqrt" => v[0].sqrt(),
+                "abs" => v[0].abs(),
+                // 0 at 0, as numpy's.
+                "sign" => match v[0] {
+                    0.0 => 0.0,
+                    s => s.signum(),
+                },
+                "floor" => v[0].floor(),
+                "ceil" => v[0].ceil(),
+                "pow" => v[0].powf(v[1]),
+                // NaN in, NaN out: f64::min would drop it.
+                "min" => v
+                    .iter()
+                    .copied()
+                    .fold(f64::INFINITY, |m, a| if a.is_nan() || a < m { a } else { m }),
+                "max" => v
+                    .iter()
+                    .copied()
+                    .fold(f64::NEG_INFINITY, |m, a| if a.is_nan() || a > m { a } else { m }),
+                other => unreachable!("{other} is in FUNCTIONS and evaluated above"),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Token {
+    Number(f64),
+    Name(String),
+    Symbol(char),
+    Power,
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Token::Number(v) => write!(f, "number {v}"),
+            Token::Name(n) => write!(f, "`{n}`"),
+            Token::Symbol(c) => write!(f, "`{c}`"),
+            Token::Power => write!(f, "`^`"),
+        }
+    }
+}
+
+/// The tokens of `text`, each with the character it starts at (from 1).
+fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let at = i + 1;
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit())) {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
+                i += 1;
+            }
+            // An exponent only where digits follow it (`2e` is a number and
+            // then a name, refused as such).
+            if i < chars.len() && matches!(chars[i], 'e' | 'E') {
+                let mut j = i + 1;
+                if j < chars.len() && matches!(chars[j], '+' | '-') {
+                    j += 1;
+                }
+                if j < chars.len() && chars[j].is_ascii_digit() {
+                    i = j;
+                    while i < chars.len() && chars[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                }
+            }
+            let literal: String = chars[start..i].iter().collect();
+            let value = literal.parse::<f64>().map_err(|_| ParseError {
+                at,
+                message: format!("`{literal}` is not a number"),
+            })?;
+            tokens.push((at, Token::Number(value)));
+        } else if c.is_ascii_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            tokens.push((at, Token::Name(chars[start..i].iter().collect())));
+        } else if c == '*' && chars.get(i + 1) == Some(&'*') {
+            tokens.push((at, Token::Power));
+            i += 2;
+        } else if c == '^' {
+            tokens.push((at, Token::Power));
+            i += 1;
+        } else if "+-*/(),".contains(c) {
+            tokens.push((at, Token::Symbol(c)));
+            i += 1;
+        } else {
+            return Err(ParseError {
+                at,
+                message: format!(
+                    "`{c}` is not part of an expression (numbers, x, y, pi, e, + - * / ^, parentheses and functions are)"
+                ),
+            });
+        }
+    }
+    Ok(tokens)
+}
+
+struct Parser<'a> {
+    tokens: &'a [(usize, Token)],
+    next: usize,
+    /// The character after the text, where "the end" is.
+    end: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<(usize, &Token)> {
+        self.tokens.get(self.next).map(|(at, t)| (*at, t))
+    }
+
+    fn at(&self) -> usize {
+        self.peek().map_or(self.end, |(at, _)| at)
+    }
+
+    fn eat(&mut self, symbol: char) -> bool {
+        let found = matches!(self.peek(), Some((_, Token::Symbol(c))) if *c == symbol);
+        self.next += usize::from(found);
+        found
+    }
+
+    fn expect(&mut self, symbol: char, what: &str) -> Result<(), ParseError> {
+        match self.eat(symbol) {
+            true => Ok(()),
+            false => Err(ParseError {
+                at: self.at(),
+                message: format!("`{symbol}` expected {what}, found {}", self.found()),
+            }),
+        }
+    }
+
+    fn found(&self) -> String {
+        self.peek().map_or("the end".into(), |(_, t)| t.to_string())
+    }
+
+    fn sum(&mut self) -> Result<Node, ParseError> {
+        let mut node = self.product()?;
+        loop {
+            let op = match () {
+                _ if self.eat('+') => Op::Add,
+                _ if self.eat('-') => Op::Subtract,
+                _ => return Ok(node),
+            };
+            node = Node::Binary(op, Box::new(node), Box::new(self.product()?));
+        }
+    }
+
+    fn product(&mut self) -> Result<Node, ParseError> {
+        let mut node = self.unary()?;
+        loop {
+            let op = match () {
+                _ if self.eat('*') => Op::Multiply,
+                _ if self.eat('/') => Op::Divide,
+                _ => return Ok(node),
+            };
+            node = Node::Binary(op, Box::new(node), Box::new(self.unary()?));
+        }
+    }
+
+    fn unary(&mut self) -> Result<Node, ParseError> {
+        if self.eat('-') {
+            return Ok(Node::Negate(Box::new(self.unary()?)));
+        }
+        if self.eat('+') {
+            return self.unary();
+        }
+        self.power()
+    }
+
+    fn power(&mut self) -> Result<Node, ParseError> {
+        let base = self.atom()?;
+        if matches!(self.peek(), Some((_, Token::Power))) {
+            self.next += 1;
+            // Right-associative, and the exponent may carry its own sign.
+            return Ok(Node::Binary(Op::Power, Box::new(base), Box::new(self.unary()?)));
+        }
+        Ok(base)
+    }
+
+    fn atom(&mut self) -> Result<Node, ParseError> {
+        let at = self.at();
+        let Some((_, token)) = self.peek() else {
+            return Err(ParseError {
+                at,
+                message: "a number, x, y, a function or `(` expected, found the end".into(),
+            });
+        };
+        let token = token.clone();
+        self.next += 1;
+        match token {
+            Token::Number(v) => Ok(Node::Number(v)),
+            Token::Symbol('(') => {
+                let inner = self.sum()?;
+                self.expect(')', "to close the `(`")?;
+                Ok(inner)
+            }
+            Token::Name(name) => match name.as_str() {
+                "x" => Ok(Node::X),
+                "y" => Ok(Node::Y),
+                "pi" => Ok(Node::Number(std::f64::consts::PI)),
+                "e" => Ok(Node::Number(std::f64::consts::E)),
+                _ => {
+                    let Some(f) = FUNCTIONS.iter().position(|(n, _)| *n == name) else {
+                        return Err(ParseError {
+                            at,
+                            message: format!(
+                                "unknown name `{name}`: the variables are x and y (m), the constants pi and e, the \
+                                 functions {}",
+                                FUNCTIONS.map(|(n, _)| n).join(", ")
+                            ),
+                        });
+                    };
+                    self.expect('(', &format!("after the function `{name}`"))?;
+                    let mut args = vec![self.sum()?];
+                    while self.eat(',') {
+                        args.push(self.sum()?);
+                    }
+                    self.expect(')', &format!("to close `{name}(`"))?;
+                    let arity = FUNCTIONS[f].1;
+                    let fits = arity.map_or(args.len() >= 2, |n| args.len() == n);
+                    if !fits {
+                        return Err(ParseError {
+                            at,
+                            message: format!(
+                                "`{name}` takes {}, not {}",
+                                match arity {
+                                    Some(1) => "one argument".to_string(),
+                                    Some(n) => format!("{n} arguments"),
+                                    None => "two or more arguments".to_string(),
+                                },
+                                args.len()
+                            ),
+                        });
+                    }
+                    Ok(Node::Call(f, args))
+                }
+            },
+            other => Err(ParseError {
+                at,
+                message: format!("a number, x, y, a function or `(` expected, found {other}"),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(text: &str, x: f64, y: f64) -> f64 {
+        Expression::parse(text)
+            .unwrap_or_else(|e| panic!("{text}: {e}"))
+            .eval(x, y)
+    }
+
+    #[test]
+    fn expressions_follow_the_usual_precedence() {
+        let (x, y) = (0.3f64, -1.7f64);
+        for (text, expected) in [
+            ("1 + 2 * 3", 7.0),
+            ("(1 + 2) * 3", 9.0),
+            ("2 ^ 3 ^ 2", 512.0),
+            ("2 ** 3", 8.0),
+            ("-2 ^ 2", -4.0),
+            ("2 ^ -1", 0.5),
+            ("8 / 4 / 2", 1.0),
+            ("1 - 2 - 3", -4.0),
+            ("2e-3 * 1E3", 2.0),
+            (".5 + 1.", 1.5),
+            ("--x", x),
+            ("x * y", x * y),
+            (
+                "sin(2 * pi * x) * cos(y)",
+                (2.0 * std::f64::consts::PI * x).sin() * y.cos(),
+            ),
+            ("atan2(y, x)", y.atan2(x)),
+            ("min(x, y, 0)", y),
+            ("max(x, y)", x),
+            ("pow(x, 2) + sqrt(abs(y))", x.powi(2) + y.abs().sqrt()),
+            ("sign(0) + sign(y) + floor(y) + ceil(x)", -1.0 - 2.0 + 1.0),
+            ("exp(ln(3)) + log(e) + log10(100)", 3.0 + 1.0 + 2.0),
+            ("tanh(x) - sinh(x) / cosh(x)", x.tanh() - x.sinh() / x.cosh()),
+        ] {
+            let got = value(text, x, y);
+            assert!(
+                (got - expected).abs() <= 1e-12 * expected.abs().max(1.0),
+                "{text}: {got} != {expected}"
+            );
+        }
+        assert!(value("sqrt(y)", x, y).is_nan());
+        assert!(value("min(1, sqrt(y))", x, y).is_nan());
+        assert!(value("1 / (x - x)", x, y).is_infinite());
+    }
+
+    #[test]
+    fn malformed_expressions_say_where_and_what() {
+        for (text, at, says) in [
+            ("", 1, "found the end"),
+            ("1 +", 4, "found the end"),
+            ("sin(x", 6, "`)` expected to close `sin(`"),
+            ("(x + 1", 7, "`)` expected to close the `(`"),
+            ("z + 1", 1, "unknown name `z`: the variables are x and y"),
+            ("sin x", 5, "`(` expected after the function `sin`"),
+            ("atan2(x)", 1, "`atan2` takes 2 arguments, not 1"),
+            ("max(x)", 1, "two or more arguments"),
+            ("sin(x, y)", 1, "`sin` takes one argument, not 2"),
+            ("x y", 3, "unexpected `y`"),
+            ("2 $ 3", 3, "`$` is not part of an expression"),
+            ("1.2.3", 1, "`1.2.3` is not a number"),
+            ("x * * y", 5, "found `*`"),
+            ("2e", 2, "unexpected `e`"),
+            ("2 x", 3, "unexpected `x`"),
+        ] {
+            let e = Expression::parse(text).unwrap_err();
+            assert_eq!(e.at, at, "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
+    }
+}
