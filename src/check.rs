@@ -117,11 +117,12 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         resolved.steps as f64 * resolved.units.dt
     );
     if let Some(initial) = &resolved.initial {
-        let fastest = initial.sampled_speed()? / resolved.units.velocity_to_lattice(1.0);
+        let fastest = initial.fastest.speed / resolved.units.velocity_to_lattice(1.0);
+        let [x, y] = initial.metres(initial.fastest.at);
         let _ = writeln!(
             out,
-            "initial: velocity [{}, {}] m/s, pressure {} Pa (the equilibrium of each cell's values); fastest at the \
-             sampled cells {fastest:.4} m/s",
+            "initial: velocity [{:?}, {:?}] m/s, pressure {:?} Pa (the equilibrium of each cell's values); fastest \
+             {fastest:.4} m/s at x = {x:.4} m, y = {y:.4} m",
             initial.velocity[0].text(),
             initial.velocity[1].text(),
             initial.pressure.text()

@@ -8,7 +8,6 @@
 
 use lbm_core::case::{InitialField, Resolved};
 use lbm_core::domain::hierarchy::Hierarchy;
-use lbm_core::lattice::Moments;
 use lbm_core::ledger::{ExchangeRecord, MemoryLedger};
 use lbm_core::split::Split;
 use lbm_core::stepper::Fields;
@@ -76,22 +75,13 @@ impl<D: Driver> Engine<D> {
     }
 
     /// Starts every cell of every level at the equilibrium of `initial`
-    /// there; a value that is not finite at some cell (the case's check
-    /// samples the field, not every cell) refuses the field, naming the key
-    /// and the point.
+    /// there (checked cell by cell when the case resolved).
     pub fn initialize(&mut self, initial: &InitialField) -> lbm_core::Result<()> {
-        let refused = std::sync::Mutex::new(None);
-        let init = |_, x, y| {
-            initial.moments(x, y).unwrap_or_else(|e| {
-                refused.lock().expect("no panic holds it").get_or_insert(e);
-                Moments::default()
-            })
-        };
+        let init = |level, x, y| initial.start_moments(level, x, y);
         match self {
-            Engine::One(s) => s.initialize(init)?,
-            Engine::Split(s) => s.initialize(init)?,
+            Engine::One(s) => s.initialize(init),
+            Engine::Split(s) => s.initialize(init),
         }
-        refused.into_inner().expect("no panic holds it").map_or(Ok(()), Err)
     }
 
     /// How a split's halos move ("nccl", "device", "host"); `None` on one

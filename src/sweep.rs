@@ -1574,12 +1574,14 @@ fn axis_title(key: &str) -> String {
         .find(|part| part.parse::<usize>().is_err())
         .unwrap_or(key);
     let unit = match name {
-        "size" | "reference_length" | "center" | "radius" | "min" | "max" | "pivot" | "patches" => "m",
+        "size" | "reference_length" | "center" | "radius" | "min" | "max" | "pivot" | "patches" | "span" => "m",
         // A polygon's corners; an inlet table's points are times and factors.
         "points" if key.starts_with("bodies") => "m",
         "viscosity" => "m^2/s",
         "density" => "kg/m^3",
         "velocity" | "reference_velocity" | "moving_wall" => "m/s",
+        // `initial.pressure`, the only numeric key of that name.
+        "pressure" => "Pa",
         "acceleration" => "m/s^2",
         "rotation" => "degrees",
         "duration" | "period" | "every" | "forces_every" => "s",
@@ -1849,6 +1851,9 @@ mod tests {
             ),
             ("flow.collision.magic", "flow.collision.magic"),
             ("domain.resolution", "domain.resolution [cells per reference length]"),
+            ("initial.pressure", "initial.pressure [Pa]"),
+            ("initial.velocity.0", "initial.velocity.0 [m/s]"),
+            ("boundaries.x_min.inlet.span.1", "boundaries.x_min.inlet.span.1 [m]"),
         ] {
             assert_eq!(axis_title(key), title);
         }

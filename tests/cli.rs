@@ -1188,9 +1188,11 @@ fn a_closed_standard_output_or_error_does_not_fail_a_completed_run() {
     }
 }
 
-/// `[initial]`: `lbm check` shows the field and its fastest sampled speed; an
-/// expression that does not parse is refused with exit code 2 by check and
-/// run alike, naming the key and the character, before anything is written.
+/// `[initial]`: `lbm check` shows the field and its fastest cell; an
+/// expression that does not parse, or is infinite at one fine cell's centre
+/// only, is refused with exit code 2 by check and run alike, naming the key,
+/// before anything is written; a sweep refuses such a member before its
+/// first member runs.
 #[test]
 fn an_initial_field_is_shown_by_check_and_a_bad_one_refused_before_any_work() {
     let dir = scratch("initial");
@@ -1202,52 +1204,56 @@ fn an_initial_field_is_shown_by_check_and_a_bad_one_refused_before_any_work() {
         &format!("{cavity}\n[initial]\nvelocity = [\"0.5 * sin(pi * y)\", 0]\n"),
     );
     assert!(
-        report.contains("initial: velocity [0.5 * sin(pi * y), 0] m/s, pressure 0 Pa")
-            && report.contains("fastest at the sampled cells 0.49"),
+        report.contains("initial: velocity [\"0.5 * sin(pi * y)\", \"0\"] m/s, pressure \"0\" Pa")
+            && report.contains("fastest 0.5000 m/s at x = "),
         "{report}"
     );
-    std::fs::write(&case, format!("{cavity}\n[initial]\npressure = \"exp(x\"\n")).unwrap();
     let out = dir.join("out");
-    for args in [
-        vec!["check", case.to_str().unwrap()],
-        vec![
-            "run",
-            case.to_str().unwrap(),
-            "--backend",
-            "cpu",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+    // The second is infinite at x = 70.5 / 128 m, a centre of the patch's
+    // cells and of no base cell.
+    for (pressure, says) in [
+        (
+            "exp(x",
+            "`initial.pressure` = \"exp(x\": a number or an expression of x and y (m): at character 6: `)` expected \
+             to close `exp(`",
+        ),
+        (
+            "0.001 / (x - 0.55078125)",
+            "`initial.pressure` = \"0.001 / (x - 0.55078125)\": an expression finite at every fluid cell centre (at \
+             x = 0.5507 m",
+        ),
     ] {
-        let refused = lbm(&args);
-        assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
-        assert!(
-            stderr(&refused).contains("`initial.pressure` = \"exp(x\": a number or an expression of x and y (m): at character 6: `)` expected to close `exp(`"),
-            "{}",
-            stderr(&refused)
-        );
+        std::fs::write(&case, format!("{cavity}\n[initial]\npressure = \"{pressure}\"\n")).unwrap();
+        for args in [
+            vec!["check", case.to_str().unwrap()],
+            vec![
+                "run",
+                case.to_str().unwrap(),
+                "--backend",
+                "cpu",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        ] {
+            let refused = lbm(&args);
+            assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+            assert!(stderr(&refused).contains(says), "{}", stderr(&refused));
+        }
+        assert!(!out.exists());
     }
+    std::fs::write(&case, format!("{cavity}\n[initial]\npressure = 0\n")).unwrap();
+    let swept = lbm(&[
+        "sweep",
+        case.to_str().unwrap(),
+        "--set",
+        "initial.pressure=0,\"1 / (x - 0.55078125)\"",
+        "--backend",
+        "cpu",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(swept.status.code(), Some(2), "{}", stderr(&swept));
+    assert!(stderr(&swept).contains("member 1"), "{}", stderr(&swept));
     assert!(!out.exists());
-    // Infinite at a fine cell's centre only (x = 70.5 / 128 m on the patch;
-    // no base centre): the sample misses it, the start refuses it, and the
-    // directory stays empty.
-    std::fs::write(
-        &case,
-        format!("{cavity}\n[initial]\npressure = \"0.001 / (x - 0.55078125)\"\n"),
-    )
-    .unwrap();
-    lbm(&["check", case.to_str().unwrap()])
-        .status
-        .success()
-        .then_some(())
-        .expect("the sample misses it");
-    let started = run_on_cpu(&case, &out, "10", &[]);
-    assert_eq!(started.status.code(), Some(2), "{}", stderr(&started));
-    assert!(
-        stderr(&started).contains("`initial.pressure`") && stderr(&started).contains("at x = 0.5507 m"),
-        "{}",
-        stderr(&started)
-    );
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -5,11 +5,12 @@
 //! values out of range get an error naming the key and the accepted range. This
 //! module does not run anything.
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Amplitude, Boundary, InletSpec, LatticeConfig, Profile, Speed, TOUCHING};
 use crate::domain::geometry::{BODY_CLEARANCE, Body, Shape};
-use crate::domain::hierarchy::{HierarchySpec, PARENT_MARGIN, Rect, SIDE_NAMES};
+use crate::domain::hierarchy::{Hierarchy, HierarchySpec, PARENT_MARGIN, Rect, SIDE_NAMES};
 use crate::error::{Error, Result};
 use crate::expression::Expression;
 use crate::lattice::{Collision, Moments};
@@ -42,13 +43,21 @@ pub struct Case {
 /// rest state) the run starts from, each a number or an expression of the
 /// cell centre's x and y in m ([`crate::expression`]); what is left out is
 /// zero. Every cell starts at the equilibrium of its values.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Initial {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub velocity: Option<[InitialValue; 2]>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pressure: Option<InitialValue>,
+    #[serde(default = "rest_velocity")]
+    pub velocity: [InitialValue; 2],
+    #[serde(default = "rest_pressure")]
+    pub pressure: InitialValue,
+}
+
+fn rest_velocity() -> [InitialValue; 2] {
+    [InitialValue::Number(0.0), InitialValue::Number(0.0)]
+}
+
+fn rest_pressure() -> InitialValue {
+    InitialValue::Number(0.0)
 }
 
 /// A number, or an expression of x and y as a string.
@@ -87,10 +96,9 @@ impl<'de> Deserialize<'de> for InitialValue {
 impl Initial {
     /// The field parsed, for a domain of `extent` base cells.
     fn field(&self, units: &UnitSystem, extent: [f64; 2]) -> Result<InitialField> {
-        let parse = |key: &str, value: Option<&InitialValue>| match value {
-            None => Ok(Expression::constant(0.0)),
-            Some(InitialValue::Number(v)) => Ok(Expression::constant(*v)),
-            Some(InitialValue::Expression(text)) => Expression::parse(text).map_err(|e| {
+        let parse = |key: &str, value: &InitialValue| match value {
+            InitialValue::Number(v) => Ok(Expression::constant(*v)),
+            InitialValue::Expression(text) => Expression::parse(text).map_err(|e| {
                 Error::parameter(
                     key,
                     format!("{text:?}"),
@@ -98,26 +106,30 @@ impl Initial {
                 )
             }),
         };
-        let velocity = self.velocity.as_ref();
         let c = units.dx / units.dt;
         Ok(InitialField {
             velocity: [
-                parse("initial.velocity[0]", velocity.map(|v| &v[0]))?,
-                parse("initial.velocity[1]", velocity.map(|v| &v[1]))?,
+                parse("initial.velocity[0]", &self.velocity[0])?,
+                parse("initial.velocity[1]", &self.velocity[1])?,
             ],
-            pressure: parse("initial.pressure", self.pressure.as_ref())?,
+            pressure: parse("initial.pressure", &self.pressure)?,
             dx: units.dx,
             velocity_scale: units.velocity_to_lattice(1.0),
             pressure_scale: 3.0 / (units.density * c * c),
             extent,
+            fastest: InitialSpeed::default(),
         })
     }
 }
 
-/// Points along each axis at which [`Case::resolve`] samples the initial
-/// field (base cell centres, all of them on smaller grids): for the Mach
-/// check and for values that are not finite, before any work.
-const INITIAL_SAMPLES: u32 = 257;
+/// Points along each axis at which the range scans of
+/// [`Case::resolution_range`] and [`Case::lattice_velocity_range`] sample
+/// the initial field (base cell centres); a whole resolve checks every cell.
+const INITIAL_SAMPLES: u32 = 65;
+
+/// How far the initial density may lie from the rest density, relative: the
+/// method is weakly compressible (a flow at Mach 0.3 swings it by about 0.13).
+pub const MAX_INITIAL_DENSITY_DEVIATION: f64 = 0.2;
 
 /// The initial field of a resolved case, in lattice units at base lattice
 /// points.
@@ -136,17 +148,35 @@ pub struct InitialField {
     /// Lattice density deviation per Pa.
     #[serde(skip)]
     pressure_scale: f64,
-    /// The domain in base lattice units: points beyond it (the ghost cells
-    /// around the domain) take the value on its edge.
+    /// The domain in base lattice units.
     #[serde(skip)]
     extent: [f64; 2],
+    /// The fastest fluid cell, once [`Case::resolve`] has checked them all.
+    #[serde(skip)]
+    pub fastest: InitialSpeed,
+}
+
+/// The fastest lattice speed of an initial field and the base lattice point
+/// where it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct InitialSpeed {
+    pub speed: f64,
+    pub at: [f64; 2],
 }
 
 impl InitialField {
-    /// The moments at base lattice point (x, y), or the refusal that names
-    /// the key whose value there is not finite.
+    /// The moments at base lattice point (x, y) inside the domain, or the
+    /// refusal that names the key whose value there is not finite, or whose
+    /// density lies beyond [`MAX_INITIAL_DENSITY_DEVIATION`].
     pub fn moments(&self, x: f64, y: f64) -> Result<Moments> {
-        let point = [x.clamp(0.0, self.extent[0]), y.clamp(0.0, self.extent[1])].map(|v| v * self.dx);
+        let point = [x * self.dx, y * self.dx];
+        let at = || {
+            format!(
+                "at x = {} m, y = {} m",
+                significant(point[0], false),
+                significant(point[1], false)
+            )
+        };
         let value = |key: &str, e: &Expression| {
             let v = e.eval(point[0], point[1]);
             match v.is_finite() {
@@ -154,40 +184,110 @@ impl InitialField {
                 false => Err(Error::parameter(
                     key,
                     format!("{:?}", e.text()),
-                    &format!(
-                        "an expression finite over the domain (at x = {} m, y = {} m it is {v})",
-                        significant(point[0], false),
-                        significant(point[1], false)
-                    ),
+                    &format!("an expression finite at every fluid cell centre ({} it is {v})", at()),
                 )),
             }
         };
         let ux = value("initial.velocity[0]", &self.velocity[0])?;
         let uy = value("initial.velocity[1]", &self.velocity[1])?;
         let p = value("initial.pressure", &self.pressure)?;
+        let delta_rho = p * self.pressure_scale;
+        if delta_rho.abs() > MAX_INITIAL_DENSITY_DEVIATION {
+            return Err(Error::parameter(
+                "initial.pressure",
+                format!("{:?}", self.pressure.text()),
+                &format!(
+                    "a pressure within {} Pa of the rest state, which keeps the density within {}% of the rest \
+                     density (the method is weakly compressible; {} it is {} Pa)",
+                    significant(MAX_INITIAL_DENSITY_DEVIATION / self.pressure_scale, false),
+                    100.0 * MAX_INITIAL_DENSITY_DEVIATION,
+                    at(),
+                    significant(p, false)
+                ),
+            ));
+        }
         Ok(Moments {
-            delta_rho: (p * self.pressure_scale) as f32,
+            delta_rho: delta_rho as f32,
             ux: (ux * self.velocity_scale) as f32,
             uy: (uy * self.velocity_scale) as f32,
         })
     }
 
-    /// The fastest lattice speed at the sampled base cell centres, each
-    /// sample checked to be finite.
-    pub fn sampled_speed(&self) -> Result<f64> {
+    /// What a stepper starts a cell at base lattice point (x, y) of `level`
+    /// at: its moments there, checked by [`InitialField::check_cells`]; a
+    /// ghost cell (beyond the domain or around a patch), which the run
+    /// overwrites before it reads it, takes the value at the nearest cell
+    /// centre of the level inside the domain, or rest where that is not
+    /// finite.
+    pub fn start_moments(&self, level: usize, x: f64, y: f64) -> Moments {
+        let half = 0.5f64.powi(level as i32 + 1);
+        let inside = |v: f64, extent: f64| v.clamp(half, extent - half);
+        self.moments(inside(x, self.extent[0]), inside(y, self.extent[1]))
+            .unwrap_or_default()
+    }
+
+    /// The fastest speed over a sample of base cell centres outside `solid`
+    /// (base lattice units), each checked as [`InitialField::moments`]
+    /// does.
+    fn sampled_speed(&self, solid: impl Fn([f64; 2]) -> bool) -> Result<InitialSpeed> {
         let [nx, ny] = self.extent.map(|n| n as u32);
         let along = |n: u32| {
             let m = n.min(INITIAL_SAMPLES);
             (0..m).map(move |k| (k as u64 * n as u64 / m as u64) as f64 + 0.5)
         };
-        let mut fastest: f64 = 0.0;
+        let mut fastest = InitialSpeed::default();
         for y in along(ny) {
-            for x in along(nx) {
+            for x in along(nx).filter(|&x| !solid([x, y])) {
                 let m = self.moments(x, y)?;
-                fastest = fastest.max((m.ux as f64).hypot(m.uy as f64));
+                let speed = (m.ux as f64).hypot(m.uy as f64);
+                if speed > fastest.speed {
+                    fastest = InitialSpeed { speed, at: [x, y] };
+                }
             }
         }
         Ok(fastest)
+    }
+
+    /// Every fluid cell centre of every level's active cells, checked as
+    /// [`InitialField::moments`] does; the fastest speed among them.
+    pub fn check_cells(&self, hierarchy: &Hierarchy, bodies: &[Body]) -> Result<InitialSpeed> {
+        let mut fastest = InitialSpeed::default();
+        for (level, patches) in hierarchy.levels.iter().enumerate() {
+            let scale = 0.5f64.powi(level as i32);
+            for patch in patches {
+                let [x0, y0, x1, y1] = patch.global_active();
+                let rows: Vec<Result<InitialSpeed>> = (y0..y1)
+                    .into_par_iter()
+                    .map(|gy| {
+                        let mut row = InitialSpeed::default();
+                        for gx in x0..x1 {
+                            let at = [(gx as f64 + 0.5) * scale, (gy as f64 + 0.5) * scale];
+                            if bodies.iter().any(|b| b.shape.contains(at)) {
+                                continue;
+                            }
+                            let m = self.moments(at[0], at[1])?;
+                            let speed = (m.ux as f64).hypot(m.uy as f64);
+                            if speed > row.speed {
+                                row = InitialSpeed { speed, at };
+                            }
+                        }
+                        Ok(row)
+                    })
+                    .collect();
+                for row in rows {
+                    let row = row?;
+                    if row.speed > fastest.speed {
+                        fastest = row;
+                    }
+                }
+            }
+        }
+        Ok(fastest)
+    }
+
+    /// A base lattice point in metres, for a message.
+    pub fn metres(&self, at: [f64; 2]) -> [f64; 2] {
+        at.map(|v| v * self.dx)
     }
 }
 
@@ -650,6 +750,35 @@ fn join(prefix: &str, key: &str) -> String {
 
 /// The dotted key of the first array under `written` that `read` holds with
 /// another length, with both lengths.
+/// The case file's tables, each one table (not `[[...]]`, not a list).
+const TABLES: [&str; 7] = ["domain", "fluid", "flow", "boundaries", "run", "output", "initial"];
+
+fn as_array(key: &str) -> Error {
+    Error::parameter(
+        key,
+        "an array",
+        &format!("a table of named keys: `[{key}]` once, or `{{ ... }}` inline"),
+    )
+}
+
+/// The first key written as an array that reads back as a table: serde
+/// takes an array's values as the table's fields in order, which no case
+/// file should rely on.
+fn array_for_table(written: &toml::Value, read: &toml::Value, key: String) -> Option<String> {
+    match (written, read) {
+        (toml::Value::Table(w), toml::Value::Table(r)) => w
+            .iter()
+            .find_map(|(k, v)| r.get(k).and_then(|read| array_for_table(v, read, join(&key, k)))),
+        (toml::Value::Array(_), toml::Value::Table(_)) => Some(key),
+        (toml::Value::Array(w), toml::Value::Array(r)) => w
+            .iter()
+            .zip(r)
+            .enumerate()
+            .find_map(|(i, (w, r))| array_for_table(w, r, format!("{key}[{i}]"))),
+        _ => None,
+    }
+}
+
 fn cut_array(written: &toml::Value, read: &toml::Value, key: String) -> Option<(String, usize, usize)> {
     match (written, read) {
         (toml::Value::Table(w), toml::Value::Table(r)) => w
@@ -849,6 +978,13 @@ impl Case {
         if let Some((key, value)) = non_finite(&document, String::new()) {
             return Err(Error::parameter(&key, value, "a finite number"));
         }
+        // `[[initial]]` or `flow = [1.0, 0.05]` would otherwise read as the
+        // table's fields in order, or fail with an array's message.
+        for key in TABLES {
+            if let Some(toml::Value::Array(_)) = document.get(key) {
+                return Err(as_array(key));
+            }
+        }
         let case: Case = toml::from_str(text).map_err(syntax)?;
         // The TOML reader fills a fixed-length array from its first values
         // and drops the rest, so a longer array is found by reading the case
@@ -859,6 +995,9 @@ impl Case {
             key: None,
             message: format!("the case does not serialise back to TOML: {e}"),
         })?;
+        if let Some(key) = array_for_table(&document, &read, String::new()) {
+            return Err(as_array(&key));
+        }
         if let Some((key, written, length)) = cut_array(&document, &read, String::new()) {
             return Err(Error::parameter(
                 &key,
@@ -1013,8 +1152,7 @@ impl Case {
                  last)",
             ));
         }
-        let initial = self.initial.as_ref().map(|i| i.field(&units, [nx, ny])).transpose()?;
-        let initial_speed = initial.as_ref().map(InitialField::sampled_speed).transpose()?;
+        let mut initial = self.initial.as_ref().map(|i| i.field(&units, [nx, ny])).transpose()?;
         let mut levels = Vec::new();
         for (k, level) in self.refinement.iter().enumerate() {
             if level.patches.is_empty() {
@@ -1118,6 +1256,17 @@ impl Case {
                 shape: lattice_shape,
             });
         }
+        // A range scan samples the initial field; a whole resolve checks
+        // every fluid cell, so that a run starts from nothing it would refuse.
+        let initial_speed = match (&initial, &validated) {
+            (None, _) => None,
+            (Some(field), Some(validated)) => Some(field.check_cells(validated, &bodies)?),
+            (Some(field), None) => Some(field.sampled_speed(|at| bodies.iter().any(|b| b.shape.contains(at)))?),
+        };
+        if let (Some(field), Some(fastest)) = (&mut initial, initial_speed) {
+            field.fastest = fastest;
+        }
+        let initial_speed = initial_speed.map(|s| (s, initial.as_ref().map_or([0.0; 2], |f| f.metres(s.at))));
         let tiles: Vec<Option<[u32; 2]>> = self.run.tiles.iter().map(|t| Some(*t)).collect();
         let lattice = LatticeConfig {
             hierarchy,
@@ -1183,9 +1332,14 @@ impl Case {
     /// Every speed the case prescribes or drives, lattice units, named by its
     /// key: the reference velocity (`flow.lattice_velocity` itself), the inlet
     /// at its amplitude's peak, each moving wall, the initial velocity's
-    /// fastest sample (`initial`), and what the acceleration can drive
+    /// fastest fluid cell (`initial`), and what the acceleration can drive
     /// within the run ([`LatticeConfig::forced_speed`]).
-    fn speeds(&self, units: &UnitSystem, lattice: &LatticeConfig, initial: Option<f64>) -> Vec<Speed> {
+    fn speeds(
+        &self,
+        units: &UnitSystem,
+        lattice: &LatticeConfig,
+        initial: Option<(InitialSpeed, [f64; 2])>,
+    ) -> Vec<Speed> {
         let scaled = "lower flow.lattice_velocity (every lattice speed scales with it), or raise \
                       flow.reference_velocity to the case's fastest speed";
         let mut speeds = vec![Speed {
@@ -1214,11 +1368,15 @@ impl Case {
                 });
             }
         }
-        if let Some(speed) = initial {
+        if let Some((fastest, [x, y])) = initial {
             speeds.push(Speed {
                 key: "initial.velocity".into(),
-                speed,
-                remedy: format!("at its fastest sampled cell: {scaled}"),
+                speed: fastest.speed,
+                remedy: format!(
+                    "at its fastest fluid cell, x = {} m, y = {} m: lower it there, or {scaled}",
+                    significant(x, false),
+                    significant(y, false)
+                ),
             });
         }
         let forced = lattice.forced_speed(self.run.steps);
@@ -2356,10 +2514,15 @@ mod tests {
         assert_eq!(m.ux, u.velocity_to_lattice(0.5) as f32);
         assert_eq!(m.uy, u.velocity_to_lattice(-0.25) as f32);
         assert!((u.pressure_to_physical(m.delta_rho as f64) / 2.0 - 1.0).abs() < 1e-6);
-        // Ghost cells beyond the domain take the edge's values.
+        // Ghost cells beyond the domain take the nearest centre's values of
+        // their level.
         assert_eq!(
-            initial.moments(-0.5, 40.0).unwrap(),
-            initial.moments(0.0, 32.0).unwrap()
+            initial.start_moments(0, -0.5, 40.0),
+            initial.moments(0.5, 31.5).unwrap()
+        );
+        assert_eq!(
+            initial.start_moments(1, -0.25, 3.0),
+            initial.moments(0.25, 3.0).unwrap()
         );
         // What is left out is zero; no table, no field.
         let still = Case::from_toml(&initially("pressure = \"x\""))
@@ -2369,9 +2532,45 @@ mod tests {
         let m = still.initial.unwrap().moments(16.0, 3.0).unwrap();
         assert_eq!((m.ux, m.uy), (0.0, 0.0));
         assert!(Case::from_toml(CAVITY).unwrap().resolve().unwrap().initial.is_none());
-        // The case as run keeps the table as written.
+        // The case as run keeps the table as written, with its defaults.
         let back = toml::to_string(&case).unwrap();
         assert_eq!(Case::from_toml(&back).unwrap().initial, case.initial);
+        let empty = toml::to_string(&Case::from_toml(&initially("")).unwrap()).unwrap();
+        assert!(
+            empty.contains("[initial]\nvelocity = [0.0, 0.0]\npressure = 0.0"),
+            "{empty}"
+        );
+    }
+
+    /// A logarithmic profile above the floor: infinite at the wall, finite at
+    /// every cell centre. Only fluid cells are checked: the ghost cells
+    /// beyond the wall start at the first row's values, the cells inside a
+    /// body are not asked.
+    #[test]
+    fn an_initial_field_need_only_be_finite_and_slow_at_fluid_cell_centres() {
+        let log = initially("velocity = [\"0.1 * ln(y / 0.001)\", 0]");
+        let resolved = Case::from_toml(&log).unwrap().resolve().unwrap();
+        let initial = resolved.initial.unwrap();
+        assert_eq!(
+            initial.start_moments(1, 3.0, -0.25),
+            initial.moments(3.0, 0.25).unwrap()
+        );
+        // Potential flow around a cylinder of radius 0.1 m at (0.5, 0.5):
+        // fast towards its centre, which is solid.
+        let field = "[initial]\nvelocity = [\"0.5 * (1 - 0.01 * ((x - 0.5)^2 - (y - 0.5)^2) / ((x - 0.5)^2 + \
+                     (y - 0.5)^2)^2)\", 0]\n";
+        let body = "[[bodies]]\nshape = \"circle\"\ncenter = [0.5, 0.5]\nradius = 0.1\n";
+        let resolved = Case::from_toml(&format!("{CAVITY}\n{body}{field}"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let fastest = resolved.initial.unwrap().fastest;
+        assert!(fastest.speed < resolved.units.velocity_to_lattice(1.01), "{fastest:?}");
+        // Without the body the centre's cells count, and refuse it there.
+        refused(
+            &format!("{CAVITY}\n{field}"),
+            &["`initial.velocity`", "at its fastest fluid cell, x = 0.4", "y = 0.4"],
+        );
     }
 
     #[test]
@@ -2396,7 +2595,7 @@ mod tests {
             &initially("velocity = [0, \"sqrt(x - 0.5)\"]"),
             &[
                 "`initial.velocity[1]`",
-                "finite over the domain (at x = 0.01562 m, y = 0.01562 m it is NaN)",
+                "finite at every fluid cell centre (at x = 0.01562 m, y = 0.01562 m it is NaN)",
             ],
         );
         refused(
@@ -2411,15 +2610,54 @@ mod tests {
             &initially("velocity = [true, 0]"),
             &["a number or an expression of x and y"],
         );
-        // Mach 0.3 at lattice velocity 0.1 is 1.73 m/s here.
+        refused(
+            &initially("velocity = [[1, 2], 0]"),
+            &["a number or an expression of x and y"],
+        );
+        // Mach 0.3 at lattice velocity 0.1 is 1.73 m/s here; the fastest
+        // cell is the last column's on the base grid (x = 0.984 m).
         refused(
             &initially("velocity = [\"2 * x\", 0]"),
-            &["`initial.velocity`", "at its fastest sampled cell"],
+            &[
+                "`initial.velocity`",
+                "at its fastest fluid cell, x = 0.9843 m, y = 0.01562 m: lower it there",
+            ],
         );
         Case::from_toml(&initially("velocity = [\"1.5 * x\", 0]"))
             .unwrap()
             .resolve()
             .unwrap();
+        // The density stays within 20% of rest: rho c^2 / 3 times 0.2, with
+        // c = dx / dt = 10 m/s here, is 6.67 Pa.
+        refused(
+            &initially("pressure = -7"),
+            &["`initial.pressure`", "within 6.666 Pa of the rest state", "it is -7 Pa"],
+        );
+        Case::from_toml(&initially("pressure = \"6.6 * x\""))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        // A cell only the patch has: x = 35.5 / 64 m at level 1 of the
+        // 32-cell base (no base centre lies there).
+        refused(
+            &initially("pressure = \"0.001 / (x - 0.5546875)\""),
+            &["`initial.pressure`", "at x = 0.5546 m"],
+        );
+        // A table is a table.
+        refused(
+            &format!("initial = [[0.1, \"0.2 * x\"], \"0.5\"]\n{CAVITY}"),
+            &["`initial` = an array", "a table of named keys: `[initial]` once"],
+        );
+        refused(
+            &format!("{CAVITY}\n[[initial]]\npressure = 1\n"),
+            &["`initial` = an array", "a table of named keys"],
+        );
+        let listed = format!("run = [10]\n{}", CAVITY.replace("[run]\n        steps = 10", ""));
+        assert_ne!(listed, CAVITY);
+        refused(&listed, &["`run` = an array"]);
+        let inline = CAVITY.replace("x_min = \"wall\"", "x_min = { inlet = [\"uniform\", 1.0] }");
+        assert_ne!(inline, CAVITY);
+        refused(&inline, &["`boundaries.x_min.inlet` = an array"]);
     }
 
     #[test]

@@ -35,6 +35,13 @@ pub const FUNCTIONS: [(&str, Option<usize>); 22] = [
     ("max", None),
 ];
 
+/// The longest expression accepted, in characters.
+pub const MAX_LENGTH: usize = 4096;
+
+/// How deep parentheses, function calls, signs and exponents may nest: the
+/// parser and the evaluation recurse once per level.
+pub const MAX_DEPTH: usize = 64;
+
 /// A parsed expression and the text it came from.
 #[derive(Clone, Debug)]
 pub struct Expression {
@@ -77,11 +84,19 @@ enum Op {
 
 impl Expression {
     pub fn parse(text: &str) -> Result<Expression, ParseError> {
+        let length = text.chars().count();
+        if length > MAX_LENGTH {
+            return Err(ParseError {
+                at: MAX_LENGTH + 1,
+                message: format!("the expression is {length} characters long; at most {MAX_LENGTH} are accepted"),
+            });
+        }
         let tokens = tokenize(text)?;
         let mut parser = Parser {
             tokens: &tokens,
             next: 0,
-            end: text.chars().count() + 1,
+            end: length + 1,
+            depth: 0,
         };
         let tree = parser.sum()?;
         match parser.peek() {
@@ -181,7 +196,8 @@ enum Token {
     Number(f64),
     Name(String),
     Symbol(char),
-    Power,
+    /// `^` or `**`, as written.
+    Power(&'static str),
 }
 
 impl fmt::Display for Token {
@@ -190,7 +206,7 @@ impl fmt::Display for Token {
             Token::Number(v) => write!(f, "number {v}"),
             Token::Name(n) => write!(f, "`{n}`"),
             Token::Symbol(c) => write!(f, "`{c}`"),
-            Token::Power => write!(f, "`^`"),
+            Token::Power(p) => write!(f, "`{p}`"),
         }
     }
 }
@@ -237,10 +253,10 @@ fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
             }
             tokens.push((at, Token::Name(chars[start..i].iter().collect())));
         } else if c == '*' && chars.get(i + 1) == Some(&'*') {
-            tokens.push((at, Token::Power));
+            tokens.push((at, Token::Power("**")));
             i += 2;
         } else if c == '^' {
-            tokens.push((at, Token::Power));
+            tokens.push((at, Token::Power("^")));
             i += 1;
         } else if "+-*/(),".contains(c) {
             tokens.push((at, Token::Symbol(c)));
@@ -262,6 +278,8 @@ struct Parser<'a> {
     next: usize,
     /// The character after the text, where "the end" is.
     end: usize,
+    /// How many `unary` calls are open.
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -318,18 +336,29 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<Node, ParseError> {
-        if self.eat('-') {
-            return Ok(Node::Negate(Box::new(self.unary()?)));
+        // Every nesting (parentheses, a call's arguments, a sign, an
+        // exponent) passes here.
+        if self.depth == MAX_DEPTH {
+            return Err(ParseError {
+                at: self.at(),
+                message: format!("nested more than {MAX_DEPTH} deep (parentheses, calls, signs and powers)"),
+            });
         }
-        if self.eat('+') {
-            return self.unary();
-        }
-        self.power()
+        self.depth += 1;
+        let node = if self.eat('-') {
+            self.unary().map(|n| Node::Negate(Box::new(n)))
+        } else if self.eat('+') {
+            self.unary()
+        } else {
+            self.power()
+        };
+        self.depth -= 1;
+        node
     }
 
     fn power(&mut self) -> Result<Node, ParseError> {
         let base = self.atom()?;
-        if matches!(self.peek(), Some((_, Token::Power))) {
+        if matches!(self.peek(), Some((_, Token::Power(_)))) {
             self.next += 1;
             // Right-associative, and the exponent may carry its own sign.
             return Ok(Node::Binary(Op::Power, Box::new(base), Box::new(self.unary()?)));
@@ -453,6 +482,22 @@ mod tests {
     }
 
     #[test]
+    fn nesting_and_length_are_bounded_before_the_stack_is() {
+        let nested = |n: usize| format!("{}x{}", "(".repeat(n), ")".repeat(n));
+        // Each parenthesis level is one `unary` level, the whole expression one more.
+        assert_eq!(value(&nested(MAX_DEPTH - 1), 2.0, 0.0), 2.0);
+        let e = Expression::parse(&nested(MAX_DEPTH)).unwrap_err();
+        assert!(e.message.contains("nested more than 64 deep"), "{e}");
+        let e = Expression::parse(&nested(5200)).unwrap_err();
+        assert!(e.message.contains("characters long; at most 4096"), "{e}");
+        assert!(Expression::parse(&"-".repeat(100)).is_err());
+        // A flat sum as long as accepted: its tree is 2048 deep along one side.
+        let sum = vec!["x"; 2048].join("+");
+        assert_eq!(sum.len(), 4095);
+        assert_eq!(value(&sum, 1.0, 0.0), 2048.0);
+    }
+
+    #[test]
     fn malformed_expressions_say_where_and_what() {
         for (text, at, says) in [
             ("", 1, "found the end"),
@@ -470,6 +515,8 @@ mod tests {
             ("x * * y", 5, "found `*`"),
             ("2e", 2, "unexpected `e`"),
             ("2 x", 3, "unexpected `x`"),
+            ("x**-**2", 5, "found `**`"),
+            ("x ^ ^ 2", 5, "found `^`"),
         ] {
             let e = Expression::parse(text).unwrap_err();
             assert_eq!(e.at, at, "{text}: {e}");

@@ -625,8 +625,9 @@ const BLOCK2: [f32; 4] = [0.0, 0.5, 0.5, 0.0];
 /// Passing no checkerboard is not enough: the third-order stencil on the
 /// block's two cells and the two beyond them inward (7/16, 9/16, 1/16,
 /// -1/16) passes none, and cut a Taylor–Green vortex's excess decay with a
-/// patch from 4.9% to 1.0% (32 base cells a wavelength; the stale cubic gave
-/// 1.4%), but the tandem cylinders diverged with it at the same corner
+/// patch from 4.9% to 1.0% (32 base cells a wavelength, from a start whose
+/// pressure had the wrong sign; the stale cubic gave 1.4%), but the tandem
+/// cylinders diverged with it at the same corner
 /// (interval 5440). A one-sided stencil shifts the phase of the modes it
 /// passes; of the stencils symmetric about the block, which do not, the
 /// two-cell average is the only one that leaves the ghost band out. A wall
