@@ -1423,7 +1423,7 @@ impl Case {
     /// lattice speeds allow, every other key as it is (the relaxation time
     /// bounds them from both sides, the domain's cell count from above); the
     /// layout, which rounding decides value by value, is not asked
-    /// ([`Scope::Bounds`]). `None` when no value does.
+    /// (the bounds a whole resolve checks first). `None` when no value does.
     pub fn resolution_range(&self) -> Option<[f64; 2]> {
         accepted_interval([1e-3, 1e7], |r| {
             let mut case = self.clone();
