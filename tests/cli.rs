@@ -572,7 +572,7 @@ fn validate_refuses_bad_arguments_before_any_work() {
     for (extra, expect) in [
         (
             "\n[initial]\nvelocity = [\"0.3 * y\", 0]\n",
-            "invalid --case initial = { velocity = [\"0.3 * y\", 0.0] }: no [initial] table (the fluid at rest)",
+            "invalid --case initial = { velocity = [\"0.3 * y\", 0.0], pressure = 0.0 }: no [initial] table (the fluid at rest)",
         ),
         (
             "",
