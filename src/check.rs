@@ -640,10 +640,17 @@ pub fn check_batch_memory<D: Driver + ?Sized>(needs: &[MemoryNeed], levels: usiz
             parts: buffers,
         });
     }
-    let host_peaks: u64 = needs.iter().map(MemoryNeed::host).sum();
+    // One program holds every member: its own share counts once.
+    let member_peaks: u64 = needs.iter().map(|n| n.host() - PROCESS_BYTES).sum();
+    let host_peaks = PROCESS_BYTES + member_peaks;
     let host_parts = match needs {
         [one] => one.host_parts(),
-        _ => format!("{} members' host peaks {}", needs.len(), human_bytes(host_peaks)),
+        _ => format!(
+            "the program {} and {} members' host peaks {}",
+            human_bytes(PROCESS_BYTES),
+            needs.len(),
+            human_bytes(member_peaks)
+        ),
     };
     let (host, parts) = match on_host {
         true => (device + host_peaks, format!("{buffers}; {host_parts}")),

@@ -293,7 +293,12 @@ fn parse_set(arg: &str) -> Result<Sweep, AppError> {
     }
     let mut parsed: Vec<toml::Value> = Vec::with_capacity(values.len());
     for v in &values {
-        let value = toml_value(v).map_err(|_| flag(arg, &format!("`{v}` is not a TOML value (quote strings)")))?;
+        let value = toml_value(v).ok_or_else(|| {
+            flag(
+                arg,
+                &format!("`{v}` is not a TOML value (quote strings; no comment or newline)"),
+            )
+        })?;
         // The same value twice would run the same member twice; 1 and 1.0
         // are the same number to the case.
         let value = as_floats(value);
@@ -338,9 +343,18 @@ fn check_keys_apart(sweeps: &[Sweep]) -> Result<(), AppError> {
     Ok(())
 }
 
-fn toml_value(text: &str) -> Result<toml::Value, toml::de::Error> {
-    let table: toml::Table = toml::from_str(&format!("v = {text}"))?;
-    Ok(table["v"].clone())
+/// One TOML value, without a comment (which would reach the member's label
+/// and sweep.csv verbatim) or a line break: read as an array's one element,
+/// whose closing bracket a comment would hide.
+fn toml_value(text: &str) -> Option<toml::Value> {
+    if text.contains(['\n', '\r']) {
+        return None;
+    }
+    let table: toml::Table = toml::from_str(&format!("v = [{text}]")).ok()?;
+    match table["v"].as_array()?.as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    }
 }
 
 /// Sets dotted `key` of `table` to `value`; a numeric segment indexes an
@@ -378,6 +392,12 @@ fn set_key(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(),
         }
         match target {
             toml::Value::Table(t) => node = t,
+            toml::Value::Array(_) => {
+                return Err(format!(
+                    "`{segment}` is an array: index its entries with a whole number from 0 (`{segment}.0`), not `{}`",
+                    next.unwrap_or(&"")
+                ));
+            }
             _ => return Err(format!("`{segment}` is a value, not a table, so `{key}` cannot be set")),
         }
     }
@@ -639,16 +659,15 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
     if let Some(n) = total.filter(|n| *n > 1000 && !options.quiet) {
         tell!("checking the {n} members before any work");
     }
-    if options.steps.is_some()
-        && let Some(swept) = sweeps.iter().find(|s| s.key == "run.steps")
-    {
+    // Members step together, so they share one schedule: refused here by
+    // name, before a member's comparison would call it a difference.
+    if let Some(swept) = sweeps.iter().find(|s| s.key == "run.steps") {
         return Err(AppError::Flag {
-            flag: "--steps",
-            value: options.steps.map(|n| n.to_string()).unwrap_or_default(),
-            accepted: format!(
-                "no --steps beside a swept run.steps ({}): each member runs its swept length",
-                swept.values.join(", ")
-            ),
+            flag: "--set",
+            value: format!("run.steps={}", swept.values.join(",")),
+            accepted: "a key other than run.steps: a sweep's members step together and share their run length \
+                       (set it in the case, or with --steps)"
+                .into(),
         });
     }
     // The case as written first, its errors naming the file and the key.
@@ -1491,7 +1510,7 @@ fn quantities(record: &SweepRecord) -> Vec<(String, Read)> {
 /// quotes (`constant`, not `"constant"`), anything else as written.
 fn unquoted(value: &str) -> String {
     match toml_value(value) {
-        Ok(toml::Value::String(text)) => text,
+        Some(toml::Value::String(text)) => text,
         _ => value.to_owned(),
     }
 }

@@ -360,6 +360,10 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
             "y_min wall, y_max free_slip against x_min inlet",
         ),
         ("bodies.4.radius=0.05", "entry 4"),
+        (
+            "bodies.x.radius=0.05",
+            "`bodies` is an array: index its entries with a whole number from 0 (`bodies.0`), not `x`",
+        ),
         // The time step follows the reference velocity: the members' samples
         // would be at other times.
         ("flow.reference_velocity=0.3,0.6", "its time step is"),
@@ -369,8 +373,16 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         ),
         ("fluid.viscosity", "--set"),
         ("fluid.viscosity=abc", "not a TOML value"),
-        // Each member runs its swept length, which --steps would override.
-        ("run.steps=10,20", "no --steps beside a swept run.steps (10, 20)"),
+        // A comment would reach sweep.csv as part of the value.
+        (
+            "fluid.viscosity=1e-3,2e-3 # c",
+            "`2e-3 # c` is not a TOML value (quote strings; no comment or newline)",
+        ),
+        // Members step together: one run length, with --steps or without.
+        (
+            "run.steps=10,20",
+            "invalid --set run.steps=10,20: a key other than run.steps: a sweep's members step together",
+        ),
         // Named as a case names them, not as Rust prints them.
         (
             "run.tiles=[[8,8],[8,8],[8,8]],[[16,16],[16,16],[16,16]]",
@@ -860,7 +872,9 @@ fn a_batch_larger_than_the_memory_is_refused_before_any_work() {
     let message = stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{message}");
     assert!(
-        message.contains("the run needs about") && message.contains("3 members' device buffers"),
+        message.contains("the run needs about")
+            && message.contains("3 members' device buffers")
+            && message.contains("the program 32.0 MiB and 3 members' host peaks"),
         "{message}"
     );
     assert!(!out.exists(), "refused before the output directory is made");
