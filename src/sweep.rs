@@ -750,9 +750,13 @@ pub fn resume(
     let mut record: SweepRecord =
         serde_json::from_str(&text).map_err(|e| refuse(format!("{} is not a sweep record ({e})", path.display())))?;
     let Some(base) = record.case_text.clone() else {
-        return Err(refuse(
-            "its sweep.json holds no case text (a merge, or a sweep of an older lbm): run the sweep again".into(),
-        ));
+        return Err(refuse(match is_merge(&record) {
+            // A merge's members live in its shards.
+            true => "it is a merge of shards (`lbm sweep --merge`), which holds no members to continue: resume \
+                         each shard that did not end, then merge them again"
+                .into(),
+            false => "its sweep.json holds no case text (a sweep of an older lbm): run the sweep again".into(),
+        }));
     };
     if sweep_sha256(&base, &record.sweeps, record.steps) != record.sweep_sha256 {
         return Err(refuse(
@@ -1634,6 +1638,17 @@ fn panels(results: &[MemberResult], point: impl Fn(&MemberResult) -> Option<[f64
 
 /// `lbm sweep --merge OUT SHARD_DIR...`: the shards' results in one
 /// `sweep.csv`, `sweep.json` and plots in `out`.
+/// Whether `record` is what `--merge` wrote: no case text, no shard, and
+/// its members in the shards' directories rather than its own.
+fn is_merge(record: &SweepRecord) -> bool {
+    record.case_text.is_none()
+        && record.shard.is_none()
+        && record
+            .results
+            .iter()
+            .any(|r| r.out != member_dir(r.index, record.members))
+}
+
 pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
     if shards.is_empty() {
         return Err(AppError::Flag {
@@ -1661,6 +1676,11 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
                 "it is another sweep (sweep_sha256 {} against {} of the first shard)",
                 record.sweep_sha256, m.sweep_sha256
             )));
+        }
+        if is_merge(&record) {
+            return Err(refuse(
+                "it is a merge already (`lbm sweep --merge` wrote it): merge the shards themselves".into(),
+            ));
         }
         // A shard's record holds its case: its hash says the keys and
         // values are the ones it ran.

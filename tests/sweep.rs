@@ -252,6 +252,29 @@ fn a_cartesian_product_runs_every_member_and_shards_merge_into_it() {
         r.remove(mlups);
     }
     assert_eq!(mine, full);
+    // A merge is the sweep's results, not a run: resuming it or merging it
+    // again says so.
+    let resumed = lbm(&["resume", &merged.display().to_string()]);
+    assert_eq!(resumed.status.code(), Some(2), "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("it is a merge of shards (`lbm sweep --merge`)"),
+        "{}",
+        stderr(&resumed)
+    );
+    let again = scratch("sweep-merged-again");
+    let remerged = lbm(&[
+        "sweep",
+        "--merge",
+        &again.display().to_string(),
+        &merged.display().to_string(),
+    ]);
+    assert_eq!(remerged.status.code(), Some(2), "{}", stderr(&remerged));
+    assert!(
+        stderr(&remerged).contains("it is a merge already"),
+        "{}",
+        stderr(&remerged)
+    );
+    assert!(!again.exists());
 
     // Shards of another sweep, or a member twice, are refused.
     let other = scratch("sweep-other");
