@@ -761,35 +761,31 @@ fn as_array(key: &str) -> Error {
     )
 }
 
-/// The first key written as an array that reads back as a table: serde
-/// takes an array's values as the table's fields in order, which no case
-/// file should rely on.
-fn array_for_table(written: &toml::Value, read: &toml::Value, key: String) -> Option<String> {
-    match (written, read) {
-        (toml::Value::Table(w), toml::Value::Table(r)) => w
-            .iter()
-            .find_map(|(k, v)| r.get(k).and_then(|read| array_for_table(v, read, join(&key, k)))),
-        (toml::Value::Array(_), toml::Value::Table(_)) => Some(key),
-        (toml::Value::Array(w), toml::Value::Array(r)) => w
-            .iter()
-            .zip(r)
-            .enumerate()
-            .find_map(|(i, (w, r))| array_for_table(w, r, format!("{key}[{i}]"))),
-        _ => None,
-    }
+/// Where the case as written and as read back differ in shape.
+enum Misread {
+    /// An array read as a table: serde takes an array's values as the
+    /// table's fields in order, which no case file should rely on.
+    ArrayForTable(String),
+    /// A fixed-length array cut to its length: (key, written, kept).
+    CutArray(String, usize, usize),
 }
 
-fn cut_array(written: &toml::Value, read: &toml::Value, key: String) -> Option<(String, usize, usize)> {
+/// The first key, in the written order, whose value the reader did not take
+/// as written.
+fn misread(written: &toml::Value, read: &toml::Value, key: String) -> Option<Misread> {
     match (written, read) {
         (toml::Value::Table(w), toml::Value::Table(r)) => w
             .iter()
-            .find_map(|(k, v)| r.get(k).and_then(|read| cut_array(v, read, join(&key, k)))),
-        (toml::Value::Array(w), toml::Value::Array(r)) if w.len() != r.len() => Some((key, w.len(), r.len())),
+            .find_map(|(k, v)| r.get(k).and_then(|read| misread(v, read, join(&key, k)))),
+        (toml::Value::Array(_), toml::Value::Table(_)) => Some(Misread::ArrayForTable(key)),
+        (toml::Value::Array(w), toml::Value::Array(r)) if w.len() != r.len() => {
+            Some(Misread::CutArray(key, w.len(), r.len()))
+        }
         (toml::Value::Array(w), toml::Value::Array(r)) => w
             .iter()
             .zip(r)
             .enumerate()
-            .find_map(|(i, (w, r))| cut_array(w, r, format!("{key}[{i}]"))),
+            .find_map(|(i, (w, r))| misread(w, r, format!("{key}[{i}]"))),
         _ => None,
     }
 }
@@ -987,25 +983,25 @@ impl Case {
         }
         let case: Case = toml::from_str(text).map_err(syntax)?;
         // The TOML reader fills a fixed-length array from its first values
-        // and drops the rest, so a longer array is found by reading the case
-        // back: an array that comes back shorter than it was written was cut.
+        // and drops the rest, and fills a table from an array's values in
+        // order, so both are found by reading the case back: an array that
+        // comes back shorter than it was written was cut, one that comes
+        // back a table was read as one.
         let read = toml::Value::try_from(&case).map_err(|e| Error::CaseSyntax {
             line: None,
             column: None,
             key: None,
             message: format!("the case does not serialise back to TOML: {e}"),
         })?;
-        if let Some(key) = array_for_table(&document, &read, String::new()) {
-            return Err(as_array(&key));
-        }
-        if let Some((key, written, length)) = cut_array(&document, &read, String::new()) {
-            return Err(Error::parameter(
+        match misread(&document, &read, String::new()) {
+            Some(Misread::ArrayForTable(key)) => Err(as_array(&key)),
+            Some(Misread::CutArray(key, written, length)) => Err(Error::parameter(
                 &key,
                 format!("{written} values"),
                 &format!("exactly {length} values"),
-            ));
+            )),
+            None => Ok(case),
         }
-        Ok(case)
     }
 
     pub fn resolve(&self) -> Result<Resolved> {
