@@ -8,32 +8,55 @@
 
 use std::fmt;
 
-/// Every function an expression may call, with its number of arguments
-/// (`None`: two or more).
-pub const FUNCTIONS: [(&str, Option<usize>); 22] = [
-    ("sin", Some(1)),
-    ("cos", Some(1)),
-    ("tan", Some(1)),
-    ("asin", Some(1)),
-    ("acos", Some(1)),
-    ("atan", Some(1)),
-    ("atan2", Some(2)),
-    ("sinh", Some(1)),
-    ("cosh", Some(1)),
-    ("tanh", Some(1)),
-    ("exp", Some(1)),
-    ("ln", Some(1)),
-    ("log", Some(1)),
-    ("log10", Some(1)),
-    ("sqrt", Some(1)),
-    ("abs", Some(1)),
-    ("sign", Some(1)),
-    ("floor", Some(1)),
-    ("ceil", Some(1)),
-    ("pow", Some(2)),
-    ("min", None),
-    ("max", None),
+/// Every function an expression may call: its name, its number of
+/// arguments (`None`: two or more) and what it computes.
+pub const FUNCTIONS: [(&str, Option<usize>, Function); 22] = [
+    ("sin", Some(1), Function::One(f64::sin)),
+    ("cos", Some(1), Function::One(f64::cos)),
+    ("tan", Some(1), Function::One(f64::tan)),
+    ("asin", Some(1), Function::One(f64::asin)),
+    ("acos", Some(1), Function::One(f64::acos)),
+    ("atan", Some(1), Function::One(f64::atan)),
+    ("atan2", Some(2), Function::Two(f64::atan2)),
+    ("sinh", Some(1), Function::One(f64::sinh)),
+    ("cosh", Some(1), Function::One(f64::cosh)),
+    ("tanh", Some(1), Function::One(f64::tanh)),
+    ("exp", Some(1), Function::One(f64::exp)),
+    ("ln", Some(1), Function::One(f64::ln)),
+    ("log", Some(1), Function::One(f64::ln)),
+    ("log10", Some(1), Function::One(f64::log10)),
+    ("sqrt", Some(1), Function::One(f64::sqrt)),
+    ("abs", Some(1), Function::One(f64::abs)),
+    ("sign", Some(1), Function::One(sign)),
+    ("floor", Some(1), Function::One(f64::floor)),
+    ("ceil", Some(1), Function::One(f64::ceil)),
+    ("pow", Some(2), Function::Two(f64::powf)),
+    ("min", None, Function::Fold(smaller)),
+    ("max", None, Function::Fold(larger)),
 ];
+
+/// A function of [`FUNCTIONS`], as the evaluation calls it.
+#[derive(Clone, Copy, Debug)]
+pub enum Function {
+    One(fn(f64) -> f64),
+    Two(fn(f64, f64) -> f64),
+    /// Folded over two or more arguments.
+    Fold(fn(f64, f64) -> f64),
+}
+
+/// 0 at 0, as numpy's.
+fn sign(v: f64) -> f64 {
+    if v == 0.0 { 0.0 } else { v.signum() }
+}
+
+// NaN in, NaN out: f64::min and f64::max would drop it.
+fn smaller(a: f64, b: f64) -> f64 {
+    if a.is_nan() || a < b { a } else { b }
+}
+
+fn larger(a: f64, b: f64) -> f64 {
+    if a.is_nan() || a > b { a } else { b }
+}
 
 /// The longest expression accepted, in characters.
 pub const MAX_LENGTH: usize = 4096;
@@ -150,44 +173,13 @@ fn eval(node: &Node, x: f64, y: f64) -> f64 {
                 Op::Power => a.powf(b),
             }
         }
-        Node::Call(f, args) => {
-            let v: Vec<f64> = args.iter().map(|a| eval(a, x, y)).collect();
-            match FUNCTIONS[*f].0 {
-                "sin" => v[0].sin(),
-                "cos" => v[0].cos(),
-                "tan" => v[0].tan(),
-                "asin" => v[0].asin(),
-                "acos" => v[0].acos(),
-                "atan" => v[0].atan(),
-                "atan2" => v[0].atan2(v[1]),
-                "sinh" => v[0].sinh(),
-                "cosh" => v[0].cosh(),
-                "tanh" => v[0].tanh(),
-                "exp" => v[0].exp(),
-                "ln" | "log" => v[0].ln(),
-                "log10" => v[0].log10(),
-                "sqrt" => v[0].sqrt(),
-                "abs" => v[0].abs(),
-                // 0 at 0, as numpy's.
-                "sign" => match v[0] {
-                    0.0 => 0.0,
-                    s => s.signum(),
-                },
-                "floor" => v[0].floor(),
-                "ceil" => v[0].ceil(),
-                "pow" => v[0].powf(v[1]),
-                // NaN in, NaN out: f64::min would drop it.
-                "min" => v
-                    .iter()
-                    .copied()
-                    .fold(f64::INFINITY, |m, a| if a.is_nan() || a < m { a } else { m }),
-                "max" => v
-                    .iter()
-                    .copied()
-                    .fold(f64::NEG_INFINITY, |m, a| if a.is_nan() || a > m { a } else { m }),
-                other => unreachable!("{other} is in FUNCTIONS and evaluated above"),
-            }
-        }
+        Node::Call(f, args) => match FUNCTIONS[*f].2 {
+            Function::One(f) => f(eval(&args[0], x, y)),
+            Function::Two(f) => f(eval(&args[0], x, y), eval(&args[1], x, y)),
+            Function::Fold(f) => args[1..]
+                .iter()
+                .fold(eval(&args[0], x, y), |acc, a| f(acc, eval(a, x, y))),
+        },
     }
 }
 
@@ -389,13 +381,13 @@ impl Parser<'_> {
                 "pi" => Ok(Node::Number(std::f64::consts::PI)),
                 "e" => Ok(Node::Number(std::f64::consts::E)),
                 _ => {
-                    let Some(f) = FUNCTIONS.iter().position(|(n, _)| *n == name) else {
+                    let Some(f) = FUNCTIONS.iter().position(|(n, _, _)| *n == name) else {
                         return Err(ParseError {
                             at,
                             message: format!(
                                 "unknown name `{name}`: the variables are x and y (m), the constants pi and e, the \
                                  functions {}",
-                                FUNCTIONS.map(|(n, _)| n).join(", ")
+                                FUNCTIONS.map(|(n, _, _)| n).join(", ")
                             ),
                         });
                     };
