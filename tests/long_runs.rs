@@ -4,9 +4,9 @@
 //! bound a run.
 //!
 //! On the CPU backend by default; `LBM_TEST_BACKEND=cuda` runs the same
-//! matrix on a GPU, with `LBM_TEST_STEPS` intervals (default 120) so that a
-//! fast device still meets its wall limit mid-run, and `LBM_TEST_WALL_SECONDS`
-//! (default 2) for that limit.
+//! matrix on a GPU, with `LBM_TEST_STEPS` intervals (default 120 on the CPU,
+//! 2000 on a GPU, so that a fast device still meets its wall limit mid-run),
+//! and `LBM_TEST_WALL_SECONDS` (default 2) for that limit.
 
 mod common;
 
