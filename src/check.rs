@@ -823,14 +823,14 @@ pub fn moving_wall_junctions(
     };
     for patch in hierarchy.levels.iter().skip(1).flatten() {
         for (side, spec) in case.boundaries.sides().into_iter().enumerate() {
+            let BoundarySpec::MovingWall(velocity) = spec else {
+                continue;
+            };
             // A patch that spans a moving wall has no interface there.
             // With two junctions (a patch on the wall's middle) their
             // errors largely cancel: 0.1% in the same cavity.
             let across = if side < 2 { [2, 3] } else { [0, 1] };
             let junctions = across.iter().filter(|&&s| !patch.on_boundary[s]).count();
-            let BoundarySpec::MovingWall(velocity) = spec else {
-                continue;
-            };
             if !(velocity.iter().any(|v| *v != 0.0) && patch.on_boundary[side] && junctions > 0) {
                 continue;
             }

@@ -243,11 +243,11 @@ pub fn physical<E>(
 fn solid_masks(hierarchy: &Hierarchy, bodies: &[Body]) -> Vec<Array2<bool>> {
     // Per level, finest first: each patch's active region (level-global
     // cells) and mask.
-    let mut finer: Vec<([i64; 4], Array2<bool>)> = Vec::new();
-    let mut levels = Vec::new();
+    let mut levels: Vec<Vec<([i64; 4], Array2<bool>)>> = Vec::new();
     for (level, patches) in hierarchy.levels.iter().enumerate().rev() {
         let scale = 2f64.powi(level as i32);
-        let masks: Vec<([i64; 4], Array2<bool>)> = patches
+        let finer = levels.last().map_or(&[][..], Vec::as_slice);
+        let masks = patches
             .iter()
             .map(|patch| {
                 let region = patch.global_active();
@@ -278,10 +278,9 @@ fn solid_masks(hierarchy: &Hierarchy, bodies: &[Body]) -> Vec<Array2<bool>> {
                 (region, mask)
             })
             .collect();
-        levels.push(masks.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>());
-        finer = masks;
+        levels.push(masks);
     }
-    levels.into_iter().rev().flatten().collect()
+    levels.into_iter().rev().flatten().map(|(_, mask)| mask).collect()
 }
 
 /// The cells a point probe reads, found once for a run: the finest patch

@@ -226,30 +226,34 @@ impl InitialField {
             .unwrap_or_default()
     }
 
-    /// The fastest speed over a sample of base cell centres outside `solid`
-    /// (base lattice units), each checked as [`InitialField::moments`]
-    /// does.
+    /// The fastest speed among `points` (base lattice units), each checked
+    /// as [`InitialField::moments`] does.
+    fn fastest_among(&self, points: impl IntoIterator<Item = [f64; 2]>) -> Result<InitialSpeed> {
+        let mut fastest = InitialSpeed::default();
+        for at in points {
+            let m = self.moments(at[0], at[1])?;
+            let speed = (m.ux as f64).hypot(m.uy as f64);
+            if speed > fastest.speed {
+                fastest = InitialSpeed { speed, at };
+            }
+        }
+        Ok(fastest)
+    }
+
+    /// The fastest speed over a sample of base cell centres outside `solid`.
     fn sampled_speed(&self, solid: impl Fn([f64; 2]) -> bool) -> Result<InitialSpeed> {
         let [nx, ny] = self.extent.map(|n| n as u32);
         let along = |n: u32| {
             let m = n.min(INITIAL_SAMPLES);
             (0..m).map(move |k| (k as u64 * n as u64 / m as u64) as f64 + 0.5)
         };
-        let mut fastest = InitialSpeed::default();
-        for y in along(ny) {
-            for x in along(nx).filter(|&x| !solid([x, y])) {
-                let m = self.moments(x, y)?;
-                let speed = (m.ux as f64).hypot(m.uy as f64);
-                if speed > fastest.speed {
-                    fastest = InitialSpeed { speed, at: [x, y] };
-                }
-            }
-        }
-        Ok(fastest)
+        let points = along(ny).flat_map(|y| along(nx).map(move |x| [x, y]));
+        self.fastest_among(points.filter(|&at| !solid(at)))
     }
 
     /// Every fluid cell centre of every level's active cells, checked as
-    /// [`InitialField::moments`] does; the fastest speed among them.
+    /// [`InitialField::moments`] does (a row of cells at a time, side by
+    /// side, the first refusal in row order); the fastest speed among them.
     pub fn check_cells(&self, hierarchy: &Hierarchy, bodies: &[Body]) -> Result<InitialSpeed> {
         let mut fastest = InitialSpeed::default();
         for (level, patches) in hierarchy.levels.iter().enumerate() {
@@ -259,19 +263,8 @@ impl InitialField {
                 let rows: Vec<Result<InitialSpeed>> = (y0..y1)
                     .into_par_iter()
                     .map(|gy| {
-                        let mut row = InitialSpeed::default();
-                        for gx in x0..x1 {
-                            let at = [(gx as f64 + 0.5) * scale, (gy as f64 + 0.5) * scale];
-                            if bodies.iter().any(|b| b.shape.contains(at)) {
-                                continue;
-                            }
-                            let m = self.moments(at[0], at[1])?;
-                            let speed = (m.ux as f64).hypot(m.uy as f64);
-                            if speed > row.speed {
-                                row = InitialSpeed { speed, at };
-                            }
-                        }
-                        Ok(row)
+                        let row = (x0..x1).map(|gx| [(gx as f64 + 0.5) * scale, (gy as f64 + 0.5) * scale]);
+                        self.fastest_among(row.filter(|at| !bodies.iter().any(|b| b.shape.contains(*at))))
                     })
                     .collect();
                 for row in rows {
@@ -1262,7 +1255,6 @@ impl Case {
         if let (Some(field), Some(fastest)) = (&mut initial, initial_speed) {
             field.fastest = fastest;
         }
-        let initial_speed = initial_speed.map(|s| (s, initial.as_ref().map_or([0.0; 2], |f| f.metres(s.at))));
         let tiles: Vec<Option<[u32; 2]>> = self.run.tiles.iter().map(|t| Some(*t)).collect();
         let lattice = LatticeConfig {
             hierarchy,
@@ -1274,7 +1266,7 @@ impl Case {
             inlet,
             bodies,
         };
-        let speeds = self.speeds(&units, &lattice, initial_speed);
+        let speeds = self.speeds(&units, &lattice, initial.as_ref());
         lattice.check_stability(&speeds)?;
         if scope == Scope::Bounds {
             return Ok(None);
@@ -1330,12 +1322,7 @@ impl Case {
     /// at its amplitude's peak, each moving wall, the initial velocity's
     /// fastest fluid cell (`initial`), and what the acceleration can drive
     /// within the run ([`LatticeConfig::forced_speed`]).
-    fn speeds(
-        &self,
-        units: &UnitSystem,
-        lattice: &LatticeConfig,
-        initial: Option<(InitialSpeed, [f64; 2])>,
-    ) -> Vec<Speed> {
+    fn speeds(&self, units: &UnitSystem, lattice: &LatticeConfig, initial: Option<&InitialField>) -> Vec<Speed> {
         let scaled = "lower flow.lattice_velocity (every lattice speed scales with it), or raise \
                       flow.reference_velocity to the case's fastest speed";
         let mut speeds = vec![Speed {
@@ -1364,10 +1351,11 @@ impl Case {
                 });
             }
         }
-        if let Some((fastest, [x, y])) = initial {
+        if let Some(field) = initial {
+            let [x, y] = field.metres(field.fastest.at);
             speeds.push(Speed {
                 key: "initial.velocity".into(),
-                speed: fastest.speed,
+                speed: field.fastest.speed,
                 remedy: format!(
                     "at its fastest fluid cell, x = {} m, y = {} m: lower it there, or {scaled}",
                     significant(x, false),
