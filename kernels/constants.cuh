@@ -27,7 +27,7 @@
 #define LBM_GRADIENT_FIELDS 5  // refine::GRADIENT_FIELDS
 #define LBM_RESTRICT_TILE 16u  // refine::RESTRICT_TILE
 #define LBM_RESTRICT_FINE 34u  // 2 refine::RESTRICT_TILE + 2
-#define LBM_FILL_RUN 64u  // refine::FILL_RUN
+#define LBM_FILL_RUN 256u  // refine::FILL_RUN
 #define LBM_INLET_SAMPLES_PER_ROW 3  // order::INLET_SAMPLES_PER_ROW
 // order::inlet_sample: the sample a population arriving in `row` along a direction with y component `cy` takes.
 #define LBM_INLET_SAMPLE(row, cy) (LBM_INLET_SAMPLES_PER_ROW * (row) + 1 - (cy))

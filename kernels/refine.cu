@@ -5,10 +5,12 @@
 // Lagrange), the gradients of velocity and momentum flux by central differences
 // on the parent and bilinearly between them, all linearly in time by `alpha`,
 // and turned into fine post-collision populations with the fine tau+ and tau-.
-// One thread per band cell, one block per run of LBM_FILL_RUN cells along a
-// side, LBM_GHOST deep: the block first takes the parent moments its run's
-// stencils reach into shared memory, once each, where every band cell used to
-// compute its own sixteen.
+// Only the band's inner layer, the cells next to the active region, is
+// filled: the fine level fills its band before each of its hops, and a hop's
+// update, the restriction and the reflux read no other band cell. One thread
+// per inner-layer cell, one block per run of LBM_FILL_RUN cells along a side:
+// the block first takes the parent moments its run's stencils reach into
+// shared memory, once each, where every cell used to compute its own sixteen.
 //
 // `restrict_to_parent` (fine to coarse) overwrites every parent cell the fine
 // active region covers, except those of the hole, with the mass- and
@@ -79,11 +81,11 @@ LBM_BOUNDED_KERNEL(fill_ghost, 4)(const float* __restrict__ coarse_t, const floa
                                       float alpha, float tau_plus, float tau_minus, float coarse_force_x,
                                       float coarse_force_y) {
     LBM_PROLOGUE();
-    // The parent moments under the block's run of band cells. A run of
+    // The parent moments under the block's run of inner-layer cells. A run of
     // LBM_FILL_RUN fine cells spans at most LBM_FILL_RUN / 2 + 1 parent floors
-    // and the stencil adds one before and two after; LBM_GHOST fine cells
-    // across likewise.
-    __shared__ Moments box[(LBM_FILL_RUN / 2 + 4) * (LBM_GHOST / 2 + 4)];
+    // and the stencil adds one before and two after; one fine cell across
+    // spans one floor, so four.
+    __shared__ Moments box[(LBM_FILL_RUN / 2 + 4) * 4];
     // The host launches blocks of LBM_BLOCK_THREADS threads (uniform branch).
     if (blockDim.x != LBM_BLOCK_THREADS) {
         return;
@@ -93,19 +95,20 @@ LBM_BOUNDED_KERNEL(fill_ghost, 4)(const float* __restrict__ coarse_t, const floa
     const Layout coarse = make_layout(coarse_nx, coarse_ny, coarse_tile_x, coarse_tile_y);
     const Layout fine = make_layout(fine_nx, fine_ny, fine_tile_x, fine_tile_y);
 
-    // The block's run: the bottom strip's runs, the top strip's, then the left
-    // columns' and the right columns' between them, as FillGhost::shape
-    // counts them (side = the patch side the run lies along).
+    // The block's run: the inner layer's bottom row's runs, its top row's,
+    // then its left column's and its right column's between them, as
+    // FillGhost::shape counts them (side = the patch side the run lies along).
+    const unsigned int row = fine_nx - 2 * LBM_GHOST + 2;
     const unsigned int column = fine_ny - 2 * LBM_GHOST;
-    const unsigned int strip_runs = (fine_nx + LBM_FILL_RUN - 1) / LBM_FILL_RUN;
+    const unsigned int row_runs = (row + LBM_FILL_RUN - 1) / LBM_FILL_RUN;
     const unsigned int column_runs = (column + LBM_FILL_RUN - 1) / LBM_FILL_RUN;
     unsigned int run = blockIdx.x;
     int side = 2;
-    if (run >= strip_runs) {
-        run -= strip_runs;
+    if (run >= row_runs) {
+        run -= row_runs;
         side = 3;
-        if (run >= strip_runs) {
-            run -= strip_runs;
+        if (run >= row_runs) {
+            run -= row_runs;
             side = 0;
             if (run >= column_runs) {
                 run -= column_runs;
@@ -120,16 +123,16 @@ LBM_BOUNDED_KERNEL(fill_ghost, 4)(const float* __restrict__ coarse_t, const floa
         return;
     }
     const bool along_x = side >= 2;
-    const unsigned int extent = along_x ? fine_nx : column;
+    const unsigned int extent = along_x ? row : column;
     const unsigned int first = run * LBM_FILL_RUN;
     const unsigned int last = (first + LBM_FILL_RUN < extent ? first + LBM_FILL_RUN : extent) - 1;
-    // Fine coordinates of depth 0 across the run, and of the run's first cell along it.
-    const unsigned int across0 = (side & 1) == 0 ? 0u : (along_x ? fine_ny : fine_nx) - LBM_GHOST;
-    const unsigned int along0 = along_x ? 0u : LBM_GHOST;
-    const unsigned int along = threadIdx.x % LBM_FILL_RUN;
-    const unsigned int depth = threadIdx.x / LBM_FILL_RUN;
-    const unsigned int fx = along_x ? along0 + first + along : across0 + depth;
-    const unsigned int fy = along_x ? across0 + depth : along0 + first + along;
+    // Fine coordinates of the layer across the run, and of the run's first
+    // cell along it.
+    const unsigned int across0 = (side & 1) == 0 ? LBM_GHOST - 1 : (along_x ? fine_ny : fine_nx) - LBM_GHOST;
+    const unsigned int along0 = along_x ? LBM_GHOST - 1 : LBM_GHOST;
+    const unsigned int along = threadIdx.x;
+    const unsigned int fx = along_x ? along0 + first + along : across0;
+    const unsigned int fy = along_x ? across0 : along0 + first + along;
 
     // The fine allocation starts LBM_GHOST / 2 parent cells before its active
     // region; p grows with the fine coordinate, so the run's corners bound the
@@ -138,9 +141,9 @@ LBM_BOUNDED_KERNEL(fill_ghost, 4)(const float* __restrict__ coarse_t, const floa
     const float start_x = (float)((int)active_offset_x - half);
     const float start_y = (float)((int)active_offset_y - half);
     const unsigned int lo_x = along_x ? along0 + first : across0;
-    const unsigned int hi_x = along_x ? along0 + last : across0 + LBM_GHOST - 1;
+    const unsigned int hi_x = along_x ? along0 + last : across0;
     const unsigned int lo_y = along_x ? across0 : along0 + first;
-    const unsigned int hi_y = along_x ? across0 + LBM_GHOST - 1 : along0 + last;
+    const unsigned int hi_y = along_x ? across0 : along0 + last;
     const int box_x = (int)floorf(start_x + ((float)lo_x + 0.5f) * 0.5f - 0.5f) - 1;
     const int box_y = (int)floorf(start_y + ((float)lo_y + 0.5f) * 0.5f - 0.5f) - 1;
     const int box_w = (int)floorf(start_x + ((float)hi_x + 0.5f) * 0.5f - 0.5f) + 3 - box_x;

@@ -913,12 +913,17 @@ fn check_warns_of_a_straight_edge_off_the_cell_faces() {
     assert!(!printed.contains("straight edge"), "{printed}");
     let dfg = std::fs::read_to_string(workspace().join("cases/dfg-2d1.toml")).unwrap();
     assert!(!checked("circle.toml", &dfg).contains("straight edge"));
+    // Nor the facets of a curved outline (the shipped aerofoil's crest has
+    // one along x, 4 cells long, 0.14 of a cell off the faces).
+    let naca = std::fs::read_to_string(workspace().join("cases/naca0012.toml")).unwrap();
+    assert!(!checked("naca.toml", &naca).contains("straight edge"));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// A body in a patch near the patch's interface is warned about, one near
 /// the domain's wall the patch stands on is not, whichever way round the
-/// sides are (a tester found the gaps paired with the wrong sides).
+/// sides are (a tester found the gaps paired with the wrong sides); a patch
+/// edge off its parent's cell faces is warned about with where it moves.
 #[test]
 fn check_warns_of_a_body_near_its_patchs_interface_not_near_a_wall() {
     let dir = scratch("patch-edge");
@@ -939,6 +944,16 @@ fn check_warns_of_a_body_near_its_patchs_interface_not_near_a_wall() {
     // 6 fine cells from the patch's right interface.
     let near = check_report(&dir.join("near.toml"), &case("[0.4, 0.2]", "[0.675, 0.3]"));
     assert!(near.contains(warning), "{near}");
+    // A patch edge between the base cells' faces (0.025 m apart) moves to
+    // the nearest one, and check says where.
+    let snapped = "refinement[0].patches[0] = [0.25, 0.0, 0.76, 0.5] m is not on level 0's cell faces \
+                   (2.5e-2 m apart) and is taken as [0.25, 0, 0.75, 0.5] m";
+    assert!(!near.contains("is not on level 0's cell faces"), "{near}");
+    let off = check_report(
+        &dir.join("off.toml"),
+        &case("[0.4, 0.0]", "[0.6, 0.3]").replace("0.75, 0.5]]", "0.76, 0.5]]"),
+    );
+    assert!(off.contains(snapped), "{off}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

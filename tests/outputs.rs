@@ -215,6 +215,57 @@ print(int((under != blocks).sum()), int(under.sum()), int(centres.sum()), int(np
     std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
 }
 
+/// A body's cells are at rest from the start, whatever `[initial]` gives
+/// the flow around it: the vorticity beside the body, which takes the
+/// body's cells at rest, reads so in numpy (they kept the initial velocity
+/// and the cells around them were off by 0.1 / (2 dx)).
+#[test]
+fn a_bodys_cells_start_at_rest_under_an_initial_field() {
+    let Some(python) = std::env::var_os("LBM_PYTHON") else {
+        eprintln!("not run: set LBM_PYTHON to a Python with numpy and vtk (.ci/run does)");
+        return;
+    };
+    let text = "name = \"square in a stream\"\n[domain]\nsize = [1.0, 1.0]\nreference_length = 0.25\nresolution = 8\n\
+                [fluid]\nviscosity = 1e-3\n[flow]\nreference_velocity = 0.1\n\
+                [boundaries]\nx_min = \"periodic\"\nx_max = \"periodic\"\ny_min = \"periodic\"\ny_max = \"periodic\"\n\
+                [[bodies]]\nshape = \"rectangle\"\nmin = [0.375, 0.375]\nmax = [0.625, 0.625]\n\
+                [initial]\nvelocity = [0.1, \"0.02 * sin(2 * pi * x)\"]\n\
+                [run]\nsteps = 20\n[output]\nevery_intervals = 20\n\
+                fields = [\"velocity\", \"vorticity\"]\nformats = [\"npy\"]\n";
+    let (out, output) = run(text, "initial-body", "20");
+    assert!(output.status.success(), "{}", stderr(&output));
+    // The documented stencil: central differences, the body's cells at rest.
+    let check = r#"
+import json, sys, numpy as np
+out = sys.argv[1]
+index = {e["field"]: e for e in json.load(open(out + "/fields/index.json")) if e["step"] == 20}
+u = np.load(out + "/fields/" + index["velocity"]["file"])
+w = np.load(out + "/fields/" + index["vorticity"]["file"])
+h = index["velocity"]["spacing_m"]
+solid = np.isnan(u[..., 0])
+u = np.where(np.isnan(u), 0.0, u)
+doc = np.full(w.shape, np.nan)
+doc[1:-1, 1:-1] = (u[1:-1, 2:, 1] - u[1:-1, :-2, 1] - u[2:, 1:-1, 0] + u[:-2, 1:-1, 0]) / (2 * h)
+near = np.zeros(solid.shape, bool)
+near[1:-1, 1:-1] = ~solid[1:-1, 1:-1] & (solid[1:-1, 2:] | solid[1:-1, :-2] | solid[2:, 1:-1] | solid[:-2, 1:-1])
+print(int(near.sum()), int(solid.sum()), float(np.abs(w[near] - doc[near]).max()))
+"#;
+    let read = std::process::Command::new(&python)
+        .args(["-c", check])
+        .arg(&out)
+        .output()
+        .expect("python runs");
+    assert!(read.status.success(), "{}", stderr(&read));
+    let printed = String::from_utf8_lossy(&read.stdout).to_string();
+    let values: Vec<f64> = printed.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    let [near, solid, difference] = values[..] else {
+        panic!("{printed}")
+    };
+    assert_eq!((near, solid), (32.0, 64.0), "cells beside the square, in it");
+    assert!(difference < 1e-4, "vorticity beside the body off by {difference} 1/s");
+    std::fs::remove_dir_all(out.parent().unwrap()).unwrap();
+}
+
 /// A PNG as RGB rows: (width, height, bytes).
 fn decode_png(path: &std::path::Path) -> (usize, usize, Vec<u8>) {
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));

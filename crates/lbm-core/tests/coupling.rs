@@ -11,7 +11,7 @@ use std::f64::consts::PI;
 use lbm_core::BufferId;
 use lbm_core::domain::geometry::cell_center;
 use lbm_core::domain::hierarchy::{GHOST, HierarchySpec, Patch, Rect};
-use lbm_core::domain::order::{band_cell, band_cells};
+use lbm_core::domain::order::{inner_band_cell, inner_band_cells};
 use lbm_core::domain::sides::{PatchSide, PatchSides, beyond_wall};
 use lbm_core::kernels::refine::{FillGhost, RestrictToParent, fill_ghost, restrict_to_parent};
 use lbm_core::lattice::{self, Collision, Moments, Q, Relaxation};
@@ -131,11 +131,15 @@ fn errors(n: u32, walled: bool) -> [(f64, f64); 2] {
         coarse_force: [0.0; 2],
     };
     fill_ghost(&fill, &coarse_field, &coarse_field, &mut ghost);
-    // Every band cell is written but those beyond the wall, which nothing reads.
+    // Every cell of the band's inner layer is written but those beyond the
+    // wall, which nothing reads, and no other cell of the allocation.
     let plane = fine.layout.plane_cells();
+    let written_anywhere = (0..plane)
+        .filter(|&i| (0..Q).any(|q| !ghost[q * plane + i].is_nan()))
+        .count();
     let (mut band, mut skipped) = (Vec::new(), 0);
-    for c in 0..band_cells(&fine.layout) {
-        let (x, y) = band_cell(&fine.layout, GHOST, c);
+    for c in 0..inner_band_cells(&fine.layout) {
+        let (x, y) = inner_band_cell(&fine.layout, c);
         let index = fine.layout.index(x, y);
         let written = (0..Q).map(|i| ghost[i * plane + index]).filter(|v| !v.is_nan()).count();
         if beyond_wall(&fine.layout, &sides, x, y) {
@@ -147,6 +151,7 @@ fn errors(n: u32, walled: bool) -> [(f64, f64); 2] {
         }
     }
     assert_eq!(skipped > 0, walled);
+    assert_eq!(written_anywhere, band.len(), "cells written outside the inner layer");
     let fill_errors = compare(&ghost, &fine_field, plane, band.into_iter());
 
     let mut restricted: Vec<f32> = coarse_field.iter().map(|_| f32::NAN).collect();

@@ -28,27 +28,29 @@ pub fn inlet_sample(row: u32, cy: i32) -> usize {
     (INLET_SAMPLES_PER_ROW as i64 * row as i64 + 1 - cy as i64) as usize
 }
 
-/// Cells of the ghost band of a fine allocation.
-pub fn band_cells(fine: &Layout) -> usize {
-    (2 * GHOST * fine.nx + 2 * GHOST * (fine.ny - 2 * GHOST)) as usize
+/// Cells of the ghost band's inner layer of a fine allocation: the band cells
+/// next to the active region (diagonal neighbours at its corners), the only
+/// ones the fine level's update, the restriction and the reflux read, and so
+/// the only ones `fill_ghost` writes.
+pub fn inner_band_cells(fine: &Layout) -> usize {
+    (2 * (fine.nx - 2 * GHOST + 2) + 2 * (fine.ny - 2 * GHOST)) as usize
 }
 
-/// Allocation coordinates of ghost-band cell `cell`: bottom rows, top rows, then
-/// the left and right columns between them (the order kernels/refine.cu uses).
-pub fn band_cell(layout: &Layout, ghost: u32, cell: usize) -> (u32, u32) {
+/// Allocation coordinates of inner-band cell `cell`: the bottom row (corners
+/// included), the top row, then the left and right columns between them (the
+/// order kernels/refine.cu uses).
+pub fn inner_band_cell(layout: &Layout, cell: usize) -> (u32, u32) {
     let cell = cell as u32;
-    let strip = ghost * layout.nx;
-    if cell < strip {
-        (cell % layout.nx, cell / layout.nx)
-    } else if cell < 2 * strip {
-        let c = cell - strip;
-        (c % layout.nx, layout.ny - ghost + c / layout.nx)
+    let row = layout.nx - 2 * GHOST + 2;
+    let column = layout.ny - 2 * GHOST;
+    if cell < row {
+        (GHOST - 1 + cell, GHOST - 1)
+    } else if cell < 2 * row {
+        (GHOST - 1 + cell - row, layout.ny - GHOST)
+    } else if cell < 2 * row + column {
+        (GHOST - 1, GHOST + cell - 2 * row)
     } else {
-        let c = cell - 2 * strip;
-        let row = ghost + c / (2 * ghost);
-        let col = c % (2 * ghost);
-        let x = if col < ghost { col } else { layout.nx - 2 * ghost + col };
-        (x, row)
+        (layout.nx - GHOST, GHOST + cell - 2 * row - column)
     }
 }
 
@@ -97,6 +99,29 @@ pub fn fine_covered(fine: &Layout) -> Rect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_inner_band_is_every_band_cell_beside_the_active_region_once() {
+        for (nx, ny) in [(2 * GHOST + 2, 2 * GHOST + 2), (2 * GHOST + 7, 2 * GHOST + 3)] {
+            let layout = Layout { nx, ny, tile: [nx, ny] };
+            let active = Rect::new(GHOST, GHOST, nx - GHOST, ny - GHOST);
+            let beside = |x: u32, y: u32| {
+                !active.contains(x, y)
+                    && (x + 1 >= active.x0 && x <= active.x1)
+                    && (y + 1 >= active.y0 && y <= active.y1)
+            };
+            let mut seen = std::collections::BTreeSet::new();
+            for cell in 0..inner_band_cells(&layout) {
+                let (x, y) = inner_band_cell(&layout, cell);
+                assert!(beside(x, y), "({x}, {y}) of {nx}x{ny}");
+                assert!(seen.insert((x, y)), "({x}, {y}) twice");
+            }
+            let all = (0..ny)
+                .flat_map(|y| (0..nx).map(move |x| (x, y)))
+                .filter(|&(x, y)| beside(x, y));
+            assert_eq!(all.count(), seen.len());
+        }
+    }
 
     #[test]
     fn the_ring_visits_each_neighbour_beyond_an_interface_once() {

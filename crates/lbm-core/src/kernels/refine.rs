@@ -8,7 +8,7 @@
 
 use crate::device::{Arg, BLOCK_THREADS, BufferRef, Kernel, Launch};
 use crate::domain::hierarchy::{GHOST, Layout, Rect};
-use crate::domain::order::band_cells;
+use crate::domain::order::inner_band_cells;
 use crate::domain::sides::{PatchSides, beyond_wall, mirrored_cell, reflect_crossed};
 use crate::error::{LaunchProblem, Result};
 use rayon::prelude::*;
@@ -118,7 +118,7 @@ impl KernelArgs for FillGhost {
     }
 
     fn work_items(&self) -> usize {
-        band_cells(&self.fine)
+        inner_band_cells(&self.fine)
     }
 
     /// The kernel maps each block onto one run of a side.
@@ -205,21 +205,20 @@ impl KernelArgs for FillGhost {
     }
 }
 
-/// Ghost-band cells along one side of a `fill_ghost` block: [`GHOST`] deep,
-/// one block of [`BLOCK_THREADS`] threads. The block shares the parent moments
-/// its run's stencils read, each computed once instead of by each of the up
-/// to sixteen band cells whose stencil reaches it.
-pub const FILL_RUN: u32 = BLOCK_THREADS / GHOST;
-const _: () = assert!(FILL_RUN * GHOST == BLOCK_THREADS);
+/// Inner-layer cells along one side of a `fill_ghost` block, one block of
+/// [`BLOCK_THREADS`] threads. The block shares the parent moments its run's
+/// stencils read, each computed once instead of by each of the up to eight
+/// cells whose stencil reaches it.
+pub const FILL_RUN: u32 = BLOCK_THREADS;
 
 impl FillGhost {
-    /// One block per run: the bottom strip's runs along x, the top strip's,
-    /// then the left and the right columns' along y between the strips (the
-    /// order kernels/refine.cu reads from the block index).
+    /// One block per run: the inner layer's bottom row's runs along x, its
+    /// top row's, then its left and right columns' along y between the rows
+    /// (the order kernels/refine.cu reads from the block index).
     fn shape(&self) -> ExactShape {
-        let strip_runs = self.fine.nx.div_ceil(FILL_RUN);
+        let row_runs = (self.fine.nx + 2).saturating_sub(2 * GHOST).div_ceil(FILL_RUN);
         let column_runs = self.fine.ny.saturating_sub(2 * GHOST).div_ceil(FILL_RUN);
-        ExactShape::blocks(2 * strip_runs + 2 * column_runs)
+        ExactShape::blocks(2 * row_runs + 2 * column_runs)
     }
 }
 
@@ -423,42 +422,52 @@ fn parent_moments(k: &FillGhost, t0: &[f32], t1: &[f32], x: i32, y: i32) -> Mome
     reflect_crossed(m, &k.sides, crossed)
 }
 
-/// Coarse-to-fine coupling of one ghost-band cell: density and velocity
-/// interpolated bicubically from the parent, gradients of velocity and momentum
-/// flux by central differences there, all time-interpolated by `alpha`, and
-/// rebuilt as fine post-collision populations with the fine τ⁺, τ⁻. Gradients
-/// are halved because the fine lattice unit of length is half the parent's.
-/// Band cells beyond a wall side are left as they are: nothing reads them.
+/// Coarse-to-fine coupling of the ghost band's inner layer
+/// ([`inner_band_cells`]): density and velocity interpolated bicubically from
+/// the parent, gradients of velocity and momentum flux by central differences
+/// there, all time-interpolated by `alpha`, and rebuilt as fine post-collision
+/// populations with the fine τ⁺, τ⁻. Gradients are halved because the fine
+/// lattice unit of length is half the parent's. The fine level fills its band
+/// before each of its hops, so a hop's update reads only the layer next to the
+/// active region, as the restriction and the reflux do: the band's outer
+/// cells, and its cells beyond a wall side, are left as they are (filling
+/// every layer took a refined CPU run a quarter of its time).
 pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
-    // Each parent cell feeds up to sixteen ghost cells' stencils: take its
+    // Each parent cell feeds up to sixteen band cells' stencils: take its
     // moments once (the same arithmetic as the device's, which takes them
-    // once per block, so the same bits), over the parent cells under the fine
-    // allocation plus the two-cell reach of the stencil. Only the frame that
-    // the band's stencils reach is needed: two cells of reach, the band's
-    // GHOST / 2 cells and two more, from each interface side (the band
-    // beyond a wall side is not filled, and a corner of the band lies in the
-    // strip along y as well); the rest stays unset.
+    // once per block, so the same bits), over the frame that the stencils of
+    // the band's inner layer reach: four parent cells deep, from two cells in
+    // from the allocation's edge along each interface side (the band beyond a
+    // wall side is not filled, and a corner of the layer lies in the strip
+    // along y as well); the rest stays unset.
     let origin = k.active_offset.map(|o| o as i32 - GHOST as i32);
     let size = [k.fine.nx / 2 + 4, k.fine.ny / 2 + 4];
-    let frame = (GHOST / 2 + 4) as usize;
+    // Frame rows or columns [FRAME_START, FRAME_END) from the low edge, and as
+    // far from the high one.
+    const FRAME_START: usize = (GHOST / 2) as usize;
+    const FRAME_END: usize = FRAME_START + 4;
     let open = |side: usize| k.sides.is_interface(side);
-    let width = size[0] as usize;
+    let (width, height) = (size[0] as usize, size[1] as usize);
+    let strip = |j: usize, n: usize, low: bool| {
+        let from_edge = if low { j } else { n - 1 - j };
+        (FRAME_START..FRAME_END).contains(&from_edge)
+    };
     // The frame's columns in parent row j: the whole row in a strip along
     // x, else the strips along y at the interface sides.
     let frame_columns = |j: usize| {
-        if (j < frame && open(2)) || (j + frame >= size[1] as usize && open(3)) {
+        if (open(2) && strip(j, height, true)) || (open(3) && strip(j, height, false)) {
             [0..width, width..width]
         } else {
-            let low = if open(0) { frame.min(width) } else { 0 };
+            let low = if open(0) { FRAME_START..FRAME_END } else { 0..0 };
             let high = if open(1) {
-                width.saturating_sub(frame).max(low)
+                width - FRAME_END..width - FRAME_START
             } else {
-                width
+                width..width
             };
-            [0..low, high..width]
+            [low, high]
         }
     };
-    let mut parent = vec![Moments::default(); width * size[1] as usize];
+    let mut parent = vec![Moments::default(); width * height];
     parent.par_chunks_mut(width).enumerate().for_each(|(j, row)| {
         for i in frame_columns(j).into_iter().flatten() {
             row[i] = parent_moments(k, t0, t1, origin[0] + i as i32, origin[1] + j as i32);
@@ -472,7 +481,7 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
     // outside the frame, are no ghost cell's inner point.
     let mut differences = vec![Differences::default(); parent.len()];
     differences.par_chunks_mut(width).enumerate().for_each(|(j, row)| {
-        if j == 0 || j + 1 == size[1] as usize {
+        if j == 0 || j + 1 == height {
             return;
         }
         for i in frame_columns(j).into_iter().flatten() {
@@ -482,15 +491,18 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
         }
     });
     let rates = RebuildRates::new(k.tau_plus, k.tau_minus);
-    // Written in place, band by band of rows: a band row's cells, or the
-    // GHOST cells at each end of a row between the bands.
+    // Written in place, band by band of rows: the inner layer's bottom and
+    // top rows, or its cell at each end of a row between them.
     let (nx, ny) = (k.fine.nx, k.fine.ny);
+    let (first_x, last_x) = (GHOST - 1, nx - GHOST);
     par_row_bands(fine, &k.fine, |first, rows, band| {
         for fy in first..first + rows {
-            let across = fy < GHOST || fy >= ny - GHOST;
-            let columns = match across {
-                true => [0..nx, nx..nx],
-                false => [0..GHOST, nx - GHOST..nx],
+            let columns = if fy == GHOST - 1 || fy == ny - GHOST {
+                [first_x..last_x + 1, 0..0]
+            } else if fy >= GHOST && fy < ny - GHOST {
+                [first_x..first_x + 1, last_x..last_x + 1]
+            } else {
+                [0..0, 0..0]
             };
             for fx in columns.into_iter().flatten() {
                 if !beyond_wall(&k.fine, &k.sides, fx, fy) {

@@ -8,7 +8,7 @@
 use ndarray::Array2;
 
 use crate::device::{BufferId, Driver};
-use crate::domain::geometry;
+use crate::domain::geometry::{self, FLAG_SOLID};
 use crate::domain::hierarchy::{Patch, Rect};
 use crate::error::{Error, Result};
 use crate::kernels::exchange::EXCHANGE_WORDS;
@@ -72,10 +72,25 @@ pub(super) fn upload_state<D: Driver>(
         // (the fields read `j - F/2`): without it a forced flow started at
         // -F/2 and lagged the exact one by half a step ever after.
         let force = state.physics[patch.level].force;
+        // A body's cells start at rest whatever the flow around them starts
+        // at: the updates leave them as set up, and what reads them (the
+        // vorticity beside a body) takes them at rest.
+        let bodies: Vec<(usize, &geometry::Shape)> = state
+            .lattice
+            .bodies
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.level == patch.level)
+            .map(|(i, b)| (i, &b.shape))
+            .collect();
+        let (flags, _) = geometry::rasterize(patch, &bodies);
         for y in 0..layout.ny {
             for x in 0..layout.nx {
                 let [cx, cy] = geometry::cell_center(patch, x, y);
-                let m = init(patch.level, cx, cy);
+                let m = match flags[layout.index(x, y)] == FLAG_SOLID {
+                    true => Moments::default(),
+                    false => init(patch.level, cx, cy),
+                };
                 let feq = lattice::equilibrium(Moments {
                     ux: m.ux + 0.5 * force[0],
                     uy: m.uy + 0.5 * force[1],
