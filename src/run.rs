@@ -99,14 +99,18 @@ pub struct Limits {
 /// A `--watchdog-seconds` below this is warned about.
 const SHORT_WATCHDOG_SECONDS: f64 = 1.0;
 
+/// The longest time limit taken, about 31700 years: a timer holds no more
+/// than 1.8e19 s, and a longer limit is no limit anyway.
+const MAX_LIMIT_SECONDS: f64 = 1e12;
+
 impl Limits {
     pub fn check(&self) -> Result<(), AppError> {
-        let positive = |flag: &'static str, s: f64| match s > 0.0 && s.is_finite() {
+        let positive = |flag: &'static str, s: f64| match s > 0.0 && s <= MAX_LIMIT_SECONDS {
             true => Ok(()),
             false => Err(AppError::Flag {
                 flag,
                 value: s.to_string(),
-                accepted: "a finite number of seconds above 0".into(),
+                accepted: format!("a number of seconds above 0 and at most {MAX_LIMIT_SECONDS:e}"),
             }),
         };
         if let Some(s) = self.max_wall_seconds {

@@ -667,6 +667,22 @@ fn check_benchmark_case(case: &Case, benchmark: Benchmark) -> Result<(), AppErro
         value: format!("{key} = {value}"),
         accepted: format!("{accepted}: the benchmark's flow, which its reference values are of"),
     };
+    // --resolution replaces the file's, which is still checked as `lbm run`
+    // checks it: a case file that no run takes is no benchmark's either.
+    let domain = &case.domain;
+    let cells_per_m = domain.resolution / domain.reference_length;
+    let cells = (domain.size[0] * cells_per_m).round() * (domain.size[1] * cells_per_m).round();
+    if !(domain.resolution > 0.0 && domain.resolution.is_finite() && cells <= lbm_core::case::MAX_BASE_CELLS) {
+        return Err(refuse(
+            "domain.resolution",
+            domain.resolution.to_string(),
+            format!(
+                "a finite number above 0 that gives domain.size at most {:e} base cells, as `lbm run` takes \
+                 (--resolution replaces it)",
+                lbm_core::case::MAX_BASE_CELLS
+            ),
+        ));
+    }
     if !close(case.fluid.viscosity, 1e-3) {
         return Err(refuse(
             "fluid.viscosity",
@@ -875,6 +891,10 @@ mod tests {
             ("velocity = 0.3,", "velocity = 0.4,", "boundaries.x_min"),
             ("x_max = \"outflow\"", "x_max = \"wall\"", "boundaries.x_max"),
             ("y_max = \"wall\"", "y_max = \"free_slip\"", "boundaries.y_max"),
+            // Replaced by --resolution, but no run takes these.
+            ("resolution = 10 ", "resolution = 0 ", "domain.resolution"),
+            ("resolution = 10 ", "resolution = -5 ", "domain.resolution"),
+            ("resolution = 10 ", "resolution = 1e308 ", "domain.resolution"),
         ] {
             let changed = text.replace(from, to);
             assert_ne!(changed, text, "{from}");

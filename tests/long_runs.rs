@@ -790,6 +790,9 @@ fn run_bounds_out_of_range_are_refused_before_any_work() {
         (vec!["--max-wall-seconds", "NaN"], "--max-wall-seconds"),
         (vec!["--max-wall-seconds", "inf"], "--max-wall-seconds"),
         (vec!["--watchdog-seconds", "0"], "--watchdog-seconds"),
+        // Past what a timer holds (1.8e19 s): it panicked after writing.
+        (vec!["--watchdog-seconds", "1e20"], "at most 1e12"),
+        (vec!["--max-wall-seconds", "1e308"], "at most 1e12"),
         (vec!["--device", "7"], "--device"),
         (vec!["--pilot", "--pilot-intervals", "0"], "--pilot-intervals"),
     ] {

@@ -35,6 +35,21 @@ fn run(case_text: &str, name: &str, steps: &str) -> (std::path::PathBuf, std::pr
     (out, output)
 }
 
+/// The numbers the Python script `check` prints of run directory `out`,
+/// with `python`'s numpy; a failing script fails the test.
+fn numpy_check(python: &std::ffi::OsStr, check: &str, out: &std::path::Path) -> Vec<f64> {
+    let read = std::process::Command::new(python)
+        .args(["-c", check])
+        .arg(out)
+        .output()
+        .expect("python runs");
+    assert!(read.status.success(), "{}", stderr(&read));
+    String::from_utf8_lossy(&read.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
 /// The summary `tests/read_outputs.py` prints of run directory `out`, read
 /// with `python`'s numpy and VTK; a refusal of the files fails the test.
 fn read_back(python: &std::ffi::OsStr, out: &std::path::Path) -> serde_json::Value {
@@ -187,15 +202,9 @@ yc, xc = np.mgrid[y0:y0 + ny, x0:x0 + nx]
 centres = (((xc + 0.5) * h - 0.3) ** 2 + ((yc + 0.5) * h - 0.2) ** 2) < 0.05 ** 2
 print(int((under != blocks).sum()), int(under.sum()), int(centres.sum()), int(np.isnan(pc).sum()), int(1e6 * bias))
 "#;
-    let read = std::process::Command::new(&python)
-        .args(["-c", check])
-        .arg(&out)
-        .output()
-        .expect("python runs");
-    assert!(read.status.success(), "{}", stderr(&read));
-    let counts: Vec<u64> = String::from_utf8_lossy(&read.stdout)
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
+    let counts: Vec<u64> = numpy_check(&python, check, &out)
+        .into_iter()
+        .map(|n| n as u64)
         .collect();
     let [mismatched, under, centres, everywhere, bias_ppm] = counts[..] else {
         panic!("{counts:?}")
@@ -250,16 +259,9 @@ near = np.zeros(solid.shape, bool)
 near[1:-1, 1:-1] = ~solid[1:-1, 1:-1] & (solid[1:-1, 2:] | solid[1:-1, :-2] | solid[2:, 1:-1] | solid[:-2, 1:-1])
 print(int(near.sum()), int(solid.sum()), float(np.abs(w[near] - doc[near]).max()))
 "#;
-    let read = std::process::Command::new(&python)
-        .args(["-c", check])
-        .arg(&out)
-        .output()
-        .expect("python runs");
-    assert!(read.status.success(), "{}", stderr(&read));
-    let printed = String::from_utf8_lossy(&read.stdout).to_string();
-    let values: Vec<f64> = printed.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    let values = numpy_check(&python, check, &out);
     let [near, solid, difference] = values[..] else {
-        panic!("{printed}")
+        panic!("{values:?}")
     };
     assert_eq!((near, solid), (32.0, 64.0), "cells beside the square, in it");
     assert!(difference < 1e-4, "vorticity beside the body off by {difference} 1/s");

@@ -746,6 +746,62 @@ fn join(prefix: &str, key: &str) -> String {
 /// The case file's tables, each one table (not `[[...]]`, not a list).
 const TABLES: [&str; 7] = ["domain", "fluid", "flow", "boundaries", "run", "output", "initial"];
 
+/// A shape's key, whether a value is of its kind, and the kind in words.
+type ShapeKey = (&'static str, fn(&toml::Value) -> bool, &'static str);
+
+/// Each `[[bodies]]` table's shape and the kinds of its shape's keys,
+/// named `bodies[i].key`: the reader takes a body's shape as one table with
+/// a `shape` tag, and its own errors name only `bodies[i]`.
+fn check_bodies(document: &toml::Value) -> Result<()> {
+    let Some(toml::Value::Array(bodies)) = document.get("bodies") else {
+        return Ok(());
+    };
+    fn number(v: &toml::Value) -> bool {
+        matches!(v, toml::Value::Float(_) | toml::Value::Integer(_))
+    }
+    fn pair(v: &toml::Value) -> bool {
+        matches!(v, toml::Value::Array(a) if a.len() == 2 && a.iter().all(number))
+    }
+    fn points(v: &toml::Value) -> bool {
+        matches!(v, toml::Value::Array(a) if a.iter().all(pair))
+    }
+    for (i, body) in bodies.iter().enumerate() {
+        let Some(table) = body.as_table() else {
+            return Err(Error::parameter(
+                &format!("bodies[{i}]"),
+                body.to_string(),
+                "a table: `[[bodies]]` with `shape = ...` and its keys",
+            ));
+        };
+        let keys: &[ShapeKey] = match table.get("shape").and_then(|v| v.as_str()) {
+            Some("circle") => &[("center", pair, "[x, y] in m"), ("radius", number, "a number, m")],
+            Some("rectangle") => &[("min", pair, "[x, y] in m"), ("max", pair, "[x, y] in m")],
+            Some("polygon") => &[("points", points, "[[x, y], ...] in m")],
+            _ => {
+                let written = table.get("shape").map_or("missing".to_string(), |v| v.to_string());
+                return Err(Error::parameter(
+                    &format!("bodies[{i}].shape"),
+                    written,
+                    "\"circle\" (center, radius), \"rectangle\" (min, max) or \"polygon\" (points)",
+                ));
+            }
+        };
+        for (key, fits, accepted) in keys {
+            match table.get(*key) {
+                Some(v) if fits(v) => {}
+                written => {
+                    return Err(Error::parameter(
+                        &format!("bodies[{i}].{key}"),
+                        written.map_or("missing".to_string(), |v| v.to_string()),
+                        accepted,
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn as_array(key: &str) -> Error {
     Error::parameter(
         key,
@@ -814,9 +870,9 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
     let message = [
         ("expected f64", "expected a number"),
         ("expected f32", "expected a number"),
-        ("expected u32", "expected a whole number from 0"),
-        ("expected u64", "expected a whole number from 0"),
-        ("expected usize", "expected a whole number from 0"),
+        ("expected u32", "expected a whole number without a sign"),
+        ("expected u64", "expected a whole number without a sign"),
+        ("expected usize", "expected a whole number without a sign"),
         ("expected i64", "expected a whole number"),
         ("expected a sequence", "expected an array"),
     ]
@@ -830,6 +886,45 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
     }
     if let Some(near) = nearest_key(&message) {
         message += &format!("; did you mean `{near}`?");
+    }
+    // A one-of table (a side, an amplitude, a collision) refused by its
+    // shape alone: what it takes.
+    let one_of = message.starts_with("wanted exactly 1 element")
+        || message.starts_with("wanted string or table")
+        || message.contains("expected a table")
+        || message.contains("this table takes no other key");
+    if one_of && let Some(k) = key.as_deref() {
+        let accepted = if k.starts_with("boundaries.") && k.ends_with(".amplitude") {
+            Some(
+                "\"constant\", { ramp = { duration = s } }, { sine = { period = s } } or { table = { points = [[t, factor], ...] } }",
+            )
+        } else if k.starts_with("boundaries.") {
+            Some("\"periodic\", \"wall\", \"outflow\", \"free_slip\", { moving_wall = [u, v] } or { inlet = { ... } }")
+        } else if k == "flow.collision" {
+            Some("{ model = \"bgk\" } or { model = \"trt\", magic = ... }")
+        } else {
+            None
+        };
+        if let Some(accepted) = accepted {
+            message += &format!("; `{k}` takes {accepted}");
+        }
+    }
+    // The reader names neither a key written twice nor a table opened
+    // twice: both are the text at the span.
+    if message.starts_with("duplicate key")
+        && let Some(span) = e.span()
+    {
+        let written = text[span.start.min(text.len())..].lines().next().unwrap_or("");
+        let name = written
+            .split('=')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_matches(['[', ']'])
+            .trim();
+        if !name.is_empty() {
+            message = format!("`{name}` is given twice; each key and table once");
+        }
     }
     Error::CaseSyntax {
         line,
@@ -956,6 +1051,9 @@ pub struct Resolved {
     pub initial: Option<InitialField>,
 }
 
+/// The most base cells a case may have (`domain.size` at `domain.resolution`).
+pub const MAX_BASE_CELLS: f64 = 4e9;
+
 impl Case {
     /// Reads a case file: valid TOML, every key known, no NaN or infinity,
     /// and every fixed-length array (a pair, a patch, a table row) of exactly
@@ -974,6 +1072,7 @@ impl Case {
                 return Err(as_array(key));
             }
         }
+        check_bodies(&document)?;
         let case: Case = toml::from_str(text).map_err(syntax)?;
         // The TOML reader fills a fixed-length array from its first values
         // and drops the rest, and fills a table from an array's values in
@@ -1021,14 +1120,29 @@ impl Case {
                     Some([lo, hi]) => format!("`{key}` from {} to {}", significant(lo, true), significant(hi, false)),
                     None => format!("no value of `{key}`"),
                 };
+                let (resolutions, velocities) = (self.resolution_range(), self.lattice_velocity_range());
+                // Neither helps: the flow's own scales are out of reach.
+                let written = |v: f64| match v.to_string() {
+                    long if long.len() > 12 => format!("{v:e}"),
+                    plain => plain,
+                };
+                let neither = match (resolutions, velocities) {
+                    (None, None) => format!(
+                        "; the flow's own scales are then out of reach: `fluid.viscosity` = {} m^2/s against \
+                         `flow.reference_velocity` = {} m/s and `domain.reference_length` = {} m",
+                        written(self.fluid.viscosity),
+                        written(self.flow.reference_velocity),
+                        written(self.domain.reference_length),
+                    ),
+                    _ => String::new(),
+                };
                 Error::Parameter {
                     key,
                     value,
                     accepted: format!(
-                        "{accepted}; with every other key as it is, the relaxation times and lattice speeds allow {} or {}",
-                        within(self.resolution_range(), "domain.resolution")
-                            + " (base cells per domain.reference_length)",
-                        within(self.lattice_velocity_range(), "flow.lattice_velocity"),
+                        "{accepted}; with every other key as it is, the relaxation times and lattice speeds allow {} or {}{neither}",
+                        within(resolutions, "domain.resolution") + " (base cells per domain.reference_length)",
+                        within(velocities, "flow.lattice_velocity"),
                     ),
                 }
             }
@@ -1118,7 +1232,7 @@ impl Case {
                 "at least one base cell each way",
             ));
         }
-        if nx * ny > 4e9 {
+        if nx * ny > MAX_BASE_CELLS {
             return Err(Error::parameter(
                 "domain.resolution",
                 self.domain.resolution,
@@ -1981,10 +2095,32 @@ mod tests {
         assert!(e.contains("`domain.size` = 3 values"), "{e}");
         let polygon =
             format!("{CAVITY}\n[[bodies]]\nshape = \"polygon\"\npoints = [[0.4, 0.4], [0.6, 0.4, 1.0], [0.5, 0.6]]\n");
-        // Inside a tagged table (a body's shape) serde itself counts the
-        // values; the reader points at the table.
+        // A body's keys are checked by kind before the reader takes the
+        // table, so the key is named, not only the table.
         let e = read_error(&polygon);
-        assert!(e.contains("`bodies[0]`: invalid length 3, expected 2 elements"), "{e}");
+        assert!(
+            e.contains("`bodies[0].points` = [[0.4, 0.4], [0.6, 0.4, 1.0], [0.5, 0.6]]: [[x, y], ...] in m"),
+            "{e}"
+        );
+        for (body, says) in [
+            (
+                "shape = \"circle\"\ncenter = [0.5, 0.5]\nradius = \"0.05\"",
+                "`bodies[0].radius` = \"0.05\": a number",
+            ),
+            (
+                "shape = \"circle\"\ncenter = [0.5]\nradius = 0.05",
+                "`bodies[0].center` = [0.5]: [x, y] in m",
+            ),
+            ("shape = \"circle\"\nradius = 0.05", "`bodies[0].center` = missing"),
+            (
+                "shape = 1\nradius = 0.05",
+                "`bodies[0].shape` = 1: \"circle\" (center, radius), \"rectangle\"",
+            ),
+            ("radius = 0.05", "`bodies[0].shape` = missing"),
+        ] {
+            let e = read_error(&format!("{CAVITY}\n[[bodies]]\n{body}\n"));
+            assert!(e.contains(says), "{body}: {e}");
+        }
         // Lists of any length keep it.
         assert!(Case::from_toml(&polygon.replace("0.4, 1.0]", "0.4]")).is_ok());
     }
@@ -2000,6 +2136,17 @@ mod tests {
         assert!(e.contains("`run.steps`: invalid value: integer `-10`"), "{e}");
         let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = \"glass\""));
         assert!(e.contains("`boundaries.x_min`: unknown variant `glass`"), "{e}");
+        // A one-of table refused by its shape says what it takes.
+        let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = {}"));
+        assert!(
+            e.contains("`boundaries.x_min` takes \"periodic\", \"wall\", \"outflow\", \"free_slip\""),
+            "{e}"
+        );
+        // A key or table given twice is named.
+        let e = read_error(&CAVITY.replace("steps = 10", "steps = 10\nsteps = 20"));
+        assert!(e.contains("`steps` is given twice; each key and table once"), "{e}");
+        let e = read_error(&format!("{CAVITY}\n[run]\nsteps = 20\n"));
+        assert!(e.contains("`run` is given twice"), "{e}");
     }
 
     #[test]
@@ -2161,6 +2308,13 @@ mod tests {
             .replace("y_min = \"periodic\"", "y_min = \"wall\"")
             .replace("y_max = \"periodic\"", "y_max = \"wall\"");
         refused(&walled, &["`flow.acceleration`", "Poiseuille peak"]);
+        // An absurd force's speed in a power of ten, not in 644 digits.
+        let absurd = CAVITY.replace("[flow]", "[flow]\nacceleration = [1e308, 0.0]");
+        assert_ne!(absurd, CAVITY);
+        refused(
+            &absurd,
+            &["`flow.acceleration` = lattice speed 3.1250e305, Mach 5.413e305"],
+        );
         // A run too short to get that fast: nothing to warn of.
         let short = array.replace(&format!("steps = {long}"), "steps = 100");
         let resolved = Case::from_toml(&short).unwrap().resolve().unwrap();
@@ -2221,6 +2375,14 @@ mod tests {
                 .unwrap()
                 .resolve()
                 .is_ok()
+        );
+        // No resolution or lattice velocity helps: the flow's scales are named.
+        refused(
+            &CAVITY.replace("viscosity = 0.01", "viscosity = 1e308"),
+            &[
+                "no value of `flow.lattice_velocity`; the flow's own scales are then out of reach: \
+               `fluid.viscosity` = 1e308 m^2/s against `flow.reference_velocity` = ",
+            ],
         );
         refused(
             &CAVITY.replace(

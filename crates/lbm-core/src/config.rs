@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::geometry::{BODY_CLEARANCE, Body};
+use crate::domain::geometry::{self, BODY_CLEARANCE, Body};
 use crate::domain::hierarchy::{Hierarchy, HierarchySpec, SIDE_NAMES};
 use crate::domain::order::inlet_samples;
 use crate::domain::sides::PatchSides;
@@ -451,9 +451,15 @@ impl LatticeConfig {
         for s in speeds {
             let mach = s.speed * 3f64.sqrt();
             if mach.is_nan() || mach > MAX_MACH {
+                // Four decimals, or a power of ten past them: a force of
+                // 1e308 drives a speed of 644 digits.
+                let written = match s.speed.abs() < 1e6 {
+                    true => format!("lattice speed {:.4}, Mach {mach:.3}", s.speed),
+                    false => format!("lattice speed {:.4e}, Mach {mach:.3e}", s.speed),
+                };
                 return Err(Error::parameter(
                     &s.key,
-                    format!("lattice speed {:.4}, Mach {mach:.3}", s.speed),
+                    written,
                     &format!(
                         "a lattice Mach number of at most {MAX_MACH} (lattice speed {max_speed:.4}): {}",
                         s.remedy
@@ -576,6 +582,17 @@ fn may_touch(kind: Boundary, velocity: [f64; 2]) -> bool {
 }
 
 impl LatticeConfig {
+    /// The bodies on `level` with their indices, as
+    /// [`geometry::rasterize`] takes them.
+    pub fn level_bodies(&self, level: usize) -> Vec<(usize, &geometry::Shape)> {
+        self.bodies
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.level == level)
+            .map(|(i, b)| (i, &b.shape))
+            .collect()
+    }
+
     /// The kind of side `side` as a case file names it.
     fn side_name(&self, side: usize) -> &'static str {
         match (self.boundaries[side], self.wall_velocity[side] == [0.0; 2]) {

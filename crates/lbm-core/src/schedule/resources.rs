@@ -511,13 +511,7 @@ impl Resources {
             self.alloc_state(driver, format!("{name}.f.a"), f_bytes)?,
             self.alloc_state(driver, format!("{name}.f.b"), f_bytes)?,
         ];
-        let level_bodies: Vec<(usize, &geometry::Shape)> = lattice
-            .bodies
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.level == patch.level)
-            .map(|(i, b)| (i, &b.shape))
-            .collect();
+        let level_bodies = lattice.level_bodies(patch.level);
         let (mask, owner) = geometry::rasterize(patch, &level_bodies);
         debug_assert_eq!(mask.len(), flag_bytes(patch), "the estimate's flags");
         let flags = self.upload(driver, format!("{name}.flags"), &mask)?;

@@ -75,15 +75,7 @@ pub(super) fn upload_state<D: Driver>(
         // A body's cells start at rest whatever the flow around them starts
         // at: the updates leave them as set up, and what reads them (the
         // vorticity beside a body) takes them at rest.
-        let bodies: Vec<(usize, &geometry::Shape)> = state
-            .lattice
-            .bodies
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.level == patch.level)
-            .map(|(i, b)| (i, &b.shape))
-            .collect();
-        let (flags, _) = geometry::rasterize(patch, &bodies);
+        let (flags, _) = geometry::rasterize(patch, &state.lattice.level_bodies(patch.level));
         for y in 0..layout.ny {
             for x in 0..layout.nx {
                 let [cx, cy] = geometry::cell_center(patch, x, y);
