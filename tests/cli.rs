@@ -578,10 +578,16 @@ fn validate_refuses_bad_arguments_before_any_work() {
             "",
             "invalid --case flow.acceleration = [0.1, 0.0]: [0.0, 0.0]: the benchmark's flow",
         ),
+        // A key at fault whatever the resolution is named, not --resolution.
+        (
+            "steps",
+            "error: invalid parameter `run.steps` = 0: at least 1 base interval",
+        ),
     ] {
         let variant = dir.join("variant.toml");
         let driven = match extra {
             "" => text.replace("[flow]\n", "[flow]\nacceleration = [0.1, 0.0]\n"),
+            "steps" => text.replace("\nsteps = ", "\nsteps = 0\n# was "),
             _ => format!("{text}{extra}"),
         };
         assert_ne!(driven, text);
