@@ -686,6 +686,15 @@ fn check_body(b: usize, shape: &Shape, size: [f64; 2], sides: [&BoundarySpec; 4]
          resting wall or a free-slip side, which it may touch or cross",
         size[0], size[1]
     );
+    // A radius of 1e-300 m leaves bounds of no extent: no place, not out of
+    // the domain.
+    if !(x1 > x0 && y1 > y0) {
+        return Err(Error::parameter(
+            &key,
+            format!("{}, of no extent", spanning()),
+            "a body of some width and height, large enough to hold a cell centre of its level",
+        ));
+    }
     // What of it lies in the domain, and which sides that part reaches.
     let inner = shape.bounds_within([0.0, 0.0, size[0], size[1]]);
     let Some([ix0, iy0, ix1, iy1]) = inner.filter(|[ix0, iy0, ix1, iy1]| ix1 > ix0 && iy1 > iy0) else {
@@ -2472,6 +2481,10 @@ mod tests {
         refused(
             &cavity_with(&[&circle(0.2, -0.1, 0.05)]),
             &["`bodies[0]` = spanning [0.15, 0.25] x [-0.15, -0.05] m, outside the domain"],
+        );
+        refused(
+            &format!("{CAVITY}\n[[bodies]]\nshape = \"circle\"\ncenter = [0.6, 0.25]\nradius = 1e-300\n"),
+            &["`bodies[0]` = spanning [0.6, 0.6] x [0.25, 0.25] m, of no extent"],
         );
         // Outside a patch, a body keeps 4 of the patch's cells clear of it
         // too: the patch does not see it, and its ghost band would reach it.
