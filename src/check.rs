@@ -975,13 +975,12 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         let size = resolved.lattice.hierarchy.base.map(f64::from);
         let in_domain =
             |axis: usize, at: f64, [lo, hi]: [f64; 2]| at > 0.0 && at < size[axis] && hi > 0.0 && lo < size[1 - axis];
+        let shortest = EDGE_OUTLINE_SHARE * body.shape.perimeter();
         let worst = body
             .shape
             .axis_edges(EDGE_OFF_FACE / scale)
             .into_iter()
-            .filter(|&(axis, a, _, span)| {
-                in_domain(axis, a, span) && span[1] - span[0] >= EDGE_OUTLINE_SHARE * body.shape.perimeter()
-            })
+            .filter(|&(axis, a, _, span)| in_domain(axis, a, span) && span[1] - span[0] >= shortest)
             .flat_map(|(axis, a, b, _)| [(axis, a, off_face(a)), (axis, b, off_face(b))])
             .max_by(|p, q| p.2.total_cmp(&q.2));
         if let Some((axis, at, off)) = worst

@@ -105,7 +105,7 @@ const MAX_LIMIT_SECONDS: f64 = 1e12;
 
 impl Limits {
     pub fn check(&self) -> Result<(), AppError> {
-        let positive = |flag: &'static str, s: f64| match s > 0.0 && s <= MAX_LIMIT_SECONDS {
+        let within = |flag: &'static str, s: f64| match s > 0.0 && s <= MAX_LIMIT_SECONDS {
             true => Ok(()),
             false => Err(AppError::Flag {
                 flag,
@@ -114,9 +114,9 @@ impl Limits {
             }),
         };
         if let Some(s) = self.max_wall_seconds {
-            positive("--max-wall-seconds", s)?;
+            within("--max-wall-seconds", s)?;
         }
-        positive("--watchdog-seconds", self.watchdog_seconds)?;
+        within("--watchdog-seconds", self.watchdog_seconds)?;
         // Shorter, it can end a healthy run between two chunks as hung.
         if self.watchdog_seconds < SHORT_WATCHDOG_SECONDS {
             tell!(

@@ -377,8 +377,9 @@ fn resolve(options: &ValidateOptions) -> Result<Setup, AppError> {
     }
     // Where no resolution at all resolves, the fault is another key's (a run
     // of 0 steps, a viscosity out of every reach): its own error says so.
-    let range = case.resolution_range();
-    let outside = range.is_some_and(|[lo, hi]| !(lo..=hi).contains(&case.domain.resolution));
+    let outside = case
+        .resolution_range()
+        .is_some_and(|[lo, hi]| !(lo..=hi).contains(&case.domain.resolution));
     match refused {
         Some(e) if !outside => Err(e.into()),
         refused => Err(resolution_error(&case, resolution, levels, refused)),

@@ -436,10 +436,11 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
     // Each parent cell feeds up to sixteen band cells' stencils: take its
     // moments once (the same arithmetic as the device's, which takes them
     // once per block, so the same bits), over the frame that the stencils of
-    // the band's inner layer reach: four parent cells deep, from two cells in
-    // from the allocation's edge along each interface side (the band beyond a
-    // wall side is not filled, and a corner of the layer lies in the strip
-    // along y as well); the rest stays unset.
+    // the band's inner layer reach: four parent cells deep from the
+    // allocation's edge along each interface side (the frame's array starts
+    // two cells beyond that edge; the band beyond a wall side is not filled,
+    // and a corner of the layer lies in the strip along y as well); the rest
+    // stays unset.
     let origin = k.active_offset.map(|o| o as i32 - GHOST as i32);
     let size = [k.fine.nx / 2 + 4, k.fine.ny / 2 + 4];
     // Frame rows or columns [FRAME_START, FRAME_END) from the low edge, and as
@@ -495,6 +496,12 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
     // top rows, or its cell at each end of a row between them.
     let (nx, ny) = (k.fine.nx, k.fine.ny);
     let (first_x, last_x) = (GHOST - 1, nx - GHOST);
+    let stencil = Stencil {
+        parent: &parent,
+        differences: &differences,
+        origin,
+        width: size[0],
+    };
     par_row_bands(fine, &k.fine, |first, rows, band| {
         for fy in first..first + rows {
             let columns = if fy == GHOST - 1 || fy == ny - GHOST {
@@ -506,12 +513,6 @@ pub fn fill_ghost(k: &FillGhost, t0: &[f32], t1: &[f32], fine: &mut [f32]) {
             };
             for fx in columns.into_iter().flatten() {
                 if !beyond_wall(&k.fine, &k.sides, fx, fy) {
-                    let stencil = Stencil {
-                        parent: &parent,
-                        differences: &differences,
-                        origin,
-                        width: size[0],
-                    };
                     let post = ghost_populations(k, &stencil, &rates, fx, fy);
                     band.set(k.fine.index(fx, fy), &post);
                 }
