@@ -712,12 +712,14 @@ pub fn check_open_files<'a>(members: impl IntoIterator<Item = &'a Resolved>) -> 
             needed: files,
             limit,
             parts: parts.join(", "),
-            remedy: match members_n {
-                1 => "sample fewer output.probes or output.lines, or raise the limit",
-                _ => {
+            remedy: match (files, members_n) {
+                // Nothing of the case's to sample less of: the program's own.
+                (0, _) => format!("raise the limit to at least {wanted}"),
+                (_, 1) => format!("sample fewer output.probes or output.lines, or raise the limit to {wanted}"),
+                _ => format!(
                     "sample fewer output.probes or output.lines, run fewer members at once (--shard K/N), or raise \
-                      the limit"
-                }
+                     the limit to {wanted}"
+                ),
             },
         }),
         _ => Ok(()),

@@ -119,7 +119,7 @@ pub enum AppError {
         needed: u64,
         limit: u64,
         parts: String,
-        remedy: &'static str,
+        remedy: String,
     },
 
     #[error("{source}; what was measured until then is in {kept}")]

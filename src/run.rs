@@ -159,7 +159,7 @@ impl TryFrom<String> for Ending {
 }
 
 impl Ending {
-    const ALL: [Ending; 6] = [
+    pub(crate) const ALL: [Ending; 6] = [
         Ending::Completed,
         Ending::WallLimit,
         Ending::Interrupted,
@@ -1183,7 +1183,7 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
             });
         }
     }
-    std::fs::create_dir_all(out).map_err(|e| refuse(format!("it cannot be created ({e})")))?;
+    let made = create_dirs(out).map_err(|e| refuse(format!("it cannot be created ({e})")))?;
     // A directory that exists but refuses files is found now, before any work.
     // Named by the process, so that two runs started into one directory at
     // once do not remove each other's (the loser said the directory was not
@@ -1191,7 +1191,41 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
     let probe = out.join(format!(".lbm-write-check-{}", std::process::id()));
     std::fs::write(&probe, b"")
         .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| refuse(format!("it is not writable ({e})")))
+        .map_err(|e| {
+            remove_dirs(&made);
+            refuse(format!("it is not writable ({e})"))
+        })
+}
+
+/// Creates `dir` and each missing directory above it, and returns those it
+/// made, outermost first. Where one cannot be made, those made before it are
+/// removed again, so that a refused output directory leaves nothing behind.
+fn create_dirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && std::fs::symlink_metadata(p).is_err())
+        .collect();
+    let mut made = Vec::new();
+    for path in missing.into_iter().rev() {
+        match std::fs::create_dir(path) {
+            Ok(()) => made.push(path.to_path_buf()),
+            // Made meanwhile by another process: not this one's to remove.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => {}
+            Err(e) => {
+                remove_dirs(&made);
+                return Err(e);
+            }
+        }
+    }
+    Ok(made)
+}
+
+/// Removes the directories [`create_dirs`] made, innermost first, where
+/// they are still empty.
+fn remove_dirs(made: &[PathBuf]) {
+    for path in made.iter().rev() {
+        let _ = std::fs::remove_dir(path);
+    }
 }
 
 pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), AppError> {
@@ -1508,10 +1542,12 @@ impl<D: Driver> Session<'_, D> {
         let patches = match fields.is_some() {
             true => {
                 let mut lattice = observed.fields.into_iter();
-                let bodies = &self.resolved.lattice.bodies;
-                fields::physical(&self.engine.hierarchy(), &self.resolved.units, bodies, |_, _| {
-                    Ok::<_, AppError>(lattice.next().expect("the rings brought every patch"))
-                })?
+                fields::physical(
+                    &self.engine.hierarchy(),
+                    &self.resolved.units,
+                    &self.resolved.lattice,
+                    |_, _| Ok::<_, AppError>(lattice.next().expect("the rings brought every patch")),
+                )?
             }
             false => Vec::new(),
         };
@@ -1548,7 +1584,7 @@ impl<D: Driver> Session<'_, D> {
             .state
             .history
             .iter()
-            .filter(|(step, _)| 10 * step >= 9 * steps)
+            .filter(|(step, _)| 10 * step > 9 * steps)
             .map(|(_, c)| c)
             .collect();
         let bodies = self.resolved.lattice.bodies.len();

@@ -223,10 +223,20 @@ struct SweepRecord {
     results: Vec<MemberResult>,
 }
 
+/// The most characters of a `--set` argument an error shows, and of its key.
+const MAX_SHOWN: usize = 200;
+
 fn flag(value: &str, accepted: &str) -> AppError {
+    let shown = match value.chars().count() {
+        n if n > MAX_SHOWN => format!(
+            "{}… ({n} characters)",
+            value.chars().take(MAX_SHOWN).collect::<String>()
+        ),
+        _ => value.to_owned(),
+    };
     AppError::Flag {
         flag: "--set",
-        value: value.to_owned(),
+        value: shown,
         accepted: accepted.to_owned(),
     }
 }
@@ -271,6 +281,12 @@ fn parse_set(arg: &str) -> Result<Sweep, AppError> {
     if key.is_empty() || key.split('.').any(str::is_empty) {
         return Err(flag(arg, accepted));
     }
+    if key.chars().count() > MAX_SHOWN {
+        return Err(flag(
+            arg,
+            &format!("a case key (docs/CASES.md) of at most {MAX_SHOWN} characters"),
+        ));
+    }
     // An array index in one spelling, so that two spellings of one key
     // (`bodies.0` and `bodies.00`) cannot be swept as two keys.
     for segment in key.split('.') {
@@ -299,6 +315,12 @@ fn parse_set(arg: &str) -> Result<Sweep, AppError> {
                 &format!("`{v}` is not a TOML value (quote strings; no comment or newline)"),
             )
         })?;
+        if value.is_datetime() {
+            return Err(flag(
+                arg,
+                &format!("`{v}` is a TOML date or time, which no case key takes"),
+            ));
+        }
         // The same value twice would run the same member twice; 1 and 1.0
         // are the same number to the case.
         let value = as_floats(value);
@@ -771,6 +793,7 @@ pub fn resume(
             record.members
         )));
     }
+    check_rows(&record).map_err(refuse)?;
     // Each member of the record: its result kept, or how it goes on.
     let mut kept: Vec<MemberResult> = Vec::new();
     let mut runs: Vec<(&Member, Option<ResumePoint>)> = Vec::new();
@@ -1640,6 +1663,47 @@ fn panels(results: &[MemberResult], point: impl Fn(&MemberResult) -> Option<[f64
 /// `sweep.csv`, `sweep.json` and plots in `out`.
 /// Whether `record` is what `--merge` wrote: no case text, no shard, and
 /// its members in the shards' directories rather than its own.
+/// What a shard's (or a whole sweep's) `sweep.json` must hold, whatever was
+/// edited in it: a shard `[K, N]` of its members, a row for each of the
+/// members that shard runs and no other, and each row's ending one a run
+/// writes (or "running").
+fn check_rows(record: &SweepRecord) -> Result<(), String> {
+    let members = record.members;
+    if let Some([k, n]) = record.shard
+        && !(k < n && n <= members)
+    {
+        return Err(format!(
+            "its sweep.json says it is shard {k}/{n} of {members} members, which no `--shard` makes (edited?)"
+        ));
+    }
+    let mut rows: Vec<usize> = record.results.iter().map(|r| r.index).collect();
+    rows.sort_unstable();
+    let runs: Vec<usize> = (0..members)
+        .filter(|i| record.shard.is_none_or(|[k, n]| i % n == k))
+        .collect();
+    if rows != runs {
+        return Err(format!(
+            "its sweep.json has rows for {} member(s) where its {} runs {} (edited?)",
+            rows.len(),
+            record
+                .shard
+                .map_or("sweep".to_owned(), |[k, n]| format!("shard {k}/{n}")),
+            runs.len()
+        ));
+    }
+    if let Some(r) = record
+        .results
+        .iter()
+        .find(|r| r.ended != "running" && Ending::ALL.iter().all(|e| e.name() != r.ended))
+    {
+        return Err(format!(
+            "its sweep.json says member {} ended `{}`, which no run writes (edited?)",
+            r.index, r.ended
+        ));
+    }
+    Ok(())
+}
+
 fn is_merge(record: &SweepRecord) -> bool {
     record.case_text.is_none()
         && record.shard.is_none()
@@ -1700,6 +1764,7 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
                 record.members
             )));
         }
+        check_rows(&record).map_err(refuse)?;
         for r in &record.results {
             if r.index >= members || r.parameters != parameters_of(&record.sweeps, r.index) {
                 return Err(refuse(format!(

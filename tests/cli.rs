@@ -365,6 +365,7 @@ fn a_run_that_would_pass_the_open_file_limit_is_refused_before_any_work() {
         "keeps 301 files open (300 point probes, 1 line)",
         "(200, `ulimit -n`",
         "output.probes",
+        "raise the limit to 369",
     ] {
         assert!(message.contains(part), "`{part}` in {message}");
     }
@@ -1171,6 +1172,22 @@ fn an_output_directory_that_is_a_file_or_under_one_is_refused() {
         "taken",
         "the file is left alone"
     );
+    // A name longer than a file system takes, under directories that do not
+    // exist yet: refused, and the directories above it are not left behind.
+    let long = dir.join("new").join("deeper").join("a".repeat(300));
+    for command in [
+        &["run", &case_path()][..],
+        &["sweep", &case_path(), "--set", "fluid.viscosity=1e-3"],
+    ] {
+        let out = long.display().to_string();
+        let output = lbm(&[command, &["--backend", "cpu", "--steps", "1", "--out", &out]].concat());
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains("cannot be created"), "{}", stderr(&output));
+        assert!(
+            !dir.join("new").exists(),
+            "{command:?} left the directories above --out"
+        );
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -396,6 +396,10 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         ),
         ("fluid.viscosity", "--set"),
         ("fluid.viscosity=abc", "not a TOML value"),
+        (
+            "fluid.viscosity=1979-05-27",
+            "`1979-05-27` is a TOML date or time, which no case key takes",
+        ),
         // A comment would reach sweep.csv as part of the value.
         (
             "fluid.viscosity=1e-3,2e-3 # c",
@@ -431,6 +435,15 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         assert!(!stderr(&output).contains("line "), "{set}: {}", stderr(&output));
         assert!(!out.exists(), "{set}: nothing is written");
     }
+    // A key of 100 000 characters is refused as no key, shown by its start.
+    let long = format!("{}=1", "a".repeat(100_000));
+    let output = lbm(&["sweep", &dfg(), "--set", &long, "--backend", "cpu", "--out", &out_arg]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("of at most 200 characters") && message.contains("(100002 characters)") && message.len() < 600,
+        "{message}"
+    );
     // A fused batch needs one grid: another resolution is refused.
     let output = lbm(&[
         "sweep",
@@ -1039,6 +1052,33 @@ fn resume_refuses_an_edited_member_and_merge_a_missing_one() {
         stderr(&refused)
     );
     assert!(!merged.exists());
+    // A shard's record edited: an ending no run writes, a shard no --shard
+    // makes, its rows gone. Merge and resume refuse each, naming it.
+    let record_path = shard.join("sweep.json");
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&record_path).unwrap()).unwrap();
+    for (edit, says) in [
+        ("/results/0/ended", "ended `banana`, which no run writes"),
+        ("/shard", "shard 5/3 of 2 members, which no `--shard` makes"),
+        ("/results", "has rows for 0 member(s) where its shard 0/2 runs 1"),
+    ] {
+        let mut edited = record.clone();
+        *edited.pointer_mut(edit).unwrap() = match edit {
+            "/shard" => serde_json::json!([5, 3]),
+            "/results" => serde_json::json!([]),
+            _ => serde_json::json!("banana"),
+        };
+        std::fs::write(&record_path, serde_json::to_string(&edited).unwrap()).unwrap();
+        let dir = shard.display().to_string();
+        for command in [
+            &["sweep", "--merge", &merged.display().to_string(), &dir][..],
+            &["resume", &dir, "--backend", "cpu", "--quiet"],
+        ] {
+            let refused = lbm(command);
+            assert_eq!(refused.status.code(), Some(2), "{command:?}: {}", stderr(&refused));
+            assert!(stderr(&refused).contains(says), "{command:?}: {}", stderr(&refused));
+        }
+        assert!(!merged.exists());
+    }
     std::fs::remove_dir_all(shard).unwrap();
     for f in [case, short] {
         std::fs::remove_file(f).unwrap();

@@ -9,6 +9,7 @@ use lbm_core::domain::hierarchy::{Hierarchy, Patch, Rect};
 use lbm_core::output::FieldName;
 use lbm_core::stepper::Fields;
 use lbm_core::units::UnitSystem;
+use lbm_core::{Boundary, LatticeConfig};
 #[cfg(test)]
 use lbm_core::{Driver, Stepper};
 use ndarray::Array2;
@@ -34,6 +35,9 @@ pub struct PatchFields {
     pub covered: Array2<bool>,
     /// Which sides (x_min, x_max, y_min, y_max) lie on the domain's.
     pub on_boundary: [bool; 4],
+    /// Along x and y: whether the patch spans a periodic axis, so that its
+    /// first and last cells are neighbours.
+    pub wraps: [bool; 2],
 }
 
 impl PatchFields {
@@ -69,8 +73,9 @@ impl PatchFields {
         out
     }
 
-    /// ∂u_y/∂x − ∂u_x/∂y at cell (x, y): central differences inside the patch,
-    /// one-sided at its edges, across solid neighbours too.
+    /// ∂u_y/∂x − ∂u_x/∂y at cell (x, y): central differences inside the patch
+    /// and across a periodic side (whose neighbour is the opposite edge's
+    /// cell), one-sided at its other edges, across solid neighbours too.
     fn vorticity(&self, x: usize, y: usize) -> f32 {
         let [nx, ny] = self.size;
         let d = |f: &Array2<f32>, along_x: bool| -> f32 {
@@ -79,8 +84,11 @@ impl PatchFields {
             if n < 2 {
                 return 0.0;
             }
-            let (lo, hi) = (i.saturating_sub(1), (i + 1).min(n - 1));
             let at = |k: usize| if along_x { f[(y, k)] } else { f[(k, x)] };
+            if self.wraps[usize::from(!along_x)] {
+                return (at((i + 1) % n) - at((i + n - 1) % n)) / (2.0 * self.spacing) as f32;
+            }
+            let (lo, hi) = (i.saturating_sub(1), (i + 1).min(n - 1));
             (at(hi) - at(lo)) / ((hi - lo) as f64 * self.spacing) as f32
         };
         d(&self.uy, true) - d(&self.ux, false)
@@ -175,17 +183,17 @@ fn bilinear(corners: [(f64, bool, [f32; 3]); 4]) -> Option<[f64; 3]> {
     }
 }
 
-/// The fields of every patch, coarsest level first.
-/// Every patch of `hierarchy` in physical units, from `fields(k)`, the
-/// lattice fields of the k-th patch in hierarchy order.
+/// Every patch of `hierarchy` in physical units, coarsest level first,
+/// from `fields(k)`, the lattice fields of the k-th patch in hierarchy
+/// order, with `lattice`'s bodies and periodic sides.
 pub fn physical<E>(
     hierarchy: &Hierarchy,
     units: &UnitSystem,
-    bodies: &[Body],
+    lattice: &LatticeConfig,
     mut fields: impl FnMut(usize, &Patch) -> Result<Fields, E>,
 ) -> Result<Vec<PatchFields>, E> {
     let velocity = units.dx / units.dt;
-    let mut solids = solid_masks(hierarchy, bodies).into_iter();
+    let mut solids = solid_masks(hierarchy, &lattice.bodies).into_iter();
     let mut out = Vec::new();
     let mut k = 0;
     for (level, patches) in hierarchy.levels.iter().enumerate() {
@@ -228,6 +236,11 @@ pub fn physical<E>(
                 solid,
                 covered,
                 on_boundary: patch.on_boundary,
+                wraps: [0, 1].map(|k| {
+                    patch.on_boundary[2 * k]
+                        && patch.on_boundary[2 * k + 1]
+                        && lattice.boundaries[2 * k] == Boundary::Periodic
+                }),
             });
         }
     }
@@ -376,9 +389,9 @@ impl ProbeCells {
 pub fn gather<D: Driver>(
     stepper: &Stepper<D>,
     units: &UnitSystem,
-    bodies: &[Body],
+    lattice: &LatticeConfig,
 ) -> lbm_core::Result<Vec<PatchFields>> {
-    physical(&stepper.hierarchy(), units, bodies, |_, p| {
+    physical(&stepper.hierarchy(), units, lattice, |_, p| {
         stepper.fields(p.level, p.index)
     })
 }
@@ -453,6 +466,7 @@ mod tests {
             solid: Array2::from_elem((size[1], size[0]), false),
             covered: Array2::from_elem((size[1], size[0]), false),
             on_boundary,
+            wraps: [false; 2],
         }
     }
 

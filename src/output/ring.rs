@@ -495,13 +495,12 @@ mod tests {
                 let direct = stepper.read_exchange_window(0).unwrap();
                 assert_eq!(format!("{:?}", records), format!("{:?}", [direct]));
                 let units = &resolved.units;
-                let bodies = &resolved.lattice.bodies;
                 let mut lattice = observation.fields.into_iter();
-                let from_ring = physical(&hierarchy, units, bodies, |_, _| {
+                let from_ring = physical(&hierarchy, units, &resolved.lattice, |_, _| {
                     Ok::<_, AppError>(lattice.next().unwrap())
                 })
                 .unwrap();
-                let from_download = gather(&stepper, units, bodies).unwrap();
+                let from_download = gather(&stepper, units, &resolved.lattice).unwrap();
                 for (a, b) in from_ring.iter().zip(&from_download) {
                     for field in [
                         lbm_core::output::FieldName::Pressure,
@@ -540,7 +539,7 @@ mod tests {
             let observation = ring.observe(&stepper, Some(covered), false).unwrap();
             let lattice: Vec<Fields> = observation.fields;
             let mut patches = lattice.clone().into_iter();
-            let physical = physical(&hierarchy, &resolved.units, &resolved.lattice.bodies, |_, _| {
+            let physical = physical(&hierarchy, &resolved.units, &resolved.lattice, |_, _| {
                 Ok::<_, AppError>(patches.next().unwrap())
             })
             .unwrap();
@@ -628,7 +627,7 @@ mod tests {
         let whole = ring.observe(&stepper, Some(CoveredCells::Band), false).unwrap();
         assert!(whole.probes.is_empty());
         let mut lattice = whole.fields.into_iter();
-        let patches = physical(&hierarchy, units, bodies, |_, _| {
+        let patches = physical(&hierarchy, units, &resolved.lattice, |_, _| {
             Ok::<_, AppError>(lattice.next().unwrap())
         })
         .unwrap();

@@ -299,6 +299,7 @@ mod tests {
             solid: ndarray::Array2::from_elem((n, n), false),
             covered: ndarray::Array2::from_elem((n, n), false),
             on_boundary: [true; 4],
+            wraps: [false; 2],
         }
     }
 

@@ -901,22 +901,39 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
     let one_of = message.starts_with("wanted exactly 1 element")
         || message.starts_with("wanted string or table")
         || message.contains("expected a table")
-        || message.contains("this table takes no other key");
+        || message.contains("this table takes no other key")
+        || message.starts_with("missing field `model`");
     if one_of && let Some(k) = key.as_deref() {
-        let accepted = if k.starts_with("boundaries.") && k.ends_with(".amplitude") {
-            Some(
+        let side = k
+            .strip_prefix("boundaries.")
+            .map(|rest| rest.split('.').collect::<Vec<_>>())
+            .unwrap_or_default();
+        let accepted = match side[..] {
+            [_] => Some(
+                "\"periodic\", \"wall\", \"outflow\", \"free_slip\", { moving_wall = [u, v] } or { inlet = { ... } }",
+            ),
+            [_, "inlet"] => Some(
+                "{ profile = \"uniform\" or \"parabolic\", velocity = U, amplitude = ... (optional), span = [y0, y1] (optional) }",
+            ),
+            [_, "inlet", "amplitude"] => Some(
                 "\"constant\", { ramp = { duration = s } }, { sine = { period = s } } or { table = { points = [[t, factor], ...] } }",
-            )
-        } else if k.starts_with("boundaries.") {
-            Some("\"periodic\", \"wall\", \"outflow\", \"free_slip\", { moving_wall = [u, v] } or { inlet = { ... } }")
-        } else if k == "flow.collision" {
-            Some("{ model = \"bgk\" } or { model = \"trt\", magic = ... }")
-        } else {
-            None
+            ),
+            [_, "inlet", "amplitude", "ramp"] => Some("{ duration = s }"),
+            [_, "inlet", "amplitude", "sine"] => Some("{ period = s }"),
+            [_, "inlet", "amplitude", "table"] => Some("{ points = [[t, factor], ...] }"),
+            _ if k == "flow.collision" => Some("{ model = \"bgk\" } or { model = \"trt\", magic = ... }"),
+            _ => None,
         };
         if let Some(accepted) = accepted {
             message += &format!("; `{k}` takes {accepted}");
         }
+    }
+    // A side's kind that takes no value, written as a table's key.
+    if let Some(k) = key.as_deref()
+        && let Some((side, kind)) = k.strip_prefix("boundaries.").and_then(|rest| rest.split_once('.'))
+        && ["periodic", "wall", "outflow", "free_slip"].contains(&kind)
+    {
+        message += &format!("; `{kind}` takes no value: write `{side} = \"{kind}\"`");
     }
     // The reader names neither a key written twice nor a table opened
     // twice: both are the text at the span.
@@ -952,16 +969,20 @@ fn readable(message: &str) -> String {
             "as i128, expected any valid TOML value",
             "beyond what TOML holds: whole numbers lie within ±9223372036854775807 (write a decimal, 1.8e19)",
         )
+        .replace(
+            "u64 value was too large",
+            "beyond what TOML holds: whole numbers lie within ±9223372036854775807 (write a decimal, 1.8e19)",
+        )
         .replace(", there are no fields", ": this table takes no other key")
         .replace(
             "invalid type: unit variant, expected newtype variant",
             "this kind takes a value: write it as an inline table, `{ kind = value }` (docs/CASES.md)",
         );
-    for rust in ["internally tagged enum ", "struct ", "enum "] {
+    for rust in ["internally tagged enum ", "struct variant ", "struct ", "enum "] {
         while let Some(at) = out.find(&format!("expected {rust}")) {
             let name = at + "expected ".len() + rust.len();
             let end = out[name..]
-                .find(|c: char| !c.is_alphanumeric() && c != '_')
+                .find(|c: char| !c.is_alphanumeric() && c != '_' && c != ':')
                 .map_or(out.len(), |n| name + n);
             out.replace_range(at..end, "expected a table (see docs/CASES.md)");
         }
@@ -1773,6 +1794,8 @@ mod tests {
                 "viscosity = 18446744073709551616",
                 "beyond what TOML holds",
             ),
+            ("steps = 10", "steps = 18446744073709551615", "beyond what TOML holds"),
+            ("steps = 10", "steps = 9223372036854775808", "beyond what TOML holds"),
             (
                 "steps = 10",
                 &format!("steps = 1{}.0", "0".repeat(300)),
@@ -1791,6 +1814,7 @@ mod tests {
                 "struct",
                 "enum",
                 "i128",
+                "u64",
                 "any valid TOML value",
                 "no fields",
                 "`domain`",
@@ -2149,6 +2173,35 @@ mod tests {
         let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = {}"));
         assert!(
             e.contains("`boundaries.x_min` takes \"periodic\", \"wall\", \"outflow\", \"free_slip\""),
+            "{e}"
+        );
+        // Deeper in a side, each table's own forms, and no type's name.
+        for (inlet, says) in [
+            (
+                "5",
+                "`boundaries.x_min.inlet` takes { profile = \"uniform\" or \"parabolic\", velocity = U",
+            ),
+            (
+                "{ profile = \"uniform\", velocity = 0.1, amplitude = { ramp = 1.0 } }",
+                "expected a table (see docs/CASES.md); `boundaries.x_min.inlet.amplitude.ramp` takes { duration = s }",
+            ),
+            (
+                "{ profile = \"uniform\", velocity = 0.1, amplitude = { sine = \"x\" } }",
+                "`boundaries.x_min.inlet.amplitude.sine` takes { period = s }",
+            ),
+            (
+                "{ profile = \"uniform\", velocity = 0.1, amplitude = 2 }",
+                "`boundaries.x_min.inlet.amplitude` takes \"constant\", { ramp",
+            ),
+        ] {
+            let e = read_error(&CAVITY.replace("x_min = \"wall\"", &format!("x_min = {{ inlet = {inlet} }}")));
+            assert!(e.contains(says) && !e.contains("::"), "{inlet}: {e}");
+        }
+        let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = { wall = true }"));
+        assert!(e.contains("`wall` takes no value: write `x_min = \"wall\"`"), "{e}");
+        let e = read_error(&CAVITY.replace("[boundaries]", "collision = { magic = 0.25 }\n[boundaries]"));
+        assert!(
+            e.contains("missing field `model`; `flow.collision` takes { model = \"bgk\" }"),
             "{e}"
         );
         // A key or table given twice is named.

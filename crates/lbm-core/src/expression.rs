@@ -329,8 +329,9 @@ impl Parser<'_> {
 
     fn unary(&mut self) -> Result<Node, ParseError> {
         // Every nesting (parentheses, a call's arguments, a sign, an
-        // exponent) passes here.
-        if self.depth == MAX_DEPTH {
+        // exponent) passes here, and the whole expression once, which is
+        // not a nesting.
+        if self.depth == MAX_DEPTH + 1 {
             return Err(ParseError {
                 at: self.at(),
                 message: format!("nested more than {MAX_DEPTH} deep (parentheses, calls, signs and powers)"),
@@ -477,8 +478,11 @@ mod tests {
     fn nesting_and_length_are_bounded_before_the_stack_is() {
         let nested = |n: usize| format!("{}x{}", "(".repeat(n), ")".repeat(n));
         // Each parenthesis level is one `unary` level, the whole expression one more.
-        assert_eq!(value(&nested(MAX_DEPTH - 1), 2.0, 0.0), 2.0);
-        let e = Expression::parse(&nested(MAX_DEPTH)).unwrap_err();
+        assert_eq!(value(&nested(MAX_DEPTH), 2.0, 0.0), 2.0);
+        let calls = format!("{}x{}", "abs(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        assert_eq!(value(&calls, -2.0, 0.0), 2.0);
+        assert_eq!(value(&format!("{}x", "-".repeat(MAX_DEPTH)), 2.0, 0.0), 2.0);
+        let e = Expression::parse(&nested(MAX_DEPTH + 1)).unwrap_err();
         assert!(e.message.contains("nested more than 64 deep"), "{e}");
         let e = Expression::parse(&nested(5200)).unwrap_err();
         assert!(e.message.contains("characters long; at most 4096"), "{e}");

@@ -60,10 +60,15 @@ impl UnitSystem {
         // f32 holds overflows the files (a "divergence" that is not one).
         let speed = reference_velocity / lattice_velocity;
         let pressure = density * speed * speed;
+        // The key far from its usual values is the one to name.
+        let (velocity_key, velocity) = match lattice_velocity < 1e-4 && (1e-6..=1e6).contains(&reference_velocity) {
+            true => ("flow.lattice_velocity", lattice_velocity),
+            false => ("flow.reference_velocity", reference_velocity),
+        };
         if !(MIN_SCALE..=MAX_SCALE).contains(&speed) {
             return Err(Error::parameter(
-                "flow.reference_velocity",
-                reference_velocity,
+                velocity_key,
+                velocity,
                 &format!(
                     "a velocity whose lattice speed scale, flow.reference_velocity / flow.lattice_velocity = \
                      {speed:e} m/s, lies within {MIN_SCALE:e} to {MAX_SCALE:e}, which f32 fields hold"
@@ -71,9 +76,8 @@ impl UnitSystem {
             ));
         }
         if !(MIN_SCALE..=MAX_SCALE).contains(&pressure) {
-            // The key far from its usual values is the one to name.
             let (key, value) = match (1e-6..=1e6).contains(&density) {
-                true => ("flow.reference_velocity", reference_velocity),
+                true => (velocity_key, velocity),
                 false => ("fluid.density", density),
             };
             return Err(Error::parameter(
@@ -169,6 +173,17 @@ mod tests {
             e.contains("`flow.lattice_velocity` = 1e308") && e.contains("speed of sound"),
             "{e}"
         );
+        // A lattice velocity far below any a case takes is named, not the
+        // reference velocity it divides.
+        for lattice_velocity in [1e-30, 1e-50] {
+            let e = UnitSystem::new(0.1, 20.0, 1.0, lattice_velocity, 1.0)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("`flow.lattice_velocity` = {lattice_velocity:e}")),
+                "{e}"
+            );
+        }
         // Water and a slow micro-channel flow are well inside.
         UnitSystem::new(1e-4, 20.0, 1e-6, 0.05, 1000.0).unwrap();
     }
