@@ -5,7 +5,9 @@
 //! in flight, checkpoints and ends "interrupted". A second one, from half a
 //! second after the first, exits at once with 130, leaving the last
 //! checkpoint; one sooner is the first's copy (`timeout` signals the process
-//! and then its group, a terminal's Ctrl-C the whole foreground group). The watchdog is a thread that, when
+//! and then its group, a terminal's Ctrl-C the whole foreground group). A
+//! signal ignored when the program started (`nohup`'s SIGHUP, a script's
+//! background job's SIGINT) stays ignored. The watchdog is a thread that, when
 //! no interval has completed for its period, writes the summary it was last
 //! given with `"ended": "stalled"` and exits with 3: a hung device cannot be
 //! checkpointed, so the run resumes from its last checkpoint.
@@ -47,7 +49,12 @@ impl Signals {
                 let raised = Arc::new(AtomicBool::new(false));
                 // A thread takes the signals as they come, so that it can
                 // tell a second stop from the first's copy by the clock.
-                if let Ok(mut stops) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+                // One ignored when the program started stays ignored, as
+                // `nohup` (SIGHUP) and a shell's background job (SIGINT) ask.
+                let stops = [SIGINT, SIGTERM, SIGHUP]
+                    .into_iter()
+                    .filter(|s| !lbm_core::cpu::signal_ignored(*s));
+                if let Ok(mut stops) = signal_hook::iterator::Signals::new(stops) {
                     let raised = raised.clone();
                     std::thread::spawn(move || {
                         let mut first: Option<Instant> = None;

@@ -77,6 +77,19 @@ pub enum AppError {
     )]
     FilesGone { path: String, others: usize, total: usize },
 
+    /// A wall limit that leaves a segment no time for one interval.
+    #[error(
+        "--max-wall-seconds {limit} ended the run before its first interval: set-up took {elapsed:.1} s, and the \
+         last checkpoint and summary are held back about {reserve:.1} s more; a limit that leaves time for some \
+         intervals beyond these lets each `lbm resume` go on"
+    )]
+    NoProgress { limit: f64, elapsed: f64, reserve: f64 },
+
+    /// The output directory is no longer at its path: nothing more is
+    /// written by that name.
+    #[error("the output directory {path} was moved or removed while the run wrote into it")]
+    OutputMoved { path: String },
+
     #[error("the CUDA backend was requested but is unavailable: {reason}")]
     NoCuda { reason: String },
 

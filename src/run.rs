@@ -32,7 +32,7 @@ use crate::guard::{EXIT_FAILED, EXIT_INTERRUPTED, Signals, Watchdog};
 use crate::output::fields::finest_at;
 use crate::output::ring::RingStats;
 use crate::output::thread::WriterThread;
-use crate::output::{ForceScale, Writer, WriterState, Written, fields, write_atomic};
+use crate::output::{ForceScale, Writer, WriterState, Written, check_identity, dir_identity, fields, write_atomic};
 use crate::plan::{PilotChoice, PilotRecord, Plan, check_pilot, pilot_intervals};
 use crate::progress::Progress;
 
@@ -528,10 +528,18 @@ fn command_line() -> Vec<String> {
     std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
 }
 
-/// The device and inode of the directory at `dir`, where it can be read.
-fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+/// Where the directory open as `handle` is now, from Linux's `/proc`; `None`
+/// where it was removed or `/proc` does not say.
+fn moved_to(handle: &std::fs::File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let path = std::fs::read_link(format!("/proc/self/fd/{}", handle.as_raw_fd())).ok()?;
+    let exists = dir_identity(&path).is_some()
+        && dir_identity(&path)
+            == handle.metadata().ok().map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            });
+    exists.then_some(path)
 }
 
 /// A directory's lock that the caller took before the session opens.
@@ -728,7 +736,7 @@ pub(crate) fn open_session<'a>(
         segments: 1,
     };
     Ok(Session {
-        _lock: lock,
+        lock,
         out_identity: dir_identity(out),
         stop: pilot.as_ref().map_or(resolved.steps, |p| p.intervals),
         pilot,
@@ -821,6 +829,11 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
                 "the run failed before it wrote its manifest.json ({why}), so there is nothing to continue: \
                  empty the directory and run the case again"
             )),
+            None if stopped_before_manifest(dir) => refuse(
+                "it holds only the case.toml a run writes as it starts: the run was stopped before it wrote its \
+                 manifest.json, so there is nothing to continue: remove case.toml and run the case again"
+                    .into(),
+            ),
             None => refuse(format!(
                 "it has no readable manifest.json ({e}): it is not a run directory"
             )),
@@ -845,6 +858,24 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
         }
     }
     Ok(manifest)
+}
+
+/// Whether `dir` holds what a run killed between writing its case.toml and
+/// its manifest.json leaves: that case.toml, and nothing else but the
+/// temporary files of its start.
+fn stopped_before_manifest(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let names: Vec<String> = entries
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.iter().any(|n| n == "case.toml")
+        && names.iter().all(|n| {
+            n == "case.toml"
+                || n.starts_with(".lbm-write-check-")
+                || n.strip_suffix(".tmp").is_some_and(|n| RUN_ENTRIES.contains(&n))
+        })
 }
 
 /// The error of a run that failed before its manifest.json was written
@@ -994,7 +1025,7 @@ pub(crate) fn open_resumed<'a>(
         found.path.display()
     );
     Ok(Session {
-        _lock: lock,
+        lock,
         out_identity: dir_identity(dir),
         stop: resolved.steps,
         pilot: None,
@@ -1162,6 +1193,11 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
                 _ if busy => {
                     ": another lbm process is writing into it (a run, sweep or resume that has not ended)".to_owned()
                 }
+                _ if stopped_before_manifest(out) => {
+                    ": it holds only the case.toml of a run stopped as it started, before it wrote its \
+                     manifest.json, which nothing continues: remove case.toml, or choose another directory"
+                        .to_owned()
+                }
                 _ if failed_before_manifest(out).is_some() => {
                     ": it holds a run that failed before it wrote its manifest.json (its summary.json says why), \
                      which nothing continues: empty it, or choose another directory"
@@ -1269,8 +1305,9 @@ impl Pace {
 /// One process's part of a run: from a fresh start or a checkpoint to its
 /// stop (the run's end, or a pilot's), a wall limit or a signal.
 pub(crate) struct Session<'a, D: Driver> {
-    /// Held for the session's life ([`lock_directory`]).
-    _lock: Option<std::fs::File>,
+    /// Held for the session's life ([`lock_directory`]); a handle on the
+    /// directory, wherever it is moved.
+    lock: Option<std::fs::File>,
     /// The output directory's identity when the session opened
     /// ([`dir_identity`]): one moved or removed meanwhile is not written
     /// into anew by its old name.
@@ -1382,6 +1419,8 @@ impl<D: Driver> Session<'_, D> {
         if self.writer.is_running() {
             match self.writer.finish() {
                 Ok(written) => self.written = written,
+                // Said below, with where the directory went.
+                Err(AppError::OutputMoved { .. }) => {}
                 Err(second) => later.push(second.to_string()),
             }
         }
@@ -1392,15 +1431,39 @@ impl<D: Driver> Session<'_, D> {
         }
         let moved = self.out_identity.is_some() && dir_identity(self.out) != self.out_identity;
         if moved {
-            // Its files are where it went; a directory of that name now is
-            // another one, and the resume below would name the wrong one.
-            summary.resume = None;
-            later.push(format!(
-                "the output directory {} was moved or removed while the run wrote into it: what it had written \
-                 went with it, and where it was moved to, `lbm resume` of that directory continues it from its \
-                 last checkpoint",
-                self.out.display()
-            ));
+            // Its files are where it went, which its summary joins; a
+            // directory of that name now is another one, perhaps another
+            // run's, which nothing here writes into.
+            let moved_to = self.lock.as_ref().and_then(moved_to);
+            let what = match matches!(e.cause(), AppError::OutputMoved { .. }) {
+                true => String::new(),
+                false => format!(
+                    "the output directory {} was moved or removed while the run wrote into it: ",
+                    self.out.display()
+                ),
+            };
+            match moved_to {
+                Some(now) => {
+                    summary.resume = summary.resume.as_ref().map(|_| resume_command(&now));
+                    let written = write_json(&now.join("summary.json"), &summary);
+                    later.push(format!(
+                        "{what}it is now {}, where what it had written is{}",
+                        now.display(),
+                        match (&summary.resume, written) {
+                            (_, Err(second)) => format!(" (its summary.json was not: {second})"),
+                            (Some(command), Ok(())) => format!(", and `{command}` continues it"),
+                            (None, Ok(())) => String::new(),
+                        }
+                    ));
+                }
+                None => {
+                    summary.resume = None;
+                    later.push(format!(
+                        "{what}it was removed, or where it went is not known: `lbm resume` of the directory it \
+                         went to continues it from its last checkpoint"
+                    ));
+                }
+            }
         } else if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
             later.push(second.to_string());
         }
@@ -1420,7 +1483,7 @@ impl<D: Driver> Session<'_, D> {
         }
         // A failure a resume gets past (a full disk freed, a device back)
         // names it, as summary.json does.
-        if summary.resume.is_some() && ending == Ending::Failed {
+        if summary.resume.is_some() && ending == Ending::Failed && !moved {
             after += &match summary.checkpoint {
                 Some(_) => format!("; once the cause is fixed, continue with: {}", resume_command(self.out)),
                 None => format!(
@@ -1472,6 +1535,7 @@ impl<D: Driver> Session<'_, D> {
             });
         }
         self.written = written.clone();
+        check_identity(self.out, self.out_identity)?;
         let mut summary = self.summary(ending, None, Some(mass));
         summary.written = written;
         if ending != Ending::Completed {
@@ -1653,6 +1717,7 @@ impl<D: Driver> Session<'_, D> {
 
     /// Writes a checkpoint of the state now.
     fn checkpoint(&mut self) -> Result<(), AppError> {
+        check_identity(self.out, self.out_identity)?;
         let start = Instant::now();
         // The writer first: a save point's fields are written and dropped
         // before the state is downloaded beside them (`check::MemoryNeed`).
@@ -1689,9 +1754,19 @@ impl<D: Driver> Session<'_, D> {
         progress: &mut Progress,
     ) -> Result<Ending, AppError> {
         let mut pace = Pace::new();
+        let first = self.state.done;
         while self.state.done < self.stop {
             let batch = self.samples_in_chunks();
             let Some(n) = self.plan_chunk(limits, &pace, batch)? else {
+                // A segment that cannot step once would end so again at
+                // every resume: a job array resubmitting on exit 0 loops.
+                if self.state.done == first {
+                    return Err(AppError::NoProgress {
+                        limit: limits.max_wall_seconds.unwrap_or_default(),
+                        elapsed: self.started.elapsed().as_secs_f64(),
+                        reserve: self.checkpoint_reserve(),
+                    });
+                }
                 return Ok(Ending::WallLimit);
             };
             let start = Instant::now();

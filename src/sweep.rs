@@ -1789,6 +1789,15 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
                     crate::run::resume_command(dir)
                 )));
             }
+            // A failure a resume gets past (a full disk, a lost device), as
+            // the shard's own sweep says.
+            if r.ended == "failed" && can_retry(&dir.join(&r.out)) {
+                return Err(refuse(format!(
+                    "its member {} failed and can go on: `{}` first",
+                    r.index,
+                    crate::run::resume_command(dir)
+                )));
+            }
             if let Some(other) = seen.insert(r.index, dir.display().to_string()) {
                 return Err(refuse(format!("member {} is also in shard {other}", r.index)));
             }
@@ -1859,7 +1868,9 @@ pub fn merge(out: &Path, shards: &[PathBuf]) -> Result<(), AppError> {
     for r in &mut merged.results {
         r.out = relative_path(out, Path::new(&r.out));
     }
-    write_results(out, &merged)
+    // A member that failed or diverged fails the merge, after the results
+    // are written, as it fails the sweep.
+    finish(out, &merged)
 }
 
 /// `target` as seen from the directory `from` (both existing): through

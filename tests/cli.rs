@@ -54,6 +54,25 @@ fn run_writes_a_summary_and_refuses_to_overwrite_it() {
     std::fs::write(out.join("notes.txt"), "mine").unwrap();
     let refused = lbm(&["run", &case, "--backend", "cpu", "--out", &out_arg, "--steps", "1"]);
     assert!(stderr(&refused).contains("not empty"), "{}", stderr(&refused));
+    // Killed between its case.toml and its manifest.json: a case.toml that
+    // may be the user's is not removed, but run and resume say what it is.
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::copy(&case, out.join("case.toml")).unwrap();
+    std::fs::write(out.join("manifest.json.tmp"), "{").unwrap();
+    for command in [
+        &["run", &case, "--backend", "cpu", "--out", &out_arg][..],
+        &["resume", &out_arg],
+    ] {
+        let refused = lbm(command);
+        assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+        assert!(
+            stderr(&refused).contains("case.toml") && stderr(&refused).contains("before it wrote its manifest.json"),
+            "{command:?}: {}",
+            stderr(&refused)
+        );
+    }
+    assert!(out.join("case.toml").exists());
     std::fs::remove_dir_all(out).unwrap();
 }
 

@@ -150,6 +150,29 @@ fn a_killed_run_keeps_whole_files_and_resumes_bit_for_bit() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// A wall limit shorter than the set-up: the run fails (exit 3) saying so,
+/// rather than end "wall limit" with exit 0 before its first interval, as
+/// every resume under it would again (a job array resubmitting would loop).
+#[test]
+fn a_wall_limit_that_leaves_no_interval_fails_the_run() {
+    let (root, case, out) = setup("no-progress");
+    let output = spawn_run(&case, &out, &["--max-wall-seconds", "0.001"])
+        .wait_with_output()
+        .unwrap();
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(3), "{message}");
+    assert!(
+        message.contains("--max-wall-seconds 0.001 ended the run before its first interval"),
+        "{message}"
+    );
+    let s = summary(&out);
+    assert_eq!(
+        (s["ended"].as_str(), s["completed_intervals"].as_u64()),
+        (Some("failed"), Some(0))
+    );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 #[test]
 fn the_wall_limit_ends_cleanly_and_resume_finishes_bit_for_bit() {
     let (root, case, out) = setup("wall");
@@ -216,6 +239,37 @@ fn interrupted_by(signal: &str) {
     let again = resume(&out, &[]);
     assert_eq!(again.status.code(), Some(2));
     assert!(stderr(&again).contains("nothing to resume"), "{}", stderr(&again));
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// A SIGHUP ignored when the run started (`nohup lbm run ...`) stays
+/// ignored: the run goes on to its end and completes.
+#[test]
+fn a_sighup_ignored_at_start_stays_ignored() {
+    use std::os::unix::process::CommandExt;
+    let (root, case, out) = setup("nohup");
+    let mut command = common::runs::run_command(&case, &out, &[]);
+    // SAFETY: `signal` is async-signal-safe, as a child's pre-exec hook needs.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_checkpoint(&out, 20, &mut child);
+    let hung_up = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hung_up.success());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(summary(&out)["ended"], "completed");
     std::fs::remove_dir_all(root).unwrap();
 }
 
@@ -825,9 +879,11 @@ fn run_bounds_out_of_range_are_refused_before_any_work() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
-/// The output directory moved while the run writes: the run fails (exit
-/// 3) saying so, makes nothing anew by the old name, and the moved
-/// directory resumes to the straight run's files.
+/// The output directory moved while the run writes, and another directory
+/// made by its old name (another run's, say): the run fails (exit 3) saying
+/// where its directory went, writes nothing into the new one, and writes
+/// its summary where its files are; the moved directory resumes to the
+/// straight run's files.
 #[test]
 fn a_run_whose_directory_is_moved_fails_and_the_moved_one_resumes() {
     let (root, case, out) = setup("moved");
@@ -835,14 +891,27 @@ fn a_run_whose_directory_is_moved_fails_and_the_moved_one_resumes() {
     wait_for_checkpoint(&out, 20, &mut child);
     let moved = root.join("moved-out");
     std::fs::rename(&out, &moved).unwrap();
+    std::fs::create_dir(&out).unwrap();
     let output = child.wait_with_output().unwrap();
     let message = stderr(&output);
     assert_eq!(output.status.code(), Some(3), "{message}");
     assert!(
-        message.contains("was moved or removed while the run wrote into it"),
+        message.contains("was moved or removed while the run wrote into it")
+            && message.contains(&format!("it is now {}", moved.display())),
         "{message}"
     );
-    assert!(!out.exists(), "made anew by its old name: {message}");
+    let anew: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+    assert!(anew.is_empty(), "written by its old name: {anew:?} {message}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(moved.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["ended"], "failed");
+    assert!(
+        summary["resume"]
+            .as_str()
+            .unwrap()
+            .contains(&moved.display().to_string()),
+        "{summary}"
+    );
     let resumed = resume(&moved, &[]);
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert_identical(straight(), &moved);

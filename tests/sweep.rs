@@ -878,8 +878,49 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
         rows[2][mlups].parse::<f64>().unwrap(),
         summary["mlups"].as_f64().unwrap()
     );
-    std::fs::remove_dir_all(out).unwrap();
-    std::fs::remove_dir_all(plain).unwrap();
+    // The same sweep in two shards: their merge writes the same table and
+    // fails as the sweep did, naming the member.
+    let shards: Vec<_> = (0..2).map(|k| scratch(&format!("sweep-diverge-shard{k}"))).collect();
+    for (k, shard) in shards.iter().enumerate() {
+        lbm(&[
+            &[
+                "sweep",
+                &cavity,
+                "--set",
+                "fluid.viscosity=0.01,1e-4",
+                "--set",
+                "flow.lattice_velocity=0.17",
+                "--shard",
+                &format!("{k}/2"),
+            ],
+            &short[..],
+            &[&shard.display().to_string()],
+        ]
+        .concat());
+    }
+    let merged = scratch("sweep-diverge-merged");
+    let paths: Vec<String> = [&merged, &shards[0], &shards[1]]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let output = lbm(&[
+        &["sweep", "--merge"][..],
+        &paths.iter().map(String::as_str).collect::<Vec<_>>(),
+    ]
+    .concat());
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(stderr(&output).contains("member 1: diverged"), "{}", stderr(&output));
+    let merged_rows = csv_rows(&merged.join("sweep.csv"));
+    let column = |rows: &[Vec<String>], name: &str| {
+        let k = rows[0].iter().position(|h| h == name).unwrap();
+        rows.iter().map(|r| r[k].clone()).collect::<Vec<_>>()
+    };
+    for name in ["ended", "fluid.viscosity"] {
+        assert_eq!(column(&merged_rows, name), column(&rows, name), "{name}");
+    }
+    for dir in [out, plain, merged].into_iter().chain(shards) {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
     std::fs::remove_file(case).unwrap();
 }
 

@@ -314,6 +314,9 @@ mod nan_as_null {
 /// Writes a run's outputs; see the module documentation.
 pub struct Writer {
     out: PathBuf,
+    /// `out`'s identity when the writer opened ([`dir_identity`]): a file
+    /// is not created by that name once another directory is there.
+    identity: Option<(u64, u64)>,
     plan: OutputPlan,
     units: UnitSystem,
     /// `½ ρ U² L`, N/m: what a force is divided by to give a coefficient.
@@ -379,6 +382,25 @@ impl CsvOpener {
                 }),
             },
         }
+    }
+}
+
+/// The device and inode of the directory at `dir`, where it can be read.
+pub fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Refuses to go on writing by the name `out` once the directory there is
+/// not the one of `identity` (moved, removed, or another one made there
+/// since): what is written by that name would go into another directory,
+/// perhaps another run's.
+pub fn check_identity(out: &Path, identity: Option<(u64, u64)>) -> Result<(), AppError> {
+    match identity.is_some() && dir_identity(out) != identity {
+        true => Err(AppError::OutputMoved {
+            path: out.display().to_string(),
+        }),
+        false => Ok(()),
     }
 }
 
@@ -464,6 +486,7 @@ impl Writer {
         });
         Ok(Writer {
             out: out.to_owned(),
+            identity: dir_identity(out),
             dynamic_force: 0.5
                 * resolved.units.density
                 * plan.reference_velocity
@@ -545,6 +568,7 @@ impl Writer {
     /// Saves the fields at `step`: NPY and VTK as the plan asks, the line
     /// probes' profiles, and the index and time series rewritten whole.
     pub fn save(&mut self, step: u64, patches: &[PatchFields]) -> Result<(), AppError> {
+        check_identity(&self.out, self.identity)?;
         // The CSVs' ten significant digits, so that a save point's time
         // matches their rows' (7.5, not 7.500000000000001).
         let time: f64 = format!("{:.9e}", step as f64 * self.units.dt)
@@ -686,6 +710,7 @@ impl Writer {
     /// plots of the coefficients and the line probes' last profiles included;
     /// called once, at the end of a run's segment.
     pub fn finish(&mut self) -> Result<Written, AppError> {
+        check_identity(&self.out, self.identity)?;
         if self.plan.formats.contains(&Format::Png) {
             let mut plots = Vec::new();
             if !self.state.coefficient_history.is_empty() {

@@ -2,6 +2,7 @@
 //! often, run through the binary on `LBM_TEST_BACKEND` (default the CPU),
 //! the run straight through, and the file-by-file comparison.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -94,6 +95,17 @@ pub fn run_command(case: &str, out: &Path, extra: &[&str]) -> Command {
         ])
         .arg(out)
         .args(extra);
+    // The stop signals' default actions, whatever this process inherited
+    // (tests run under `nohup` ignore SIGHUP): the signal tests send them.
+    // SAFETY: `signal` is async-signal-safe, as a child's pre-exec hook needs.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     command
 }
 

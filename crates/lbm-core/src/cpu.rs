@@ -80,6 +80,27 @@ pub fn raise_open_file_limit(wanted: u64) -> Option<u64> {
     }
 }
 
+/// Whether this process ignores `signal` (its action is `SIG_IGN`, as a
+/// parent may leave it: `nohup` for SIGHUP); `false` where that cannot be
+/// read.
+pub fn signal_ignored(signal: i32) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: with no new action, sigaction only writes the current one
+        // into `current`, a plain struct this frame owns.
+        #[allow(unsafe_code)]
+        unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(signal, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = signal;
+        false
+    }
+}
+
 /// Hands the memory freed since to the system (glibc's `malloc_trim`), where
 /// glibc would keep it for later allocations: after a save point's fields or
 /// a checkpoint's state are dropped, a run held 120 MiB more than it used

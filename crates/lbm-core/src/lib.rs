@@ -4,8 +4,9 @@
 //! `Stepper` that replays the plan through a driver.
 //!
 //! This crate depends on no other crate of the workspace and on no GPU
-//! library; its one `unsafe` is the CPU bulk loop's run-time SIMD dispatch
-//! (`kernels::lbm::vector`). The CUDA backend lives in
+//! library; its `unsafe` is the CPU bulk loop's run-time SIMD dispatch
+//! (`kernels::lbm::vector`) and the libc calls of `cpu` (memory, the
+//! open-file limit, a signal's action). The CUDA backend lives in
 //! `lbm-cuda`, the recording mock in `mock-driver`. It writes no files and
 //! parses no command lines (the `lbm` crate does).
 //!
