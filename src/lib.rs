@@ -147,8 +147,9 @@ pub enum AppError {
         after: String,
     },
 
-    /// SIGINT or SIGTERM ended a command that has no checkpoint to take.
-    #[error("interrupted by a signal (SIGINT or SIGTERM) at simulated time {time} s")]
+    /// SIGINT, SIGTERM or SIGHUP ended a command that has no checkpoint to
+    /// take.
+    #[error("interrupted by a signal (SIGINT, SIGTERM or SIGHUP) at simulated time {time:.6} s")]
     Signalled { time: f64 },
 
     /// `--after-pilot DIR` names no completed pilot of this plan.

@@ -428,7 +428,7 @@ struct Probe<'a, D: Driver> {
     /// Up to the benchmark's time limit: the criterion usually ends the
     /// run well before.
     progress: std::cell::RefCell<Progress>,
-    /// SIGINT or SIGTERM end the run between chunks, its series written.
+    /// SIGINT, SIGTERM or SIGHUP end the run between chunks, its series written.
     signals: Signals,
     units: UnitSystem,
     level: usize,
