@@ -812,19 +812,19 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
     // At a hundredth of the viscosity the lid's corner blows up (around
     // interval 420); the first member is the case as written.
     let short = ["--steps", "500", "--backend", "cpu", "--quiet", "--out"];
-    let output = lbm(&[
-        &[
+    // The sweep into `dir`, with `extra` flags (a shard).
+    let sweep = |dir: &std::path::Path, extra: &[&str]| {
+        let sets = [
             "sweep",
             &cavity,
             "--set",
             "fluid.viscosity=0.01,1e-4",
             "--set",
             "flow.lattice_velocity=0.17",
-        ],
-        &short[..],
-        &[&out.display().to_string()],
-    ]
-    .concat());
+        ];
+        lbm(&[&sets[..], extra, &short[..], &[&dir.display().to_string()]].concat())
+    };
+    let output = sweep(&out, &[]);
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert!(stderr(&output).contains("member 1: diverged"), "{}", stderr(&output));
     let rows = csv_rows(&out.join("sweep.csv"));
@@ -882,21 +882,7 @@ fn a_member_that_diverges_is_reported_and_the_others_complete() {
     // fails as the sweep did, naming the member.
     let shards: Vec<_> = (0..2).map(|k| scratch(&format!("sweep-diverge-shard{k}"))).collect();
     for (k, shard) in shards.iter().enumerate() {
-        lbm(&[
-            &[
-                "sweep",
-                &cavity,
-                "--set",
-                "fluid.viscosity=0.01,1e-4",
-                "--set",
-                "flow.lattice_velocity=0.17",
-                "--shard",
-                &format!("{k}/2"),
-            ],
-            &short[..],
-            &[&shard.display().to_string()],
-        ]
-        .concat());
+        sweep(shard, &["--shard", &format!("{k}/2")]);
     }
     let merged = scratch("sweep-diverge-merged");
     let paths: Vec<String> = [&merged, &shards[0], &shards[1]]
