@@ -533,13 +533,8 @@ fn command_line() -> Vec<String> {
 fn moved_to(handle: &std::fs::File) -> Option<PathBuf> {
     use std::os::fd::AsRawFd;
     let path = std::fs::read_link(format!("/proc/self/fd/{}", handle.as_raw_fd())).ok()?;
-    let exists = dir_identity(&path).is_some()
-        && dir_identity(&path)
-            == handle.metadata().ok().map(|m| {
-                use std::os::unix::fs::MetadataExt;
-                (m.dev(), m.ino())
-            });
-    exists.then_some(path)
+    let held = handle.metadata().ok().map(|m| crate::output::identity(&m));
+    (held.is_some() && dir_identity(&path) == held).then_some(path)
 }
 
 /// A directory's lock that the caller took before the session opens.
@@ -1459,8 +1454,8 @@ impl<D: Driver> Session<'_, D> {
                 None => {
                     summary.resume = None;
                     later.push(format!(
-                        "{what}it was removed, or where it went is not known: `lbm resume` of the directory it \
-                         went to continues it from its last checkpoint"
+                        "{what}it was removed, or where it went is not known; if it was moved, `lbm resume` of \
+                         where it went continues it from its last checkpoint"
                     ));
                 }
             }

@@ -387,8 +387,13 @@ impl CsvOpener {
 
 /// The device and inode of the directory at `dir`, where it can be read.
 pub fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(dir).ok().map(|m| identity(&m))
+}
+
+/// The device and inode `metadata` gives.
+pub fn identity(metadata: &std::fs::Metadata) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+    (metadata.dev(), metadata.ino())
 }
 
 /// Refuses to go on writing by the name `out` once the directory there is

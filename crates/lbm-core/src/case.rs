@@ -960,19 +960,18 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
     }
 }
 
+/// A whole number TOML cannot hold, in a case file's words.
+const BEYOND_TOML: &str =
+    "beyond what TOML holds: whole numbers lie within ±9223372036854775807 (write a decimal, 1.8e19)";
+
 /// The TOML reader's message in a case file's words: Rust's type names
 /// (`struct Fluid`, `internally tagged enum Collision`) as tables, a whole
 /// number past 64 bits as what it is, and no number in 300 digits.
 fn readable(message: &str) -> String {
     let mut out = message
-        .replace(
-            "as i128, expected any valid TOML value",
-            "beyond what TOML holds: whole numbers lie within ±9223372036854775807 (write a decimal, 1.8e19)",
-        )
-        .replace(
-            "u64 value was too large",
-            "beyond what TOML holds: whole numbers lie within ±9223372036854775807 (write a decimal, 1.8e19)",
-        )
+        .replace("as i128, expected any valid TOML value", BEYOND_TOML)
+        // A whole number above 2^63 that still fits in 64 bits.
+        .replace("u64 value was too large", BEYOND_TOML)
         .replace(", there are no fields", ": this table takes no other key")
         .replace(
             "invalid type: unit variant, expected newtype variant",
