@@ -473,6 +473,20 @@ fn bad_members_are_refused_before_any_work_naming_member_and_key() {
         assert!(!out.exists(), "{flags:?}: nothing is written");
     };
     refused(&["--set", "fluid.viscosity=1e-3,2e-3", "--shard", "2/2"], "--shard");
+    // A table amplitude beside another kind has a buffer the other lacks,
+    // named as the case asks for it.
+    refused(
+        &[
+            "--set",
+            "boundaries.x_min.inlet.amplitude={table={points=[[0.0,1.0]]}},\"constant\"",
+            "--fused",
+            "--steps",
+            "10",
+            "--backend",
+            "cpu",
+        ],
+        "an inlet amplitude given as `{ table = ... }` in some members and not in others",
+    );
     // One key in two --set, which would overwrite each other in every member.
     refused(
         &["--set", "fluid.viscosity=1e-3", "--set", "fluid.viscosity=2e-3"],

@@ -127,7 +127,7 @@ pub enum Error {
     /// so that the two cannot share one launch per kernel.
     #[error(
         "fused batch member {member} cannot share member 0's launches: {what}; a fused batch needs members of one \
-         geometry and resolution (run such members in lockstep)"
+         geometry and resolution, whose buffers are of the same kinds (run such members in lockstep)"
     )]
     FusedShape { member: usize, what: String },
 

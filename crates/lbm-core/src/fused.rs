@@ -123,10 +123,19 @@ pub fn check(members: &[(LatticeConfig, ExecConfig)], split_min_cells: usize) ->
                     .chain(ledger.entries.keys())
                     .find(|label| shape.0.entries.contains_key(*label) != ledger.entries.contains_key(*label))
                 {
+                    // A buffer only some members' cases ask for, named as
+                    // the case asks for it.
+                    let cause = match label.as_str() {
+                        "boundary.amplitude_table" => {
+                            " (an inlet amplitude given as `{ table = ... }` in some members and not in others: \
+                             give every member a table, a constant one being `[[0.0, 1.0]]`)"
+                        }
+                        _ => "",
+                    };
                     return Err(Error::FusedShape {
                         member,
                         what: format!(
-                            "its buffer `{label}` has {} where member 0's has {}",
+                            "its buffer `{label}` has {} where member 0's has {}{cause}",
                             bytes(&shape.0, label),
                             bytes(ledger, label)
                         ),

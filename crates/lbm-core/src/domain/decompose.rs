@@ -176,11 +176,14 @@ impl Decomposition {
             .collect();
         // A body's part in the domain: a bump's circle spans far wider.
         let domain = [0.0, 0.0, nx as f64, lattice.hierarchy.base[1] as f64];
+        // An edge on a cell face (0.56 m at 0.01 m a cell is 56.00000000000001
+        // cells) is that face, as the case's cell faces are everywhere.
+        let on_face = |v: f64| if (v - v.round()).abs() < 1e-6 { v.round() } else { v };
         for (b, body) in lattice.bodies.iter().enumerate().filter(|(_, b)| b.level == 0) {
             let [x0, _, x1, _] = body.shape.bounds_within(domain).unwrap_or_else(|| body.shape.bounds());
             blocked.push((
-                (x0.floor() - BODY_CLEARANCE).max(0.0) as u32,
-                ((x1.ceil() + BODY_CLEARANCE) as u32).min(nx),
+                (on_face(x0).floor() - BODY_CLEARANCE).max(0.0) as u32,
+                ((on_face(x1).ceil() + BODY_CLEARANCE) as u32).min(nx),
                 format!("body {b}"),
             ));
         }
@@ -420,6 +423,25 @@ mod tests {
         let d = plan(&lattice, 2).unwrap();
         assert_eq!(d.slabs[0].x1, 40 + CUT_CLEARANCE);
         assert!(d.imbalance() > 1.4, "{}", d.imbalance());
+    }
+
+    /// A body whose edge lies on a cell face, as a case in metres puts it
+    /// (56.00000000000001 cells), keeps the cut its clearance from that face,
+    /// not a column further: a cut at 60 balances two slabs of 60 columns.
+    #[test]
+    fn a_body_edge_on_a_cell_face_is_that_face() {
+        use crate::domain::geometry::{Body, Shape};
+        let mut lattice = LatticeConfig::uniform(120, 40, 0.8, [Boundary::Wall; 4]);
+        lattice.bodies = vec![Body {
+            shape: Shape::Rectangle {
+                min: [50.0, 10.0],
+                max: [0.56 / 0.01, 20.0],
+            },
+            level: 0,
+        }];
+        let d = plan(&lattice, 2).unwrap();
+        assert_eq!(d.slabs[0].x1, 60, "{d:?}");
+        assert_eq!(d.imbalance(), 1.0);
     }
 
     /// The smallest most-loaded slab over every layout of `devices` slabs
