@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::AppError;
 use crate::output::thread::{WRITING, WRITTEN};
 use crate::run::{Ending, Summary, write_json};
 
@@ -45,20 +46,28 @@ impl Signals {
         static INSTALLED: std::sync::OnceLock<Signals> = std::sync::OnceLock::new();
         INSTALLED
             .get_or_init(|| {
-                use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGXFSZ};
+                use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGXCPU, SIGXFSZ};
                 let raised = Arc::new(AtomicBool::new(false));
                 // A thread takes the signals as they come, so that it can
                 // tell a second stop from the first's copy by the clock.
                 // One ignored when the program started stays ignored, as
                 // `nohup` (SIGHUP) and a shell's background job (SIGINT) ask.
-                let stops = [SIGINT, SIGTERM, SIGHUP]
+                let stops = [SIGINT, SIGTERM, SIGHUP, SIGXCPU]
                     .into_iter()
                     .filter(|s| !lbm_core::cpu::signal_ignored(*s));
                 if let Ok(mut stops) = signal_hook::iterator::Signals::new(stops) {
                     let raised = raised.clone();
-                    std::thread::spawn(move || {
+                    let taking = std::thread::Builder::new().name("signals".into()).spawn(move || {
                         let mut first: Option<Instant> = None;
-                        for _ in stops.forever() {
+                        for signal in stops.forever() {
+                            // A CPU-time limit's soft end: the kernel repeats
+                            // it each CPU second until the hard end, which
+                            // the stop's checkpoint must come before.
+                            if signal == SIGXCPU {
+                                first.get_or_insert_with(Instant::now);
+                                raised.store(true, Ordering::SeqCst);
+                                continue;
+                            }
                             match first {
                                 None => {
                                     first = Some(Instant::now());
@@ -76,6 +85,9 @@ impl Signals {
                             }
                         }
                     });
+                    if let Err(e) = taking {
+                        eprintln!("warning: no thread for the stop signals ({e}): a signal ends the run at once");
+                    }
                 }
                 let _ = signal_hook::flag::register(SIGXFSZ, Arc::new(AtomicBool::new(false)));
                 Signals { raised }
@@ -85,6 +97,40 @@ impl Signals {
 
     pub fn raised(&self) -> bool {
         self.raised.load(Ordering::SeqCst)
+    }
+}
+
+/// Refuses, before anything is written, a process that may not start the
+/// `threads` more threads a command needs beside its workers (each run's
+/// writer, the watchdog, the stop signals'): they are started and held
+/// together, then let go.
+pub fn check_thread_room(threads: usize) -> Result<(), AppError> {
+    let (hold, wait) = std::sync::mpsc::channel::<()>();
+    let wait = Arc::new(Mutex::new(wait));
+    let mut started = Vec::new();
+    let mut refused = None;
+    for _ in 0..threads {
+        let wait = wait.clone();
+        match std::thread::Builder::new().spawn(move || {
+            let _ = wait.lock().map(|w| w.recv());
+        }) {
+            Ok(handle) => started.push(handle),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    drop(hold);
+    for handle in started {
+        let _ = handle.join();
+    }
+    match refused {
+        Some(source) => Err(AppError::Threads {
+            what: "the program's threads",
+            source,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -124,9 +170,9 @@ pub struct Watchdog {
 impl Watchdog {
     /// Starts watching: `summary` is what is written if the run stalls
     /// before the first [`Watchdog::beat`].
-    pub fn start(out: PathBuf, period: Duration, summary: Summary) -> Watchdog {
-        let mut one = Watchdog::group(vec![(0, out, summary)], period, None);
-        one.pop().expect("one run, one watchdog")
+    pub fn start(out: PathBuf, period: Duration, summary: Summary) -> Result<Watchdog, AppError> {
+        let mut one = Watchdog::group(vec![(0, out, summary)], period, None)?;
+        Ok(one.pop().expect("one run, one watchdog"))
     }
 
     /// Watches runs advanced together (a sweep's members), one thread for
@@ -135,7 +181,11 @@ impl Watchdog {
     /// stalled; `on_stall` then writes the group's records and says what to
     /// print (a lone run prints its own error), and the process exits 3.
     /// Each run comes with a key its stall is reported by.
-    pub fn group(runs: Vec<(usize, PathBuf, Summary)>, period: Duration, on_stall: Option<OnStall>) -> Vec<Watchdog> {
+    pub fn group(
+        runs: Vec<(usize, PathBuf, Summary)>,
+        period: Duration,
+        on_stall: Option<OnStall>,
+    ) -> Result<Vec<Watchdog>, AppError> {
         let watches: Vec<Arc<Mutex<Watch>>> = runs
             .into_iter()
             .map(|(key, out, summary)| {
@@ -153,7 +203,7 @@ impl Watchdog {
             .collect();
         let shared = watches.clone();
         let poll = (period / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        std::thread::spawn(move || {
+        let watching = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
             let mut written = WRITTEN.load(Ordering::Acquire);
             let mut on_stall = on_stall;
             loop {
@@ -199,7 +249,11 @@ impl Watchdog {
                 std::process::exit(EXIT_FAILED as i32);
             }
         });
-        watches.into_iter().map(|watch| Watchdog { watch }).collect()
+        watching.map_err(|source| AppError::Threads {
+            what: "the watchdog's thread",
+            source,
+        })?;
+        Ok(watches.into_iter().map(|watch| Watchdog { watch }).collect())
     }
 
     /// `completed_intervals` are done and the newest checkpoint is

@@ -77,6 +77,17 @@ pub enum AppError {
     )]
     FilesGone { path: String, others: usize, total: usize },
 
+    /// A thread the program needs could not be started.
+    #[error(
+        "cannot start {what} ({source}): the process's limits are too low (`ulimit -u`, the processes and \
+         threads a user may run; `ulimit -v`, the memory a process may map); raise them"
+    )]
+    Threads {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A wall limit that leaves a segment no time for one interval.
     #[error(
         "--max-wall-seconds {limit} ended the run before its first interval: set-up took {elapsed:.1} s, and the \
@@ -239,7 +250,8 @@ impl AppError {
             | AppError::SweepMember { .. }
             | AppError::SweepMerge { .. }
             | AppError::Memory { .. }
-            | AppError::OpenFiles { .. } => 2,
+            | AppError::OpenFiles { .. }
+            | AppError::Threads { .. } => 2,
             AppError::Core(Core::Parameter { .. } | Core::Layout { .. } | Core::CaseSyntax { .. }) => 2,
             AppError::Interrupted { source, .. } | AppError::Failed { source, .. } => source.exit_code(),
             AppError::Signalled { .. } => crate::guard::EXIT_INTERRUPTED,

@@ -250,28 +250,58 @@ macro_rules! say {
     }};
 }
 
+/// A report on standard output, whose whole purpose it is: one that cannot
+/// be written (a full disk under `lbm check CASE > plan.txt`) fails.
+fn report_out(report: &str) -> ExitCode {
+    use std::io::Write as _;
+    let mut out = std::io::stdout();
+    match writeln!(out, "{}", report.trim_end()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader stopped reading (`| head`): what it took was written.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            lbm::tell!("error: the report could not be written to standard output ({e})");
+            ExitCode::from(lbm::guard::EXIT_FAILED)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The threads a command needs, started or tried before it writes
+    // anything: a process limit that refuses them is bad input, not a panic
+    // halfway (a run's writer, its watchdog and the stop signals' thread).
+    let threads = match cli.command {
+        Command::Info => Ok(()),
+        Command::Check { .. } => lbm_core::cpu::start_workers().map_err(|source| lbm::AppError::Threads {
+            what: "the worker threads",
+            source,
+        }),
+        _ => lbm_core::cpu::start_workers()
+            .map_err(|source| lbm::AppError::Threads {
+                what: "the worker threads",
+                source,
+            })
+            .and_then(|()| lbm::guard::check_thread_room(3)),
+    };
+    if let Err(e) = threads {
+        lbm::tell!("error: {e}");
+        return ExitCode::from(e.exit_code());
+    }
     if !matches!(cli.command, Command::Check { .. } | Command::Info) {
         lbm::guard::Signals::install();
     }
     let result = match cli.command {
         Command::Check { case, devices } => {
             return match lbm::check::check(&case, devices) {
-                Ok(report) => {
-                    say!("{}", report.trim_end());
-                    ExitCode::SUCCESS
-                }
+                Ok(report) => report_out(&report),
                 Err(e) => {
                     lbm::tell!("error: {e}");
                     ExitCode::from(e.exit_code())
                 }
             };
         }
-        Command::Info => {
-            say!("{}", lbm::check::info().trim_end());
-            return ExitCode::SUCCESS;
-        }
+        Command::Info => return report_out(&lbm::check::info()),
         Command::Run {
             case,
             backend,

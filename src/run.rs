@@ -522,10 +522,17 @@ pub(crate) fn lock_directory(dir: &Path) -> Result<Option<std::fs::File>, String
     }
 }
 
-/// The command line's words as text: a word that is not UTF-8 (a path)
-/// with its invalid bytes replaced, where `std::env::args` would panic.
+/// The command line's words as text: a word that is not UTF-8 (a path) in
+/// ANSI-C quotes, as `lbm resume` hints give it, so that it reads back as
+/// the same bytes (where `std::env::args` would panic).
 fn command_line() -> Vec<String> {
-    std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
+    use std::os::unix::ffi::OsStrExt;
+    std::env::args_os()
+        .map(|a| match a.to_str() {
+            Some(word) => word.to_owned(),
+            None => ansi_c_word(a.as_bytes()),
+        })
+        .collect()
 }
 
 /// Where the directory open as `handle` is now, from Linux's `/proc`; `None`
@@ -740,7 +747,7 @@ pub(crate) fn open_session<'a>(
         engine,
         written: writer.written(),
         force_scale: writer.force_scale(),
-        writer: WriterThread::spawn(writer),
+        writer: WriterThread::spawn(writer)?,
         case,
         resolved,
         plan,
@@ -764,6 +771,11 @@ pub fn resume(options: &ResumeOptions) -> Result<Summary, AppError> {
         reason,
     })?);
     let manifest = read_manifest(dir)?;
+    // A run that cannot write where it goes on is refused before any work.
+    check_writable(dir).map_err(|reason| AppError::Resume {
+        dir: dir.display().to_string(),
+        reason: format!("{reason}: copy the directory somewhere writable and resume the copy"),
+    })?;
     let request: Request = serde_json::from_value(manifest["request"].clone()).map_err(|e| AppError::Resume {
         dir: dir.display().to_string(),
         reason: format!("its manifest.json records no request ({e})"),
@@ -1029,7 +1041,7 @@ pub(crate) fn open_resumed<'a>(
         engine,
         written: writer.written(),
         force_scale: writer.force_scale(),
-        writer: WriterThread::spawn(writer),
+        writer: WriterThread::spawn(writer)?,
         case,
         resolved,
         plan,
@@ -1216,16 +1228,20 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
     }
     let made = create_dirs(out).map_err(|e| refuse(format!("it cannot be created ({e})")))?;
     // A directory that exists but refuses files is found now, before any work.
-    // Named by the process, so that two runs started into one directory at
-    // once do not remove each other's (the loser said the directory was not
-    // writable; the lock now names the other process).
-    let probe = out.join(format!(".lbm-write-check-{}", std::process::id()));
+    check_writable(out).map_err(|e| {
+        remove_dirs(&made);
+        refuse(e)
+    })
+}
+
+/// Whether files can be made in `dir`, found by making one. Named by the
+/// process, so that two runs started into one directory at once do not
+/// remove each other's.
+pub(crate) fn check_writable(dir: &Path) -> Result<(), String> {
+    let probe = dir.join(format!(".lbm-write-check-{}", std::process::id()));
     std::fs::write(&probe, b"")
         .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| {
-            remove_dirs(&made);
-            refuse(format!("it is not writable ({e})"))
-        })
+        .map_err(|e| format!("it is not writable ({e})"))
 }
 
 /// Creates `dir` and each missing directory above it, and returns those it
@@ -1380,11 +1396,14 @@ impl<D: Driver> Session<'_, D> {
     /// asked or was interrupted, or the error of one that failed.
     fn drive(mut self, limits: Limits, quiet: bool) -> Result<Summary, AppError> {
         let signals = Signals::install();
-        let watchdog = Watchdog::start(
+        let watchdog = match Watchdog::start(
             self.out.to_owned(),
             Duration::from_secs_f64(limits.watchdog_seconds),
             self.summary(Ending::Stalled, None, None),
-        );
+        ) {
+            Ok(watchdog) => watchdog,
+            Err(e) => return Err(self.fail(e).0),
+        };
         let mut progress = Progress::new(
             self.state.done,
             self.stop,
@@ -1462,6 +1481,11 @@ impl<D: Driver> Session<'_, D> {
         } else if let Err(second) = write_json(&self.out.join("summary.json"), &summary) {
             later.push(second.to_string());
         }
+        // A full disk fails the summary as it failed the file before it:
+        // the same words once.
+        let said = e.to_string();
+        later.retain(|m| *m != said);
+        later.dedup();
         let mut after = String::new();
         if !later.is_empty() {
             after += &format!("; after it: {}", later.join("; "));

@@ -702,6 +702,8 @@ pub fn sweep(options: &SweepOptions) -> Result<Ending, AppError> {
         .filter(|m| shard.is_none_or(|[k, n]| m.index % n == k))
         .collect();
     let drivers = open_drivers(&chosen, options.mode, options.backend, options.device)?;
+    // A writer thread a member, the watchdog's and the stop signals'.
+    crate::guard::check_thread_room(chosen.len() + 2)?;
     prepare_output(&options.out)?;
     // The warning lbm run gives, once, with the members it concerns.
     let held: Vec<(usize, String)> = chosen
@@ -767,6 +769,11 @@ pub fn resume(
         reason,
     };
     let _lock = crate::run::lock_directory(dir).map_err(refuse)?;
+    crate::run::check_writable(dir).map_err(|reason| {
+        refuse(format!(
+            "{reason}: copy the directory somewhere writable and resume the copy"
+        ))
+    })?;
     let path = dir.join("sweep.json");
     let text = std::fs::read_to_string(&path).map_err(|e| refuse(format!("cannot read {} ({e})", path.display())))?;
     let mut record: SweepRecord =
@@ -1173,7 +1180,7 @@ fn run_members(
             .collect(),
         period,
         Some(on_stall),
-    );
+    )?;
     let mut watchdogs: Vec<Option<Watchdog>> = (0..sessions.len()).map(|_| None).collect();
     for (k, watchdog) in watched.iter().zip(group) {
         watchdogs[*k] = Some(watchdog);

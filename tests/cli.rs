@@ -1314,3 +1314,23 @@ fn an_initial_field_is_shown_by_check_and_a_bad_one_refused_before_any_work() {
     assert!(!out.exists());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `lbm check` and `lbm info` exist to print their report: one that cannot
+/// be written (a full disk under `> plan.txt`) fails the command, exit 3.
+#[test]
+fn a_report_that_cannot_be_written_fails_the_command() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("not run: no /dev/full here");
+        return;
+    };
+    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+    for args in [&["info"][..], &["check", &case_path()]] {
+        let output = std::process::Command::new(&binary)
+            .args(args)
+            .stdout(full.try_clone().unwrap())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(3), "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains("could not be written"), "{}", stderr(&output));
+    }
+}

@@ -273,6 +273,27 @@ fn a_sighup_ignored_at_start_stays_ignored() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// A CPU-time limit's soft end (SIGXCPU, repeated each CPU second until the
+/// hard end kills) stops the run as a first stop signal does: its checkpoint
+/// and summary, exit 130. It had been killed without either.
+#[test]
+fn a_cpu_time_limit_stops_the_run_with_its_checkpoint() {
+    let (root, case, out) = setup("cpu-limit");
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -S -t 1 && ulimit -H -t 8 && exec \"$0\" run \"$1\" --backend cpu --quiet --no-pilot --steps 1000000 --out \"$2\"")
+        .arg(common::runs::binary())
+        .arg(&case)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let s = summary(&out);
+    assert_eq!(s["ended"], "interrupted");
+    assert!(out.join(s["checkpoint"].as_str().unwrap()).is_file(), "{s}");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 /// A signal that comes during set-up ends the run at its first chunk, with
 /// its summary; an interrupted pilot counts its own intervals and says to
 /// run it again (it does not resume).

@@ -67,14 +67,20 @@ fn gone() -> AppError {
 }
 
 impl WriterThread {
-    pub fn spawn(writer: Writer) -> WriterThread {
+    pub fn spawn(writer: Writer) -> Result<WriterThread, AppError> {
         let (jobs, queue) = sync_channel(QUEUE);
         let save_nanos = Arc::new(AtomicU64::new(0));
         let saves_done = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicBool::new(false));
         let (timing, done, failing) = (save_nanos.clone(), saves_done.clone(), failed.clone());
-        let handle = std::thread::spawn(move || work(writer, queue, &timing, &done, &failing));
-        WriterThread {
+        let handle = std::thread::Builder::new()
+            .name("writer".into())
+            .spawn(move || work(writer, queue, &timing, &done, &failing))
+            .map_err(|source| AppError::Threads {
+                what: "the output writer's thread",
+                source,
+            })?;
+        Ok(WriterThread {
             jobs,
             handle: Some(handle),
             save_nanos,
@@ -83,7 +89,7 @@ impl WriterThread {
             last_queued: None,
             waits: 0,
             failed,
-        }
+        })
     }
 
     fn send(&mut self, job: Job) -> Result<(), AppError> {
@@ -309,7 +315,7 @@ mod tests {
     #[test]
     fn a_wait_returns_once_the_save_queued_before_it_is_written() {
         let (out, writer) = writer("wait");
-        let mut thread = WriterThread::spawn(writer);
+        let mut thread = WriterThread::spawn(writer).unwrap();
         let fields = Arc::new(vec![patch(160)]);
         thread.save(60, fields.clone()).unwrap();
         assert_eq!(thread.saves_pending(), 1);
@@ -333,7 +339,7 @@ mod tests {
     #[test]
     fn a_flush_waits_for_every_row_queued_before_it() {
         let (out, writer) = writer("flush");
-        let mut thread = WriterThread::spawn(writer);
+        let mut thread = WriterThread::spawn(writer).unwrap();
         for k in 1..=50 {
             thread.forces(k as f64 * 0.01, vec![record(k)]).unwrap();
         }
@@ -357,7 +363,7 @@ mod tests {
     #[test]
     fn a_failed_write_is_reported_at_the_next_flush() {
         let (out, writer) = writer("failed");
-        let mut thread = WriterThread::spawn(writer);
+        let mut thread = WriterThread::spawn(writer).unwrap();
         std::fs::remove_dir_all(out.join("fields")).unwrap();
         std::fs::write(out.join("fields"), b"in the way").unwrap();
         thread.save(60, Arc::new(Vec::new())).unwrap();
@@ -378,7 +384,7 @@ mod tests {
     #[test]
     fn a_failed_write_is_reported_to_the_next_job_handed_over() {
         let (out, writer) = writer("failed-next");
-        let mut thread = WriterThread::spawn(writer);
+        let mut thread = WriterThread::spawn(writer).unwrap();
         std::fs::remove_dir_all(out.join("fields")).unwrap();
         std::fs::write(out.join("fields"), b"in the way").unwrap();
         thread.save(60, Arc::new(Vec::new())).unwrap();

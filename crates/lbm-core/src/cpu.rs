@@ -80,6 +80,15 @@ pub fn raise_open_file_limit(wanted: u64) -> Option<u64> {
     }
 }
 
+/// Starts the worker threads of the CPU backend and of the host's parallel
+/// work (rayon's global pool) now, where a process limit that refuses them
+/// is an error to report, not a panic at their first use.
+pub fn start_workers() -> std::io::Result<()> {
+    rayon::ThreadPoolBuilder::new()
+        .build_global()
+        .map_err(std::io::Error::other)
+}
+
 /// Whether this process ignores `signal` (its action is `SIG_IGN`, as a
 /// parent may leave it: `nohup` for SIGHUP); `false` where that cannot be
 /// read.
