@@ -162,7 +162,14 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         "host memory: about {} at the peak ({}){}; the CPU backend adds the device memory",
         human_bytes(need.host()),
         need.host_parts(),
-        available.map_or(String::new(), |a| format!(", {} available here", human_bytes(a)))
+        available.map_or(String::new(), |a| format!(
+            ", {} available here{}",
+            human_bytes(a),
+            match lbm_core::cpu::address_space_room() == Some(a) {
+                true => " (what `ulimit -v` leaves)",
+                false => "",
+            }
+        ))
     );
     let updates = cell_updates(&levels, resolved.steps);
     let probes_cpu = probe_seconds(&resolved, false);
@@ -660,7 +667,10 @@ pub fn check_batch_memory<D: Driver + ?Sized>(needs: &[MemoryNeed], levels: usiz
         && host > available
     {
         return Err(AppError::Memory {
-            what: "host",
+            what: match lbm_core::cpu::address_space_room() == Some(available) {
+                true => "host (`ulimit -v`-limited)",
+                false => "host",
+            },
             needed: host,
             available,
             parts,

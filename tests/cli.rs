@@ -1334,3 +1334,34 @@ fn a_report_that_cannot_be_written_fails_the_command() {
         assert!(stderr(&output).contains("could not be written"), "{}", stderr(&output));
     }
 }
+
+/// A run whose memory estimate passes what `ulimit -v` leaves is refused
+/// before anything is written, naming the limit: it was killed (exit 134)
+/// by its first allocation that failed, leaving a manifest and no summary.
+#[test]
+fn a_run_past_the_address_space_limit_is_refused_before_any_work() {
+    let dir = scratch("ulimit-v");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The cavity 4 m across at 600 cells a metre: about 1.4 GiB.
+    let text = std::fs::read_to_string(workspace().join("cases/cavity-re100.toml"))
+        .unwrap()
+        .replace("size = [1.0, 1.0]", "size = [4.0, 4.0]")
+        .replace("resolution = 64 ", "resolution = 600 ")
+        .replace("viscosity = 0.01 ", "viscosity = 0.0005 ");
+    let case = dir.join("big.toml");
+    std::fs::write(&case, text).unwrap();
+    let out = dir.join("out");
+    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+    let output = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -v 600000 && exec \"$0\" run \"$1\" --backend cpu --steps 1 --no-pilot --out \"$2\"")
+        .arg(&binary)
+        .arg(&case)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("`ulimit -v`-limited"), "{}", stderr(&output));
+    assert!(!out.exists(), "refused before the output directory is made");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -22,9 +22,40 @@ use crate::kernels::{Access, BufferUse, FamilyVisitor, HostViews, KernelArgs, Pl
 pub const BACKEND: &str = "cpu";
 
 /// The host memory available to new allocations (`MemAvailable` of
-/// `/proc/meminfo`), or `None` where that cannot be read (not Linux).
+/// `/proc/meminfo`), or less where this process's address-space limit
+/// (`ulimit -v`) leaves less room beside what it has mapped (`VmSize`: a
+/// run beyond it is killed by its first allocation that fails); `None`
+/// where neither can be read (not Linux).
 pub fn host_available_memory() -> Option<u64> {
-    proc_bytes("/proc/meminfo", "MemAvailable:")
+    let free = proc_bytes("/proc/meminfo", "MemAvailable:");
+    match (free, address_space_room()) {
+        (Some(free), Some(room)) => Some(free.min(room)),
+        (free, room) => free.or(room),
+    }
+}
+
+/// What this process's address-space limit (`ulimit -v`) leaves beside
+/// what it has mapped, or `None` where there is no limit.
+pub fn address_space_room() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the one struct passed, on this frame.
+        #[allow(unsafe_code)]
+        let read = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
+        if read != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+            return None;
+        }
+        let mapped = proc_bytes("/proc/self/status", "VmSize:")?;
+        Some(limit.rlim_cur.saturating_sub(mapped))
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
 }
 
 /// The kB figure after `key` in the `/proc` file `path`, in bytes.
