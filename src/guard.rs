@@ -1,5 +1,6 @@
-//! What watches a run from outside its loop: SIGINT, SIGTERM and SIGHUP,
-//! and the watchdog that ends a run whose intervals stop completing.
+//! What watches a run from outside its loop: SIGINT, SIGTERM, SIGHUP and
+//! SIGXCPU, the watchdog that ends a run whose intervals stop completing,
+//! and the room for the threads that do both (`check_thread_room`).
 //!
 //! A first SIGINT, SIGTERM or SIGHUP only raises a flag: the run finishes the chunk
 //! in flight, checkpoints and ends "interrupted". A second one, from half a
@@ -7,7 +8,8 @@
 //! checkpoint; one sooner is the first's copy (`timeout` signals the process
 //! and then its group, a terminal's Ctrl-C the whole foreground group). A
 //! signal ignored when the program started (`nohup`'s SIGHUP, a script's
-//! background job's SIGINT) stays ignored. The watchdog is a thread that, when
+//! background job's SIGINT) stays ignored; SIGXCPU, a CPU-time limit's soft
+//! end, is a first stop, its repeats never a second. The watchdog is a thread that, when
 //! no interval has completed for its period, writes the summary it was last
 //! given with `"ended": "stalled"` and exits with 3: a hung device cannot be
 //! checkpointed, so the run resumes from its last checkpoint.
@@ -38,7 +40,8 @@ impl Signals {
     /// after the first or later). Installed when a
     /// command starts, so that a signal during set-up ends the run at its
     /// first chunk, with its summary and a checkpoint, rather than at once
-    /// with neither. SIGHUP (a closed terminal) counts as SIGTERM. SIGXFSZ (a
+    /// with neither. SIGHUP (a closed terminal) counts as SIGTERM, SIGXCPU (a
+    /// CPU-time limit's soft end) as a first stop and never as a second. SIGXFSZ (a
     /// file-size limit reached) is caught and nothing more, so that the write
     /// fails with EFBIG and the run ends "failed", naming the file, instead
     /// of being killed without a word.
@@ -86,7 +89,9 @@ impl Signals {
                         }
                     });
                     if let Err(e) = taking {
-                        eprintln!("warning: no thread for the stop signals ({e}): a signal ends the run at once");
+                        eprintln!(
+                            "warning: no thread for the stop signals ({e}): a stop signal will not checkpoint the run"
+                        );
                     }
                 }
                 let _ = signal_hook::flag::register(SIGXFSZ, Arc::new(AtomicBool::new(false)));
