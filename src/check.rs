@@ -133,8 +133,10 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         "{:>5} {:>7} {:>11} {:>11} {:>11} {:>8} {:>8} {:>6} {:>10}",
         "level", "patches", "cells", "dx [m]", "dt [s]", "tau+", "tau-", "Mach", "cell Re"
     );
+    // The fastest speed the case sets, as the Mach column's.
+    let fastest = fastest_speed(&resolved);
     for l in &levels {
-        let cell_reynolds = cell_reynolds(&case, l, velocity);
+        let cell_reynolds = cell_reynolds(&case, l, fastest);
         let _ = writeln!(
             out,
             "{:>5} {:>7} {:>11} {:>11.4e} {:>11.4e} {:>8.5} {:>8.5} {:>6.3} {:>10.4}",
@@ -173,16 +175,26 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
     );
     let updates = cell_updates(&levels, resolved.steps);
     let probes_cpu = probe_seconds(&resolved, false);
-    let cpu_seconds = estimate_seconds(&levels, resolved.steps, false) + probes_cpu;
+    let saving = save_seconds(&resolved, &levels);
+    let cpu_seconds = estimate_seconds(&levels, resolved.steps, false) + probes_cpu + saving;
+    let mut parts = Vec::new();
+    if probes_cpu >= 0.5 {
+        parts.push(format!(
+            "the point probes' samples about {probes_cpu:.0} s of it on the CPU"
+        ));
+    }
+    if saving >= 0.5 {
+        parts.push(format!("writing the save points about {saving:.0} s on either"));
+    }
     let _ = writeln!(
         out,
         "work: {:.3e} cell updates, roughly {:.0} s on the CPU backend, {:.1} s on an H200{}",
         updates,
         cpu_seconds,
-        estimate_seconds(&levels, resolved.steps, true) + probe_seconds(&resolved, true),
-        match probes_cpu {
-            0.0 => String::new(),
-            s => format!(" (the point probes' samples about {s:.0} s of it on the CPU)"),
+        estimate_seconds(&levels, resolved.steps, true) + probe_seconds(&resolved, true) + saving,
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", parts.join("; ")),
         }
     );
     if let Some(Acoustic { period, waves, sound }) = acoustic(&case, &resolved) {
@@ -233,18 +245,7 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
             None => writeln!(out, "pilot: not required on {backend}"),
         };
     }
-    let cells: u64 = levels.iter().map(|l| l.cells).sum();
-    let values: u64 = plan.fields.iter().map(|f| f.components() as u64).sum::<u64>() * cells;
-    let per_save = plan
-        .formats
-        .iter()
-        .map(|f| match f {
-            // float32 values; VTK adds 3-vector velocity and two byte masks.
-            Format::Npy => 4 * values,
-            Format::Vtk => 4 * values + 4 * cells + 2 * cells,
-            Format::Png => 0,
-        })
-        .sum::<u64>();
+    let per_save = save_point_bytes(&resolved, &levels);
     let _ = writeln!(
         out,
         "output: {} save points ({}), about {:.1} MiB of fields each; forces and probes every {} intervals",
@@ -311,6 +312,44 @@ pub fn estimate_seconds(levels: &[lbm_core::case::LevelParameters], steps: u64, 
     }
 }
 
+/// Bytes of one save point's field files (NPY and VTK; the pictures aside).
+fn save_point_bytes(resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> u64 {
+    let plan = &resolved.output;
+    let cells: u64 = levels.iter().map(|l| l.cells).sum();
+    let values: u64 = plan.fields.iter().map(|f| f.components() as u64).sum::<u64>() * cells;
+    plan.formats
+        .iter()
+        .map(|f| match f {
+            // float32 values; VTK adds 3-vector velocity and two byte masks.
+            Format::Npy => 4 * values,
+            Format::Vtk => 4 * values + 4 * cells + 2 * cells,
+            Format::Png => 0,
+        })
+        .sum()
+}
+
+/// The rate at which the host computes and writes a save point's files, in
+/// bytes of field files, their pictures counted as [`PICTURE_CELL_BYTES`] a
+/// cell: a tester's 1024² cavity with a 512² patch wrote six save points of
+/// 108 MiB in all three formats in 6 s on two cores (2026-12-05), where the
+/// stepping took 0.2 s.
+const SAVE_BYTES_PER_S: f64 = 100.0 * (1 << 20) as f64;
+const PICTURE_CELL_BYTES: u64 = 8;
+
+/// Rough host seconds a run's save points take (the same on either
+/// backend: the host writes them).
+pub fn save_seconds(resolved: &Resolved, levels: &[lbm_core::case::LevelParameters]) -> f64 {
+    let plan = &resolved.output;
+    let cells: u64 = levels.iter().map(|l| l.cells).sum();
+    let pictures = if plan.formats.contains(&Format::Png) {
+        PICTURE_CELL_BYTES * cells
+    } else {
+        0
+    };
+    let bytes = save_point_bytes(resolved, levels) + pictures;
+    plan.save_points.len() as f64 * bytes as f64 / SAVE_BYTES_PER_S
+}
+
 /// Host seconds one point probe's sample costs (its CSV row, and on the CPU
 /// backend its few cells): 50 probes sampled every interval added 0.65 s
 /// to 4000 intervals on two cores. On CUDA each is a launch besides.
@@ -328,18 +367,19 @@ pub fn probe_seconds(resolved: &Resolved, cuda: bool) -> f64 {
 /// not: `run.require_pilot` when the case sets it, else whether the run is
 /// estimated to take over a minute on the backend.
 pub fn pilot_required(case: &Case, resolved: &Resolved, cuda: bool) -> Result<Option<String>, AppError> {
+    let levels = resolved.levels()?;
     pilot_required_for(
         case.run.require_pilot,
-        &resolved.levels()?,
+        &levels,
         resolved.steps,
         cuda,
-        probe_seconds(resolved, cuda),
+        probe_seconds(resolved, cuda) + save_seconds(resolved, &levels),
         "run.require_pilot = false in the case waives that",
     )
 }
 
 /// [`pilot_required`] for `steps` intervals of `levels` and `sampling`
-/// seconds of probe samples besides; `waiver` says how the caller's user
+/// seconds of probe samples and saving besides; `waiver` says how the caller's user
 /// turns the requirement off.
 pub fn pilot_required_for(
     required: Option<bool>,
@@ -744,6 +784,13 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// The fastest speed the case sets (its reference velocity, the inlet's
+/// peak, a moving wall, the initial field's fastest cell, a body force's
+/// speed), m/s: what the Mach column and the cell Reynolds numbers take.
+fn fastest_speed(resolved: &Resolved) -> f64 {
+    resolved.lattice_speed / resolved.units.velocity_to_lattice(1.0)
+}
+
 /// `speed` (m/s) times the level's spacing over the viscosity: the cell
 /// Reynolds number `lbm check` prints and its warnings compare.
 fn cell_reynolds(case: &Case, level: &lbm_core::case::LevelParameters, speed: f64) -> f64 {
@@ -957,7 +1004,9 @@ fn warnings(case: &Case, resolved: &Resolved, levels: &[lbm_core::case::LevelPar
         && matches!(resolved.lattice.collision, lbm_core::lattice::Collision::Bgk {})
         && let Some(l) = levels.first()
     {
-        let cell_reynolds = cell_reynolds(case, l, resolved.output.reference_velocity);
+        // The flow's own speed: output.reference_velocity only scales the
+        // coefficients (a case that diverged passed with it set low).
+        let cell_reynolds = cell_reynolds(case, l, fastest_speed(resolved));
         if cell_reynolds > OUTFLOW_BGK_CELL_RE {
             out.push(format!(
                 "level 0's cell Re is {cell_reynolds:.1} (U dx / nu) with BGK and an outflow: above \
@@ -1291,5 +1340,28 @@ mod tests {
         assert!(probe_seconds(&resolved, false) > PILOT_ABOVE_S);
         let reason = pilot_required(&case, &resolved, false).unwrap();
         assert!(reason.is_some_and(|r| r.contains("it is estimated at")));
+    }
+
+    /// Save points cost the host their files' writing, whatever the
+    /// backend: a short run of a large grid saving every interval, whose
+    /// stepping is estimated at seconds, writes for minutes (a tester's such
+    /// case was estimated at 0 s and took 6).
+    #[test]
+    fn the_pilot_rule_counts_the_save_points() {
+        let text = "name = \"saved\"\n[domain]\nsize = [1.0, 1.0]\nreference_length = 1.0\nresolution = 1024\n\
+                    [fluid]\nviscosity = 1e-3\n[flow]\nreference_velocity = 1.0\nlattice_velocity = 0.1\n\
+                    [boundaries]\nx_min = \"wall\"\nx_max = \"wall\"\ny_min = \"wall\"\n\
+                    y_max = { moving_wall = [1.0, 0.0] }\n[run]\nsteps = 100\n[output]\nevery_intervals = 1\n\
+                    fields = [\"pressure\", \"density\", \"velocity\", \"speed\", \"vorticity\"]\n";
+        let case = Case::from_toml(text).unwrap();
+        let resolved = case.resolve().unwrap();
+        let levels = resolved.levels().unwrap();
+        assert!(estimate_seconds(&levels, resolved.steps, false) < 10.0);
+        // 101 save points of 5 x 1024² values in three formats.
+        assert!(save_seconds(&resolved, &levels) > PILOT_ABOVE_S);
+        for cuda in [false, true] {
+            let reason = pilot_required(&case, &resolved, cuda).unwrap();
+            assert!(reason.is_some_and(|r| r.contains("it is estimated at")), "cuda {cuda}");
+        }
     }
 }

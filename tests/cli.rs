@@ -757,14 +757,16 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     );
     assert_ne!(bgk, coarse);
     assert!(!checked("coarse-bgk.toml", bgk.clone()).contains("with TRT"));
-    // BGK with an outflow above cell Re 24 is warned about (0.2 m/s x 0.01 m
-    // / 8e-5 m^2/s: 25, tau+ 0.512 at lattice velocity 0.15), below it not
-    // (1e-4: 20).
+    // BGK with an outflow above cell Re 24 is warned about (the inlet's
+    // peak 0.3 m/s x 0.01 m / 1.2e-4 m^2/s: 25, at lattice velocity 0.15),
+    // below it not (1.5e-4: 20). The flow's speed, not the coefficients'
+    // reference velocity (0.2 m/s here, which gave 16.7 and no warning for a
+    // case of that kind that diverged).
     let fast = bgk.replace("lattice_velocity = 0.05\n", "lattice_velocity = 0.15\n");
     assert_ne!(fast, bgk);
     let printed = checked(
         "bgk-outflow-25.toml",
-        fast.replace("viscosity = 2.5e-4 ", "viscosity = 8e-5 "),
+        fast.replace("viscosity = 2.5e-4 ", "viscosity = 1.2e-4 "),
     );
     assert!(
         printed.contains("warning: level 0's cell Re is 25.0 (U dx / nu) with BGK and an outflow"),
@@ -772,7 +774,7 @@ fn check_prints_each_level_and_refuses_what_run_refuses() {
     );
     let printed = checked(
         "bgk-outflow-20.toml",
-        fast.replace("viscosity = 2.5e-4 ", "viscosity = 1e-4 "),
+        fast.replace("viscosity = 2.5e-4 ", "viscosity = 1.5e-4 "),
     );
     assert!(!printed.contains("with BGK and an outflow"), "{printed}");
     // An inlet into a closed channel, and a sine near the channel's
