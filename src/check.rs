@@ -21,15 +21,17 @@ use crate::AppError;
 use crate::backend::{Device, ptx_sha256};
 use crate::output::picture;
 
-/// The CPU backend's run time on two cores, fitted to `lbm run` of eleven
-/// refined and uniform cases (2026-12-04, 0.85–1.25 of the time taken but
-/// one, on a shared machine): a rate of cell updates, a cost per base
-/// interval (the forces, probes and threads' hand-offs) and one per hop of
-/// a refined patch (its coupling), which dominates small refined cases. A
-/// single rate, as before, was 0.5–2.8 times the time taken.
-const CPU_UPDATES_PER_S: f64 = 110e6;
-const CPU_BASE_HOP_S: f64 = 30e-6;
-const CPU_PATCH_HOP_S: f64 = 360e-6;
+/// The CPU backend's stepping time on two cores, fitted to the stepping
+/// seconds of a tester's twenty runs of refined and uniform cases, with and
+/// without bodies (2026-12-05, after the ghost fill's inner layer: 0.6–1.5
+/// of the time taken): a rate of cell updates, a cost per base interval
+/// (the forces, probes and threads' hand-offs) and one per hop of a refined
+/// patch (its coupling), which dominates small refined cases. The fit of
+/// 2026-12-04 (110 M a second, 30 and 360 µs) had come to 0.65–2.6 times
+/// the time taken.
+const CPU_UPDATES_PER_S: f64 = 160e6;
+const CPU_BASE_HOP_S: f64 = 40e-6;
+const CPU_PATCH_HOP_S: f64 = 130e-6;
 
 /// Cell updates per second a GPU sustains on refined cases (docs/PERFORMANCE.md:
 /// 29 G cell updates/s for large grids on an H200), and the cost of one
