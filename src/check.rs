@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use lbm_core::case::{BoundarySpec, Case, Resolved};
-use lbm_core::cpu::host_available_memory;
+use lbm_core::cpu::host_memory;
 use lbm_core::domain::hierarchy::GHOST;
 use lbm_core::domain::hierarchy::SIDE_NAMES;
 use lbm_core::lattice::Q;
@@ -160,19 +160,16 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
         (need.device.total() - ring) as f64 / cells as f64,
         ring as f64 / cells as f64
     );
-    let available = host_available_memory();
+    let host = host_memory();
     let _ = writeln!(
         out,
         "host memory: about {} at the peak ({}){}; the CPU backend adds the device memory",
         human_bytes(need.host()),
         need.host_parts(),
-        available.map_or(String::new(), |a| format!(
+        host.map_or(String::new(), |(a, limited)| format!(
             ", {} available here{}",
             human_bytes(a),
-            match lbm_core::cpu::address_space_room() == Some(a) {
-                true => " (what `ulimit -v` leaves)",
-                false => "",
-            }
+            if limited { " (what `ulimit -v` leaves)" } else { "" }
         ))
     );
     let updates = cell_updates(&levels, resolved.steps);
@@ -266,7 +263,7 @@ pub fn check(path: &Path, devices: Option<usize>) -> Result<String, AppError> {
     for warning in warnings(&case, &resolved, &levels) {
         let _ = writeln!(out, "warning: {warning}");
     }
-    if let Some(available) = available
+    if let Some((available, _)) = host
         && need.host() + need.device.total() > available
     {
         let _ = writeln!(
@@ -705,14 +702,11 @@ pub fn check_batch_memory<D: Driver + ?Sized>(needs: &[MemoryNeed], levels: usiz
         true => (device + host_peaks, format!("{buffers}; {host_parts}")),
         false => (host_peaks, host_parts),
     };
-    if let Some(available) = host_available_memory()
+    if let Some((available, limited)) = host_memory()
         && host > available
     {
         return Err(AppError::Memory {
-            what: match lbm_core::cpu::address_space_room() == Some(available) {
-                true => "host (`ulimit -v`-limited)",
-                false => "host",
-            },
+            what: if limited { "host (`ulimit -v`-limited)" } else { "host" },
             needed: host,
             available,
             parts,

@@ -867,6 +867,13 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<serde_json::Value, AppError> {
     Ok(manifest)
 }
 
+/// Whether `name` is the temporary file of one of a run's own entries
+/// (`manifest.json.tmp`, `case.toml.tmp`), which a write leaves half-done
+/// when the run is killed.
+fn start_temporary(name: &str) -> bool {
+    name.strip_suffix(".tmp").is_some_and(|n| RUN_ENTRIES.contains(&n))
+}
+
 /// Whether `dir` holds what a run killed between writing its case.toml and
 /// its manifest.json leaves: that case.toml, and nothing else but the
 /// temporary files of its start.
@@ -878,11 +885,9 @@ fn stopped_before_manifest(dir: &Path) -> bool {
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect();
     names.iter().any(|n| n == "case.toml")
-        && names.iter().all(|n| {
-            n == "case.toml"
-                || n.starts_with(".lbm-write-check-")
-                || n.strip_suffix(".tmp").is_some_and(|n| RUN_ENTRIES.contains(&n))
-        })
+        && names
+            .iter()
+            .all(|n| n == "case.toml" || n.starts_with(".lbm-write-check-") || start_temporary(n))
 }
 
 /// The error of a run that failed before its manifest.json was written
@@ -1176,7 +1181,7 @@ pub fn prepare_output(out: &Path) -> Result<(), AppError> {
         let started_only = !entries.is_empty()
             && entries.iter().all(|path| {
                 let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-                name.strip_suffix(".tmp").is_some_and(|n| RUN_ENTRIES.contains(&n)) && path.is_file()
+                start_temporary(name) && path.is_file()
             });
         if started_only && lock_directory(out).is_ok() {
             for path in &entries {

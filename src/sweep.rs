@@ -872,6 +872,8 @@ pub fn resume(
         finish(dir, &record)?;
         return Ok(Ending::Completed);
     }
+    // A writer thread a member going on, the watchdog's and the signals'.
+    crate::guard::check_thread_room(runs.len() + 2)?;
     let mut mode = record.mode;
     if mode == SweepMode::Fused {
         let at: Vec<u64> = runs

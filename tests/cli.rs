@@ -348,7 +348,7 @@ fn a_run_that_would_pass_the_open_file_limit_is_refused_before_any_work() {
     );
     let case = dir.join("probes.toml");
     std::fs::write(&case, text).unwrap();
-    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+    let binary = common::binary();
     let run = |limits: &str, out: &std::path::Path| {
         std::process::Command::new("bash")
             .arg("-c")
@@ -1221,7 +1221,7 @@ fn a_closed_standard_output_or_error_does_not_fail_a_completed_run() {
     use std::process::{Command, Stdio};
     for close_stderr in [false, true] {
         let out = scratch(if close_stderr { "pipe-err" } else { "pipe-out" });
-        let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+        let binary = common::binary();
         let mut child = Command::new(binary)
             .args(["run", &case_path(), "--backend", "cpu", "--steps", "5", "--out"])
             .arg(&out)
@@ -1325,7 +1325,7 @@ fn a_report_that_cannot_be_written_fails_the_command() {
         eprintln!("not run: no /dev/full here");
         return;
     };
-    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+    let binary = common::binary();
     for args in [&["info"][..], &["check", &case_path()]] {
         let output = std::process::Command::new(&binary)
             .args(args)
@@ -1353,7 +1353,7 @@ fn a_run_past_the_address_space_limit_is_refused_before_any_work() {
     let case = dir.join("big.toml");
     std::fs::write(&case, text).unwrap();
     let out = dir.join("out");
-    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
+    let binary = common::binary();
     let output = std::process::Command::new("bash")
         .arg("-c")
         .arg("ulimit -v 600000 && exec \"$0\" run \"$1\" --backend cpu --steps 1 --no-pilot --out \"$2\"")

@@ -282,7 +282,7 @@ fn a_cpu_time_limit_stops_the_run_with_its_checkpoint() {
     let output = Command::new("bash")
         .arg("-c")
         .arg("ulimit -S -t 1 && ulimit -H -t 8 && exec \"$0\" run \"$1\" --backend cpu --quiet --no-pilot --steps 1000000 --out \"$2\"")
-        .arg(common::runs::binary())
+        .arg(common::binary())
         .arg(&case)
         .arg(&out)
         .output()
@@ -401,7 +401,7 @@ fn a_file_size_limit_fails_the_run_with_a_message_and_it_resumes() {
 #[test]
 fn a_signal_ends_a_validation_with_its_series_written() {
     let out = common::scratch("validate-signal");
-    let child = Command::new(common::runs::binary())
+    let child = Command::new(common::binary())
         .args([
             "validate",
             "dfg-2d1",
@@ -475,7 +475,7 @@ fn a_hung_writer_ends_the_run_as_stalled() {
         &format!("{base}[output]\nevery_intervals = 2000\nfields = [\"pressure\"]\nformats = [\"npy\"]\n"),
     );
     let out = root.join("out");
-    let mut child = Command::new(common::runs::binary())
+    let mut child = Command::new(common::binary())
         .args([
             "run",
             &case,
@@ -590,7 +590,7 @@ fn a_run_killed_before_its_first_checkpoint_resumes_from_the_start() {
     std::fs::create_dir(out.join("analysis")).unwrap();
     std::fs::write(out.join("analysis").join("notes.txt"), "mine").unwrap();
     std::fs::write(out.join("forces.csv.tmp"), "half a write").unwrap();
-    let mut first = Command::new(common::runs::binary())
+    let mut first = Command::new(common::binary())
         .args([
             "resume",
             &out.display().to_string(),

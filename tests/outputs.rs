@@ -35,6 +35,16 @@ fn run(case_text: &str, name: &str, steps: &str) -> (std::path::PathBuf, std::pr
     (out, output)
 }
 
+/// The Python with numpy and vtk that `LBM_PYTHON` names, or `None` (the
+/// reader tests then say they did not run).
+fn python() -> Option<std::ffi::OsString> {
+    let python = std::env::var_os("LBM_PYTHON");
+    if python.is_none() {
+        eprintln!("not run: set LBM_PYTHON to a Python with numpy and vtk (.ci/run does)");
+    }
+    python
+}
+
 /// The numbers the Python script `check` prints of run directory `out`,
 /// with `python`'s numpy; a failing script fails the test.
 fn numpy_check(python: &std::ffi::OsStr, check: &str, out: &std::path::Path) -> Vec<f64> {
@@ -68,8 +78,7 @@ fn read_back(python: &std::ffi::OsStr, out: &std::path::Path) -> serde_json::Val
 
 #[test]
 fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
-    let Some(python) = std::env::var_os("LBM_PYTHON") else {
-        eprintln!("not run: set LBM_PYTHON to a Python with numpy and vtk (.ci/run does)");
+    let Some(python) = python() else {
         return;
     };
     let text = cavity_with_outputs();
@@ -148,8 +157,7 @@ fn fields_read_back_with_numpy_and_vtk_equal_the_steppers() {
 /// `solid` array marks the same cells.
 #[test]
 fn a_bodys_cells_read_as_nan_in_every_saved_array() {
-    let Some(python) = std::env::var_os("LBM_PYTHON") else {
-        eprintln!("not run: set LBM_PYTHON to a Python with numpy and vtk (.ci/run does)");
+    let Some(python) = python() else {
         return;
     };
     let text = "name = \"cylinder\"\n[domain]\nsize = [1.0, 0.4]\nreference_length = 0.1\nresolution = 8\n\
@@ -227,8 +235,7 @@ print(int((under != blocks).sum()), int(under.sum()), int(centres.sum()), int(np
 /// and the cells around them were off by 0.1 / (2 dx)).
 #[test]
 fn a_bodys_cells_start_at_rest_under_an_initial_field() {
-    let Some(python) = std::env::var_os("LBM_PYTHON") else {
-        eprintln!("not run: set LBM_PYTHON to a Python with numpy and vtk (.ci/run does)");
+    let Some(python) = python() else {
         return;
     };
     let text = "name = \"square in a stream\"\n[domain]\nsize = [1.0, 1.0]\nreference_length = 0.25\nresolution = 8\n\
@@ -271,8 +278,7 @@ print(int(near.sum()), int(solid.sum()), float(np.abs(w[near] - doc[near]).max()
 /// x (the edge columns were one-sided, 5% of the amplitude off).
 #[test]
 fn vorticity_wraps_across_a_periodic_side() {
-    let Some(python) = std::env::var_os("LBM_PYTHON") else {
-        eprintln!("not run: set LBM_PYTHON to a Python with numpy and vtk (.ci/run does)");
+    let Some(python) = python() else {
         return;
     };
     let text = "name = \"periodic strip\"\n[domain]\nsize = [1.0, 0.5]\nreference_length = 0.5\nresolution = 16\n\

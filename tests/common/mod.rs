@@ -11,8 +11,12 @@ use std::path::PathBuf;
 /// The binary under test: `LBM_BIN` when set (a packed run on another machine,
 /// where Cargo's build path does not exist), else the one Cargo built.
 pub fn lbm(args: &[&str]) -> Output {
-    let binary = std::env::var_os("LBM_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_lbm").into());
-    Command::new(binary).args(args).output().expect("the binary runs")
+    Command::new(binary()).args(args).output().expect("the binary runs")
+}
+
+/// The binary under test's path (see [`lbm`]).
+pub fn binary() -> PathBuf {
+    std::env::var_os("LBM_BIN").map_or_else(|| env!("CARGO_BIN_EXE_lbm").into(), PathBuf::from)
 }
 
 /// `lbm run CASE --backend cpu --out OUT --steps STEPS EXTRA...`.

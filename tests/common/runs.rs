@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use super::{lbm, scratch, stderr, workspace};
+use super::{binary, lbm, scratch, stderr, workspace};
 
 /// Base intervals of the runs compared here: `LBM_TEST_STEPS`, else 120 on
 /// the CPU and 2000 on a GPU. An H200 ran 120 in 0.4 s, before the wall
@@ -73,10 +73,6 @@ pub fn setup(name: &str) -> (PathBuf, String, PathBuf) {
     let case = write_case(&root, &case_text());
     let out = root.join("out");
     (root, case, out)
-}
-
-pub fn binary() -> PathBuf {
-    std::env::var_os("LBM_BIN").map_or_else(|| env!("CARGO_BIN_EXE_lbm").into(), PathBuf::from)
 }
 
 /// `lbm run CASE --steps STEPS --backend BACKEND --quiet --out OUT EXTRA...`.

@@ -2159,55 +2159,58 @@ mod tests {
 
     #[test]
     fn schema_errors_name_the_key_the_reader_points_at() {
-        let e = read_error(&CAVITY.replace("viscosity = 0.01", "viscosity = 0.01\ncolour = 3"));
-        assert!(
-            e.contains("line 9, column 1: `fluid.colour`: unknown field `colour`"),
-            "{e}"
-        );
-        let e = read_error(&CAVITY.replace("steps = 10", "steps = -10"));
-        assert!(e.contains("`run.steps`: invalid value: integer `-10`"), "{e}");
-        let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = \"glass\""));
-        assert!(e.contains("`boundaries.x_min`: unknown variant `glass`"), "{e}");
-        // A one-of table refused by its shape says what it takes.
-        let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = {}"));
-        assert!(
-            e.contains("`boundaries.x_min` takes \"periodic\", \"wall\", \"outflow\", \"free_slip\""),
-            "{e}"
-        );
-        // Deeper in a side, each table's own forms, and no type's name.
-        for (inlet, says) in [
+        let side = |kind: &str| CAVITY.replace("x_min = \"wall\"", &format!("x_min = {kind}"));
+        let inlet = |table: &str| side(&format!("{{ inlet = {table} }}"));
+        for (text, says) in [
             (
-                "5",
+                CAVITY.replace("viscosity = 0.01", "viscosity = 0.01\ncolour = 3"),
+                "line 9, column 1: `fluid.colour`: unknown field `colour`",
+            ),
+            (
+                CAVITY.replace("steps = 10", "steps = -10"),
+                "`run.steps`: invalid value: integer `-10`",
+            ),
+            (side("\"glass\""), "`boundaries.x_min`: unknown variant `glass`"),
+            // A one-of table refused by its shape says what it takes; deeper
+            // in a side, each table its own forms, and no type's name.
+            (
+                side("{}"),
+                "`boundaries.x_min` takes \"periodic\", \"wall\", \"outflow\", \"free_slip\"",
+            ),
+            (
+                inlet("5"),
                 "`boundaries.x_min.inlet` takes { profile = \"uniform\" or \"parabolic\", velocity = U",
             ),
             (
-                "{ profile = \"uniform\", velocity = 0.1, amplitude = { ramp = 1.0 } }",
+                inlet("{ profile = \"uniform\", velocity = 0.1, amplitude = { ramp = 1.0 } }"),
                 "expected a table (see docs/CASES.md); `boundaries.x_min.inlet.amplitude.ramp` takes { duration = s }",
             ),
             (
-                "{ profile = \"uniform\", velocity = 0.1, amplitude = { sine = \"x\" } }",
+                inlet("{ profile = \"uniform\", velocity = 0.1, amplitude = { sine = \"x\" } }"),
                 "`boundaries.x_min.inlet.amplitude.sine` takes { period = s }",
             ),
             (
-                "{ profile = \"uniform\", velocity = 0.1, amplitude = 2 }",
+                inlet("{ profile = \"uniform\", velocity = 0.1, amplitude = 2 }"),
                 "`boundaries.x_min.inlet.amplitude` takes \"constant\", { ramp",
             ),
+            (
+                side("{ wall = true }"),
+                "`wall` takes no value: write `x_min = \"wall\"`",
+            ),
+            (
+                CAVITY.replace("[boundaries]", "collision = { magic = 0.25 }\n[boundaries]"),
+                "missing field `model`; `flow.collision` takes { model = \"bgk\" }",
+            ),
+            // A key or table given twice is named.
+            (
+                CAVITY.replace("steps = 10", "steps = 10\nsteps = 20"),
+                "`steps` is given twice; each key and table once",
+            ),
+            (format!("{CAVITY}\n[run]\nsteps = 20\n"), "`run` is given twice"),
         ] {
-            let e = read_error(&CAVITY.replace("x_min = \"wall\"", &format!("x_min = {{ inlet = {inlet} }}")));
-            assert!(e.contains(says) && !e.contains("::"), "{inlet}: {e}");
+            let e = read_error(&text);
+            assert!(e.contains(says) && !e.contains("::"), "{says}: {e}");
         }
-        let e = read_error(&CAVITY.replace("x_min = \"wall\"", "x_min = { wall = true }"));
-        assert!(e.contains("`wall` takes no value: write `x_min = \"wall\"`"), "{e}");
-        let e = read_error(&CAVITY.replace("[boundaries]", "collision = { magic = 0.25 }\n[boundaries]"));
-        assert!(
-            e.contains("missing field `model`; `flow.collision` takes { model = \"bgk\" }"),
-            "{e}"
-        );
-        // A key or table given twice is named.
-        let e = read_error(&CAVITY.replace("steps = 10", "steps = 10\nsteps = 20"));
-        assert!(e.contains("`steps` is given twice; each key and table once"), "{e}");
-        let e = read_error(&format!("{CAVITY}\n[run]\nsteps = 20\n"));
-        assert!(e.contains("`run` is given twice"), "{e}");
     }
 
     #[test]

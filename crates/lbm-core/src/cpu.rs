@@ -27,16 +27,22 @@ pub const BACKEND: &str = "cpu";
 /// run beyond it is killed by its first allocation that fails); `None`
 /// where neither can be read (not Linux).
 pub fn host_available_memory() -> Option<u64> {
+    host_memory().map(|(bytes, _)| bytes)
+}
+
+/// [`host_available_memory`], and whether the address-space limit is what
+/// bounds it.
+pub fn host_memory() -> Option<(u64, bool)> {
     let free = proc_bytes("/proc/meminfo", "MemAvailable:");
     match (free, address_space_room()) {
-        (Some(free), Some(room)) => Some(free.min(room)),
-        (free, room) => free.or(room),
+        (Some(free), Some(room)) => Some((free.min(room), room < free)),
+        (free, room) => free.map(|f| (f, false)).or(room.map(|r| (r, true))),
     }
 }
 
 /// What this process's address-space limit (`ulimit -v`) leaves beside
 /// what it has mapped, or `None` where there is no limit.
-pub fn address_space_room() -> Option<u64> {
+fn address_space_room() -> Option<u64> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let mut limit = libc::rlimit {
